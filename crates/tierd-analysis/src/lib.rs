@@ -1,0 +1,1 @@
+//! Workload statistics and analysis (being written, issue 2).

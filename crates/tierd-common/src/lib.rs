@@ -1,0 +1,12 @@
+//! Shared foundations of tierd: injected time ([`clock`]), injected randomness
+//! ([`rng`]), human units ([`units`]) and deterministic hashing ([`hash`]).
+//!
+//! Every other crate depends on this one and on nothing above it. Engine,
+//! policy, simulator and analysis code take a [`clock::Clock`] and a
+//! [`rng::Rng`] from their caller and never read the OS clock or RNG; the
+//! workspace `clippy.toml` enforces that.
+
+pub mod clock;
+pub mod hash;
+pub mod rng;
+pub mod units;

@@ -1,0 +1,1 @@
+//! Synthetic spike workloads (being written, issue 2).
