@@ -9,4 +9,5 @@
 pub mod clock;
 pub mod hash;
 pub mod rng;
+pub mod testing;
 pub mod units;

@@ -5,13 +5,11 @@ use std::path::Path;
 
 use crate::error::{Result, TraceError};
 use crate::format::Format;
-use crate::formats::msr::Msr;
-use crate::text::try_lines;
+use crate::formats::msr;
 
 pub fn detect(head: &[u8], path: &Path) -> Result<Format> {
-    let lines: Vec<&[u8]> = head.split(|byte| *byte == b'\n').take(32).collect();
-    match try_lines(Msr::default(), &lines) {
-        Ok(_) => Ok(Format::Msr),
+    match msr::sniff(head) {
+        Ok(()) => Ok(Format::Msr),
         Err(reason) => Err(TraceError::UnknownFormat {
             path: path.to_path_buf(),
             tried: format!("msr ({reason})"),

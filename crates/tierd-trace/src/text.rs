@@ -167,6 +167,20 @@ pub fn try_lines<F: LineFormat>(mut format: F, lines: &[&[u8]]) -> Result<usize,
     }
 }
 
+/// The complete lines of a detection sample: at most 64, without a last line
+/// that the sample cut in the middle.
+pub fn head_lines(head: &[u8]) -> Vec<&[u8]> {
+    let complete = match head.iter().rposition(|byte| *byte == b'\n') {
+        Some(last_newline) if head.len() >= crate::open::DETECT_BYTES => &head[..last_newline],
+        _ => head,
+    };
+    complete
+        .split(|byte| *byte == b'\n')
+        .filter(|line| !trim_line_end(line).is_empty())
+        .take(64)
+        .collect()
+}
+
 pub fn trim_line_end(line: &[u8]) -> &[u8] {
     let mut end = line.len();
     while end > 0 && (line[end - 1] == b'\n' || line[end - 1] == b'\r') {

@@ -12,3 +12,9 @@ pub fn open(input: Input, _options: &OpenOptions) -> Result<Box<dyn TraceReader>
         known: String::new(),
     })
 }
+
+/// Whether `head` (the first bytes of the uncompressed stream, at most
+/// [`crate::open::DETECT_BYTES`]) looks like this format; `Err` says why not.
+pub fn sniff(_head: &[u8]) -> std::result::Result<(), String> {
+    Err("flashsim detection not written yet".to_string())
+}

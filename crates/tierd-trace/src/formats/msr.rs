@@ -124,3 +124,9 @@ mod tests {
         assert!(parse("x,hm,0,Read,0,512,1").unwrap_err().contains("Timestamp"));
     }
 }
+
+/// Whether `head` (the first bytes of the uncompressed stream, at most
+/// [`crate::open::DETECT_BYTES`]) looks like MSR CSV; `Err` says why not.
+pub fn sniff(head: &[u8]) -> std::result::Result<(), String> {
+    crate::text::try_lines(Msr::default(), &crate::text::head_lines(head)).map(|_| ())
+}
