@@ -25,5 +25,5 @@ pub mod text;
 pub use error::{Result, TraceError};
 pub use format::Format;
 pub use open::{open_trace, BlkparseEvent, OpenOptions};
-pub use reader::TraceReader;
+pub use reader::{IteratorReader, TraceReader};
 pub use request::{Op, Request, VolumeId, VolumeTable};

@@ -115,3 +115,50 @@ impl TraceReader for VolumeFilter {
         &self.path
     }
 }
+
+/// Serves requests from any iterator (a generator, a test fixture) through the
+/// [`TraceReader`] interface, so everything that analyses a file can analyse a
+/// stream that never touched disk.
+pub struct IteratorReader<I> {
+    requests: I,
+    volumes: VolumeTable,
+    format: Format,
+    path: PathBuf,
+}
+
+impl<I: Iterator<Item = Request> + Send> IteratorReader<I> {
+    /// `label` stands where a file path would appear in messages (for a
+    /// generated stream, say what generated it); `volume_names` are the names
+    /// of volume ids 0, 1, ...; `format` is what [`TraceReader::format`]
+    /// reports.
+    pub fn new(requests: I, volume_names: &[&str], format: Format, label: impl Into<PathBuf>) -> Self {
+        let mut volumes = VolumeTable::new();
+        for name in volume_names {
+            volumes.intern(name);
+        }
+        Self {
+            requests,
+            volumes,
+            format,
+            path: label.into(),
+        }
+    }
+}
+
+impl<I: Iterator<Item = Request> + Send> TraceReader for IteratorReader<I> {
+    fn next_request(&mut self) -> Result<Option<Request>> {
+        Ok(self.requests.next())
+    }
+
+    fn format(&self) -> Format {
+        self.format
+    }
+
+    fn volumes(&self) -> &VolumeTable {
+        &self.volumes
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
