@@ -72,6 +72,26 @@ impl Format {
         }
     }
 
+    /// One line for `tierd trace formats`.
+    pub fn description(self) -> &'static str {
+        match self {
+            Format::Msr => "MSR Cambridge CSV (FILETIME, host, disk, Read|Write, bytes)",
+            Format::CloudPhysicsCsv => "CloudPhysics CSV with header version,time,op,size,lbn",
+            Format::Vscsi => "CloudPhysics vscsi binary v1 (32-byte records)",
+            Format::DiskSim => "DiskSim ASCII: ns, device, sectors, sectors, 1=read",
+            Format::FlashSim => "flashsim text: ms, device, sectors, 4 KiB pages, 1=read (tabs)",
+            Format::Spc => "UMass/SPC: ASU, LBA, bytes, r|w, seconds",
+            Format::Blkparse => "blkparse default text (Q events by default, --event D|C)",
+            Format::ArcLis => "ARC .lis: start block, block count (reads only, no time)",
+            Format::LirsBlocks => "LIRS2 binary: little-endian u32 block numbers (needs --format)",
+            Format::Tencent => "Tencent CBS CSV: seconds, sectors, sectors, 0=read, volume (sorted on read)",
+            Format::Systor17 => "SYSTOR'17 CSV: seconds, response, R|W, LUN, bytes, bytes (sorted on read)",
+            Format::Fiu => "FIU IODedup text: ns, pid, process, sectors, sectors, R|W, major, minor, md5",
+            Format::FioIolog => "fio iolog v2 (written by default) and v3 (times)",
+            Format::Tierd => "tierd native binary: header, fixed 32-byte records, zstd blocks",
+        }
+    }
+
     /// Formats that carry block numbers only: no time, no writes. Every record
     /// counts as one read request.
     pub fn is_block_only(self) -> bool {
