@@ -21,9 +21,11 @@ pub mod reader;
 pub mod request;
 pub mod sort;
 pub mod text;
+pub mod write;
 
 pub use error::{Result, TraceError};
 pub use format::Format;
 pub use open::{open_trace, BlkparseEvent, OpenOptions};
 pub use reader::{IteratorReader, TraceReader};
 pub use request::{Op, Request, VolumeId, VolumeTable};
+pub use write::{create_writer, TraceWriter, WriteOptions};
