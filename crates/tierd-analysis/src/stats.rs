@@ -232,6 +232,90 @@ pub fn compute(reader: &mut dyn TraceReader, options: &StatsOptions) -> Result<S
     })
 }
 
+/// The statistics as human-readable text (what `tierd trace stats` prints).
+pub fn render_text(stats: &Stats) -> String {
+    use std::fmt::Write;
+    use tierd_common::units::Bytes;
+
+    let mut out = String::new();
+    let share = |part: u64| {
+        if stats.requests > 0 {
+            format!("{:.1}%", part as f64 * 100.0 / stats.requests as f64)
+        } else {
+            "-".to_string()
+        }
+    };
+    let optional =
+        |value: Option<f64>| value.map_or_else(|| "-".to_string(), |value| format!("{value:.1}"));
+    // Writing to a String cannot fail; the results are ignored.
+    let _ = writeln!(
+        out,
+        "requests        {} (reads {} = {}, writes {} = {}; {} of zero length)",
+        stats.requests,
+        stats.reads,
+        share(stats.reads),
+        stats.writes,
+        share(stats.writes),
+        stats.zero_length_requests
+    );
+    let _ = writeln!(
+        out,
+        "bytes           read {}, written {}; mean request {} bytes",
+        Bytes(stats.bytes_read),
+        Bytes(stats.bytes_written),
+        optional(stats.mean_request_bytes)
+    );
+    let _ = writeln!(
+        out,
+        "time            {:.1} s; iops mean {}, peak {} (per {} s period)",
+        stats.duration_s,
+        optional(stats.iops_mean),
+        optional(stats.iops_peak),
+        stats.period_s
+    );
+    let _ = writeln!(
+        out,
+        "working set     {} distinct 4 KiB blocks = {}",
+        stats.unique_blocks_4k,
+        Bytes(stats.working_set_bytes)
+    );
+    match stats.lba_span {
+        Some(span) => {
+            let _ = writeln!(
+                out,
+                "address span    bytes {} .. {} ({})",
+                span.min_offset_bytes,
+                span.max_end_bytes,
+                Bytes(span.max_end_bytes.saturating_sub(span.min_offset_bytes))
+            );
+        }
+        None => {
+            let _ = writeln!(out, "address span    -");
+        }
+    }
+    let _ = writeln!(out, "volumes         {}", stats.volumes.join(", "));
+    if stats.skipped_lines > 0 || stats.ignored_lines > 0 || stats.clamped_requests > 0 {
+        let _ = writeln!(
+            out,
+            "lines           {} skipped (bad), {} ignored (headers, comments, other events); {} requests over 1 GiB",
+            stats.skipped_lines, stats.ignored_lines, stats.clamped_requests
+        );
+    }
+    if !stats.size_histogram.is_empty() {
+        let _ = writeln!(out, "request sizes (up to, count, share):");
+        for bucket in &stats.size_histogram {
+            let _ = writeln!(
+                out,
+                "  {:>12} {:>12} {:>7}",
+                Bytes(bucket.max_bytes).to_string(),
+                bucket.count,
+                share(bucket.count)
+            );
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,5 +330,48 @@ mod tests {
         assert_eq!(bucket_max_bytes(size_bucket(4097)), 8192);
         assert_eq!(size_bucket(u64::MAX), 65);
         assert_eq!(bucket_max_bytes(65), u64::MAX);
+    }
+
+    #[test]
+    fn text_names_every_figure() {
+        let stats = Stats {
+            format: "msr".into(),
+            requests: 4,
+            reads: 3,
+            writes: 1,
+            bytes_read: 3 * 4096,
+            bytes_written: 512,
+            mean_request_bytes: Some(3200.0),
+            zero_length_requests: 0,
+            duration_s: 2.0,
+            unique_blocks_4k: 3,
+            working_set_bytes: 3 * 4096,
+            lba_span: Some(LbaSpan {
+                min_offset_bytes: 0,
+                max_end_bytes: 12288,
+            }),
+            size_histogram: vec![
+                SizeBucket {
+                    max_bytes: 512,
+                    count: 1,
+                },
+                SizeBucket {
+                    max_bytes: 4096,
+                    count: 3,
+                },
+            ],
+            period_s: 60.0,
+            iops_mean: Some(2.0),
+            iops_peak: None,
+            volumes: vec!["hm_0".into()],
+            skipped_lines: 0,
+            ignored_lines: 0,
+            clamped_requests: 0,
+        };
+        let text = render_text(&stats);
+        assert!(text.contains("reads 3 = 75.0%, writes 1 = 25.0%"), "{text}");
+        assert!(text.contains("iops mean 2.0, peak -"), "{text}");
+        assert!(text.contains("4.00 KiB            3   75.0%"), "{text}");
+        assert!(text.contains("volumes         hm_0"), "{text}");
     }
 }
