@@ -395,7 +395,7 @@ pub fn render_png(analysis: &Analysis) -> Image {
     let margin = 16;
     let line = GLYPH_HEIGHT + 8;
     let plot_x = margin + label_width + 10;
-    let plot_y = margin + 3 * line + 12;
+    let plot_y = margin + 3 * line + 20;
     let legend_x = plot_x + plot_width + 30;
     let legend_width = 20;
     let width = (legend_x + legend_width + 8 + legend_label_width + margin)
