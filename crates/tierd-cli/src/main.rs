@@ -1,1 +1,54 @@
-fn main() {}
+//! `tierd`: the one binary. Subcommands map onto the library crates; this file
+//! only parses arguments, calls them and prints.
+
+mod trace;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "tierd",
+    version,
+    about = "Tiered block storage engine and trace lab",
+    long_about = "tierd moves hot segments of a slow volume to a fast tier in real time, and replays \
+                  block traces to show whether that pays. This build has the trace toolkit: \
+                  `tierd trace stats|analyze|convert|synth|formats`."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Read, convert, characterise and generate block traces.
+    #[command(subcommand)]
+    Trace(trace::TraceCommand),
+}
+
+/// A failure to report to the user: the message says what went wrong, where,
+/// and what to do.
+#[derive(Debug)]
+pub struct CliError(pub String);
+
+impl<E: std::error::Error> From<E> for CliError {
+    fn from(error: E) -> Self {
+        CliError(error.to_string())
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Trace(command) => trace::run(command),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(CliError(message)) => {
+            eprintln!("tierd: error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -91,6 +91,12 @@ impl LineFormat for Msr {
     }
 }
 
+/// Whether `head` (the first bytes of the uncompressed stream, at most
+/// [`crate::open::DETECT_BYTES`]) looks like MSR CSV; `Err` says why not.
+pub fn sniff(head: &[u8]) -> std::result::Result<(), String> {
+    crate::text::try_lines(Msr::default(), &crate::text::head_lines(head)).map(|_| ())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,10 +129,4 @@ mod tests {
         assert!(parse("12,hm,0,Read,0,512,1").unwrap_err().contains("1970"));
         assert!(parse("x,hm,0,Read,0,512,1").unwrap_err().contains("Timestamp"));
     }
-}
-
-/// Whether `head` (the first bytes of the uncompressed stream, at most
-/// [`crate::open::DETECT_BYTES`]) looks like MSR CSV; `Err` says why not.
-pub fn sniff(head: &[u8]) -> std::result::Result<(), String> {
-    crate::text::try_lines(Msr::default(), &crate::text::head_lines(head)).map(|_| ())
 }

@@ -1,0 +1,377 @@
+//! `tierd trace ...`: stats, analyze, convert, synth, formats.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use tierd_analysis::analyze::{analyze, AnalyzeOptions};
+use tierd_analysis::stats::{compute, StatsOptions};
+use tierd_common::units::{parse_bytes, parse_duration_ns};
+use tierd_trace::{
+    create_writer, open_trace, BlkparseEvent, Format, IteratorReader, OpenOptions, TraceReader, WriteOptions,
+};
+
+use crate::CliError;
+
+/// The preset the README's first quick-start command analyses when no file is given.
+pub const DEFAULT_PRESET: &str = "usr_1";
+pub const DEFAULT_SEED: u64 = 1;
+
+#[derive(Subcommand)]
+pub enum TraceCommand {
+    /// Request counts, bytes, sizes, unique blocks, span, duration and IOPS of a trace.
+    Stats(StatsArgs),
+    /// The papers' workload analysis: top-segment shares, spikes, IO concentrations,
+    /// the duration prediction table and a FIFO cache hit ratio. With no FILE it
+    /// analyses a generated spike workload (preset usr_1, seed 1; synthetic).
+    Analyze(AnalyzeArgs),
+    /// Rewrite a trace in another format (tierd native, fio-iolog, msr, disksim, spc, cloudphysics-csv).
+    Convert(ConvertArgs),
+    /// Generate a synthetic spike workload calibrated to the papers' figures.
+    Synth(SynthArgs),
+    /// List the trace formats tierd reads and writes.
+    Formats,
+}
+
+#[derive(Args)]
+pub struct ReadArgs {
+    /// Trace format; detected from the content when omitted.
+    #[arg(long, value_name = "FORMAT")]
+    format: Option<Format>,
+    /// Keep only this volume of a multi-volume trace (MSR `hm_0`, SPC ASU, DiskSim device, Tencent volume).
+    #[arg(long, value_name = "NAME")]
+    volume: Option<String>,
+    /// Skip malformed lines and report how many, instead of stopping at the first.
+    #[arg(long)]
+    skip_bad_lines: bool,
+    /// blkparse only: which event is a request: Q (queued, default), D (dispatched) or C (completed).
+    #[arg(long, value_name = "Q|D|C", default_value = "Q")]
+    event: BlkparseEvent,
+}
+
+impl ReadArgs {
+    fn open_options(&self) -> OpenOptions {
+        OpenOptions {
+            format: self.format,
+            volume: self.volume.clone(),
+            skip_bad_lines: self.skip_bad_lines,
+            blkparse_event: self.event,
+            ..OpenOptions::default()
+        }
+    }
+}
+
+#[derive(Args)]
+pub struct StatsArgs {
+    /// Trace file (.gz, .bz2, .xz, .zst are read transparently).
+    file: PathBuf,
+    #[command(flatten)]
+    read: ReadArgs,
+    /// Period for mean and peak IOPS.
+    #[arg(long, default_value = "60s", value_parser = duration_ns)]
+    period: u64,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct AnalyzeArgs {
+    /// Trace file; omit it to analyse the embedded default (a generated usr_1-like spike workload).
+    file: Option<PathBuf>,
+    #[command(flatten)]
+    read: ReadArgs,
+    /// Segment (sub-LUN) size: a power of two.
+    #[arg(long, default_value = "1GiB", value_parser = bytes)]
+    segment_bytes: u64,
+    /// Statistics period.
+    #[arg(long, default_value = "60s", value_parser = duration_ns)]
+    period: u64,
+    /// Volume (LUN) size; default: the highest offset in the trace, rounded up to a segment.
+    #[arg(long, value_parser = bytes)]
+    volume_bytes: Option<u64>,
+    /// FIFO cache size for the hit ratio (4 KiB pages).
+    #[arg(long, value_parser = bytes)]
+    cache_bytes: Option<u64>,
+    /// Concentration detection: keep the N busiest segments each period.
+    #[arg(long, default_value_t = 30)]
+    top_n: usize,
+    /// Concentration detection: take groups until they hold this % of the period's IO.
+    #[arg(long, default_value_t = 60.0)]
+    share_percent: f64,
+    /// A segment spikes in a period when its IOPS reach this.
+    #[arg(long, default_value_t = 1.0)]
+    spike_iops: f64,
+    /// Write a segment x time heat map (.png or .svg).
+    #[arg(long, value_name = "FILE")]
+    heatmap: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct ConvertArgs {
+    /// Trace to read.
+    input: PathBuf,
+    /// File to write; a .gz/.bz2/.xz/.zst extension compresses it.
+    output: PathBuf,
+    /// Output format.
+    #[arg(long, value_name = "FORMAT")]
+    to: Format,
+    #[command(flatten)]
+    read: ReadArgs,
+    /// fio-iolog output version: 2 (no times) or 3 (keeps times, for timed replay).
+    #[arg(long, default_value_t = 2)]
+    fio_iolog_version: u32,
+}
+
+#[derive(Args)]
+pub struct SynthArgs {
+    /// Preset name (see --list).
+    #[arg(long, required_unless_present = "list")]
+    preset: Option<String>,
+    /// Output file.
+    #[arg(long, required_unless_present = "list")]
+    out: Option<PathBuf>,
+    /// Output format; default from the extension (.tierd → tierd, .csv → msr, .iolog → fio-iolog), else tierd.
+    #[arg(long, value_name = "FORMAT")]
+    to: Option<Format>,
+    /// Root seed: the same seed gives the same trace.
+    #[arg(long, default_value_t = DEFAULT_SEED)]
+    seed: u64,
+    /// Hours to generate; default: the preset's calibrated window.
+    #[arg(long)]
+    hours: Option<f64>,
+    /// List presets with their calibration targets and sources.
+    #[arg(long)]
+    list: bool,
+}
+
+fn bytes(text: &str) -> Result<u64, String> {
+    parse_bytes(text).map_err(|error| error.to_string())
+}
+
+fn duration_ns(text: &str) -> Result<u64, String> {
+    match parse_duration_ns(text) {
+        Ok(0) => Err("must be longer than zero".to_string()),
+        Ok(value) => Ok(value),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+pub fn run(command: TraceCommand) -> Result<(), CliError> {
+    match command {
+        TraceCommand::Stats(args) => stats(args),
+        TraceCommand::Analyze(args) => analyze_command(args),
+        TraceCommand::Convert(args) => convert(args),
+        TraceCommand::Synth(args) => synth(args),
+        TraceCommand::Formats => {
+            print_formats();
+            Ok(())
+        }
+    }
+}
+
+/// What a report says about where its requests came from.
+struct Provenance {
+    trace: String,
+    kind: &'static str,
+}
+
+fn report_skipped(reader: &dyn TraceReader) {
+    let skipped = reader.skipped_lines();
+    if skipped > 0 {
+        eprintln!(
+            "tierd: skipped {skipped} malformed line(s) in {} (--skip-bad-lines)",
+            reader.path().display()
+        );
+    }
+}
+
+fn with_provenance(value: Value, provenance: &Provenance) -> Value {
+    let mut object = serde_json::Map::new();
+    object.insert("trace".into(), json!(provenance.trace));
+    object.insert("trace_kind".into(), json!(provenance.kind));
+    if let Value::Object(fields) = value {
+        object.extend(fields);
+    }
+    Value::Object(object)
+}
+
+fn print_json(value: &Value) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, value)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+fn stats(args: StatsArgs) -> Result<(), CliError> {
+    let mut reader = open_trace(&args.file, &args.read.open_options())?;
+    let stats = compute(reader.as_mut(), &StatsOptions { period_ns: args.period })?;
+    report_skipped(reader.as_ref());
+    let provenance = Provenance {
+        trace: args.file.display().to_string(),
+        kind: "file",
+    };
+    if args.json {
+        print_json(&with_provenance(serde_json::to_value(&stats)?, &provenance))
+    } else {
+        println!("trace: {} ({})", provenance.trace, stats.format);
+        print!("{}", tierd_analysis::stats::render_text(&stats));
+        Ok(())
+    }
+}
+
+fn analyze_command(args: AnalyzeArgs) -> Result<(), CliError> {
+    if !args.segment_bytes.is_power_of_two() || args.segment_bytes < 4096 {
+        return Err(CliError(format!(
+            "--segment-bytes {} is not a power of two of at least 4 KiB (try 1GiB, 256MiB)",
+            args.segment_bytes
+        )));
+    }
+    let mut options = AnalyzeOptions {
+        segment_bytes: args.segment_bytes,
+        period_ns: args.period,
+        volume_bytes: args.volume_bytes,
+        cache_bytes: args.cache_bytes,
+        top_n: args.top_n,
+        share_percent: args.share_percent,
+        spike_iops: args.spike_iops,
+        ..AnalyzeOptions::default()
+    };
+    options.validate().map_err(|reason| CliError(reason.to_string()))?;
+    let (mut reader, provenance): (Box<dyn TraceReader>, Provenance) = match &args.file {
+        Some(file) => (
+            open_trace(file, &args.read.open_options())?,
+            Provenance {
+                trace: file.display().to_string(),
+                kind: "file",
+            },
+        ),
+        None => {
+            let preset = tierd_synth::preset(DEFAULT_PRESET)?;
+            let hours = preset.default_hours;
+            let generator = tierd_synth::Generator::new(preset, DEFAULT_SEED, hours)?;
+            let label = tierd_synth::label(preset, DEFAULT_SEED, hours);
+            if options.volume_bytes.is_none() {
+                options.volume_bytes = Some(preset.volume_bytes);
+            }
+            (
+                Box::new(IteratorReader::new(generator, &[preset.volume_name], Format::Tierd, &label)),
+                Provenance {
+                    trace: label,
+                    kind: "synthetic",
+                },
+            )
+        }
+    };
+    let analysis = analyze(reader.as_mut(), &options)?;
+    report_skipped(reader.as_ref());
+    if let Some(path) = &args.heatmap {
+        tierd_analysis::heatmap::write(&analysis, path)?;
+        eprintln!("tierd: heat map written to {}", path.display());
+    }
+    if args.json {
+        print_json(&with_provenance(serde_json::to_value(&analysis)?, &provenance))
+    } else {
+        println!("trace: {} [{}]", provenance.trace, provenance.kind);
+        print!("{}", tierd_analysis::analyze::render_text(&analysis));
+        Ok(())
+    }
+}
+
+fn convert(args: ConvertArgs) -> Result<(), CliError> {
+    if !matches!(args.fio_iolog_version, 2 | 3) {
+        return Err(CliError(format!(
+            "--fio-iolog-version {} is not supported; use 2 or 3",
+            args.fio_iolog_version
+        )));
+    }
+    let mut reader = open_trace(&args.input, &args.read.open_options())?;
+    let source_format = reader.format();
+    let mut writer = create_writer(
+        &args.output,
+        args.to,
+        &WriteOptions {
+            fio_iolog_version: args.fio_iolog_version,
+        },
+    )?;
+    while let Some(request) = reader.next_request()? {
+        writer.write_request(&request, reader.volumes())?;
+    }
+    let written = writer.finish()?;
+    report_skipped(reader.as_ref());
+    println!(
+        "converted {written} requests from {source_format} to {}: {}",
+        args.to,
+        args.output.display()
+    );
+    Ok(())
+}
+
+fn synth_output_format(args: &SynthArgs, out: &std::path::Path) -> Format {
+    if let Some(format) = args.to {
+        return format;
+    }
+    let name = out.file_name().and_then(|name| name.to_str()).unwrap_or("");
+    let name = [".gz", ".bz2", ".xz", ".zst"]
+        .iter()
+        .find_map(|suffix| name.strip_suffix(suffix))
+        .unwrap_or(name);
+    if name.ends_with(".csv") {
+        Format::Msr
+    } else if name.ends_with(".iolog") {
+        Format::FioIolog
+    } else {
+        Format::Tierd
+    }
+}
+
+fn synth(args: SynthArgs) -> Result<(), CliError> {
+    if args.list {
+        for preset in tierd_synth::presets() {
+            println!("{}", tierd_synth::describe_targets(preset));
+        }
+        return Ok(());
+    }
+    let (Some(name), Some(out)) = (&args.preset, &args.out) else {
+        return Err(CliError("--preset and --out are required (or --list)".into()));
+    };
+    let preset = tierd_synth::preset(name)?;
+    let hours = args.hours.unwrap_or(preset.default_hours);
+    if !(hours > 0.0 && hours.is_finite()) {
+        return Err(CliError(format!("--hours {hours} must be a positive number")));
+    }
+    let format = synth_output_format(&args, out);
+    let generator = tierd_synth::Generator::new(preset, args.seed, hours)?;
+    let mut volumes = tierd_trace::VolumeTable::new();
+    volumes.intern(preset.volume_name);
+    let mut writer = create_writer(out, format, &WriteOptions::default())?;
+    for request in generator {
+        writer.write_request(&request, &volumes)?;
+    }
+    let written = writer.finish()?;
+    println!(
+        "wrote {written} requests ({format}) to {}: {}",
+        out.display(),
+        tierd_synth::label(preset, args.seed, hours)
+    );
+    Ok(())
+}
+
+fn print_formats() {
+    println!("{:<18} {:<6} {:<6} description", "format", "read", "write");
+    for format in Format::ALL {
+        let writable = tierd_trace::write::WRITABLE_FORMATS.contains(&format);
+        println!(
+            "{:<18} {:<6} {:<6} {}",
+            format.name(),
+            "yes",
+            if writable { "yes" } else { "no" },
+            format.description()
+        );
+    }
+    println!("\nCompressed input (.gz, .bz2, .xz, .zst) is detected from its magic bytes; output is compressed by extension.");
+}

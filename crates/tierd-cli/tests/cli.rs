@@ -1,0 +1,223 @@
+//! The `tierd` command as a user meets it: outputs, JSON keys, errors.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn tierd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tierd"))
+        .args(args)
+        .output()
+        .expect("run tierd")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn path_arg(path: &Path) -> &str {
+    path.to_str().expect("utf-8 temp path")
+}
+
+fn write_file(directory: &Path, name: &str, contents: &str) -> PathBuf {
+    let path = directory.join(name);
+    std::fs::write(&path, contents).unwrap();
+    path
+}
+
+const MSR_LINES: &str = "\
+128166385295514878,hm,0,Write,11855351808,512,2617
+128166385295636716,hm,0,Read,9056014336,4096,1500
+128166385296636716,hm,0,Read,9056018432,8192,1500
+128166385306636716,hm,1,Write,4096,4096,900
+";
+
+#[test]
+fn formats_lists_every_format() {
+    let output = tierd(&["trace", "formats"]);
+    assert!(output.status.success());
+    let text = stdout(&output);
+    for name in [
+        "msr",
+        "cloudphysics-csv",
+        "vscsi",
+        "disksim",
+        "flashsim",
+        "spc",
+        "blkparse",
+        "arc-lis",
+        "lirs-blocks",
+        "tencent",
+        "systor17",
+        "fiu",
+        "fio-iolog",
+        "tierd",
+    ] {
+        assert!(text.lines().any(|line| line.starts_with(name)), "{name} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn stats_counts_a_small_msr_file_and_filters_volumes() {
+    let directory = tempfile::tempdir().unwrap();
+    let path = write_file(directory.path(), "small.csv", MSR_LINES);
+    let output = tierd(&["trace", "stats", "--json", path_arg(&path)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let value: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(value["requests"], 4);
+    assert_eq!(value["reads"], 2);
+    assert_eq!(value["writes"], 2);
+    assert_eq!(value["bytes_read"], 4096 + 8192);
+    assert_eq!(value["bytes_written"], 512 + 4096);
+    assert_eq!(value["format"], "msr");
+    assert_eq!(value["trace_kind"], "file");
+
+    let output = tierd(&["trace", "stats", "--json", "--volume", "hm_1", path_arg(&path)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let value: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(value["requests"], 1);
+
+    let output = tierd(&["trace", "stats", "--volume", "hm_7", path_arg(&path)]);
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(message.contains("hm_7") && message.contains("hm_0, hm_1"), "{message}");
+}
+
+#[test]
+fn a_bad_line_is_reported_with_file_and_line_or_skipped_on_request() {
+    let directory = tempfile::tempdir().unwrap();
+    let mut text = MSR_LINES.to_string();
+    text.push_str("128166385306636716,hm,0,Erase,4096,4096,900\n");
+    let path = write_file(directory.path(), "bad.csv", &text);
+
+    let output = tierd(&["trace", "stats", path_arg(&path)]);
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(message.contains(&format!("{}:5:", path.display())), "{message}");
+    assert!(message.contains("Erase"), "{message}");
+    assert!(message.contains("--skip-bad-lines"), "{message}");
+
+    let output = tierd(&["trace", "stats", "--json", "--skip-bad-lines", path_arg(&path)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let value: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(value["requests"], 4);
+    assert!(stderr(&output).contains("skipped 1 malformed line"), "{}", stderr(&output));
+}
+
+#[test]
+fn an_unknown_format_names_what_was_tried() {
+    let directory = tempfile::tempdir().unwrap();
+    let path = write_file(directory.path(), "notes.txt", "dear diary,\ntoday I wrote a parser\n");
+    let output = tierd(&["trace", "stats", path_arg(&path)]);
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    for name in ["msr", "disksim", "blkparse", "--format"] {
+        assert!(message.contains(name), "{name} missing from: {message}");
+    }
+}
+
+#[test]
+fn convert_round_trips_through_the_native_format() {
+    let directory = tempfile::tempdir().unwrap();
+    let source = write_file(directory.path(), "small.csv", MSR_LINES);
+    let native = directory.path().join("small.tierd");
+    let back = directory.path().join("back.csv.zst");
+    let output = tierd(&["trace", "convert", path_arg(&source), path_arg(&native), "--to", "tierd"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(stdout(&output).contains("converted 4 requests from msr to tierd"), "{}", stdout(&output));
+    let output = tierd(&["trace", "convert", path_arg(&native), path_arg(&back), "--to", "msr"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let stats = |path: &Path| -> Value {
+        let output = tierd(&["trace", "stats", "--json", path_arg(path)]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        let mut value: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let object = value.as_object_mut().unwrap();
+        object.remove("trace");
+        object.remove("format");
+        value
+    };
+    assert_eq!(stats(&source), stats(&back));
+}
+
+#[test]
+fn synth_is_deterministic_for_a_seed_and_labelled_synthetic() {
+    let directory = tempfile::tempdir().unwrap();
+    let first = directory.path().join("first.tierd");
+    let second = directory.path().join("second.tierd");
+    let other = directory.path().join("other.tierd");
+    for (path, seed) in [(&first, "3"), (&second, "3"), (&other, "4")] {
+        let output = tierd(&[
+            "trace", "synth", "--preset", "proj_2", "--hours", "0.25", "--seed", seed, "--out",
+            path_arg(path),
+        ]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        assert!(stdout(&output).contains("synthetic"), "{}", stdout(&output));
+    }
+    assert_eq!(std::fs::read(&first).unwrap(), std::fs::read(&second).unwrap());
+    assert_ne!(std::fs::read(&first).unwrap(), std::fs::read(&other).unwrap());
+
+    let output = tierd(&["trace", "synth", "--list"]);
+    assert!(output.status.success());
+    let listing = stdout(&output);
+    for preset in ["usr_1", "web_2", "proj_2", "proj_4", "src1_0", "src1_1", "proj_1", "usr_2", "hm_0", "dbt2"] {
+        assert!(listing.contains(preset), "{preset} missing from --list");
+    }
+
+    let output = tierd(&["trace", "synth", "--preset", "usr_9", "--out", path_arg(&other)]);
+    assert!(!output.status.success());
+    assert!(stderr(&output).contains("usr_1"), "error should list presets: {}", stderr(&output));
+}
+
+#[test]
+fn analyze_reports_the_papers_keys_and_draws_heat_maps() {
+    let directory = tempfile::tempdir().unwrap();
+    let trace = directory.path().join("proj_2.tierd");
+    let output = tierd(&[
+        "trace", "synth", "--preset", "proj_2", "--hours", "0.5", "--seed", "1", "--out",
+        path_arg(&trace),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let png = directory.path().join("heat.png");
+    let output = tierd(&[
+        "trace",
+        "analyze",
+        "--json",
+        path_arg(&trace),
+        "--heatmap",
+        path_arg(&png),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let value: Value = serde_json::from_slice(&output.stdout).unwrap();
+    for key in ["top1_share", "top10_share", "concentrations", "prediction_table", "fifo_hit_ratio"] {
+        assert!(value.get(key).is_some(), "{key} missing from analyze --json");
+    }
+    let top1 = value["top1_share"].as_f64().unwrap();
+    let top10 = value["top10_share"].as_f64().unwrap();
+    assert!(0.0 < top1 && top1 <= top10 && top10 <= 1.0, "{top1} {top10}");
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+
+    let svg = directory.path().join("heat.svg");
+    let output = tierd(&["trace", "analyze", path_arg(&trace), "--heatmap", path_arg(&svg)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+
+    let output = tierd(&["trace", "analyze", path_arg(&trace), "--segment-bytes", "3MiB"]);
+    assert!(!output.status.success());
+    assert!(stderr(&output).contains("power of two"), "{}", stderr(&output));
+}
+
+#[test]
+fn analyze_with_no_file_runs_the_embedded_default_and_says_it_is_synthetic() {
+    let output = tierd(&["trace", "analyze", "--json"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let value: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(value["trace_kind"], "synthetic");
+    let label = value["trace"].as_str().unwrap();
+    assert!(label.contains("usr_1") && label.contains("synthetic"), "{label}");
+    assert!(value["top1_share"].as_f64().unwrap() > 0.5, "usr_1 is concentrated: {}", value["top1_share"]);
+}
