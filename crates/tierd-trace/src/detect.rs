@@ -22,7 +22,13 @@
 //!    of 4. Any other binary file of that shape is taken for lirs-blocks;
 //!    a text-looking one needs `--format lirs-blocks`.
 //!
-//! When nothing fits, the error lists every format with the reason it gave.
+//! When no format accepts the whole sample, a bad line near the start may be
+//! the cause: detection then takes the text format that accepts the longest
+//! run of leading lines (at least [`MIN_CLEAN_PREFIX_LINES`]), so the reader
+//! reports that bad line with its file and line number (or skips it under
+//! `--skip-bad-lines`) instead of failing with "cannot tell the format".
+//! When nothing fits even that way, the error lists every format with the
+//! reason it gave.
 
 use std::path::Path;
 
@@ -65,11 +71,52 @@ pub fn detect(head: &[u8], path: &Path) -> Result<Format> {
             Err(reason) => tried.push(format!("{format} ({reason})")),
         }
     }
+    if let Some(format) = longest_clean_prefix(head) {
+        return Ok(format);
+    }
     Err(TraceError::UnknownFormat {
         path: path.to_path_buf(),
         tried: tried.join("; "),
         known: Format::names(),
     })
+}
+
+/// Leading lines a text format must accept before detection blames a later
+/// line rather than the format.
+pub const MIN_CLEAN_PREFIX_LINES: usize = 2;
+
+/// The text format that accepts the longest run of leading lines of `head`
+/// (ties go to the earlier format in [`DETECTION_ORDER`]), if that run has at
+/// least [`MIN_CLEAN_PREFIX_LINES`] lines. Binary samples are never text.
+fn longest_clean_prefix(head: &[u8]) -> Option<Format> {
+    if looks_binary(head) {
+        return None;
+    }
+    // End offsets of the complete lines in the sample.
+    let line_ends: Vec<usize> = head
+        .iter()
+        .enumerate()
+        .filter(|(_, byte)| **byte == b'\n')
+        .map(|(index, _)| index + 1)
+        .take(64)
+        .collect();
+    let mut best: Option<(usize, Format)> = None;
+    for (format, sniff) in DETECTION_ORDER {
+        if matches!(format, Format::Tierd | Format::Vscsi | Format::LirsBlocks) {
+            continue;
+        }
+        // Longest prefix first: the first accepted one is this format's best.
+        for lines in (MIN_CLEAN_PREFIX_LINES..=line_ends.len()).rev() {
+            if best.is_some_and(|(best_lines, _)| best_lines >= lines) {
+                break;
+            }
+            if sniff(&head[..line_ends[lines - 1]]).is_ok() {
+                best = Some((lines, format));
+                break;
+            }
+        }
+    }
+    best.map(|(_, format)| format)
 }
 
 /// Whether `head` has a byte plain ASCII text never holds: NUL or above 0x7f.
@@ -108,6 +155,28 @@ mod tests {
         let mut all = Format::ALL.to_vec();
         all.sort();
         assert_eq!(formats, all);
+    }
+
+    #[test]
+    fn a_bad_line_near_the_start_does_not_defeat_detection() {
+        let good = "128166385295514878,hm,0,Write,11855351808,512,2617\n";
+        let mut sample = good.repeat(4);
+        sample.push_str("128166385295514878,hm,0,Erase,11855351808,512,2617\n");
+        sample.push_str(&good.repeat(3));
+        assert!(msr::sniff(sample.as_bytes()).is_err());
+        assert_eq!(
+            detect(sample.as_bytes(), Path::new("x")).unwrap(),
+            Format::Msr
+        );
+        // One good line is not enough evidence.
+        let sample = format!("{good}not a trace line\n");
+        assert!(detect(sample.as_bytes(), Path::new("x")).is_err());
+        // Prose stays unknown.
+        assert!(detect(
+            b"dear diary,\ntoday I wrote a parser\nand a test\n",
+            Path::new("x")
+        )
+        .is_err());
     }
 
     #[test]
