@@ -9,7 +9,8 @@ use tierd_analysis::analyze::{analyze, AnalyzeOptions};
 use tierd_analysis::stats::{compute, StatsOptions};
 use tierd_common::units::{parse_bytes, parse_duration_ns};
 use tierd_trace::{
-    create_writer, open_trace, BlkparseEvent, Format, IteratorReader, OpenOptions, TraceReader, WriteOptions,
+    create_writer, open_trace, BlkparseEvent, Format, IteratorReader, OpenOptions, TraceReader,
+    WriteOptions,
 };
 
 use crate::CliError;
@@ -209,7 +210,12 @@ fn print_json(value: &Value) -> Result<(), CliError> {
 
 fn stats(args: StatsArgs) -> Result<(), CliError> {
     let mut reader = open_trace(&args.file, &args.read.open_options())?;
-    let stats = compute(reader.as_mut(), &StatsOptions { period_ns: args.period })?;
+    let stats = compute(
+        reader.as_mut(),
+        &StatsOptions {
+            period_ns: args.period,
+        },
+    )?;
     report_skipped(reader.as_ref());
     let provenance = Provenance {
         trace: args.file.display().to_string(),
@@ -241,7 +247,9 @@ fn analyze_command(args: AnalyzeArgs) -> Result<(), CliError> {
         spike_iops: args.spike_iops,
         ..AnalyzeOptions::default()
     };
-    options.validate().map_err(|reason| CliError(reason.to_string()))?;
+    options
+        .validate()
+        .map_err(|reason| CliError(reason.to_string()))?;
     let (mut reader, provenance): (Box<dyn TraceReader>, Provenance) = match &args.file {
         Some(file) => (
             open_trace(file, &args.read.open_options())?,
@@ -259,7 +267,12 @@ fn analyze_command(args: AnalyzeArgs) -> Result<(), CliError> {
                 options.volume_bytes = Some(preset.volume_bytes);
             }
             (
-                Box::new(IteratorReader::new(generator, &[preset.volume_name], Format::Tierd, &label)),
+                Box::new(IteratorReader::new(
+                    generator,
+                    &[preset.volume_name],
+                    Format::Tierd,
+                    &label,
+                )),
                 Provenance {
                     trace: label,
                     kind: "synthetic",
@@ -274,7 +287,10 @@ fn analyze_command(args: AnalyzeArgs) -> Result<(), CliError> {
         eprintln!("tierd: heat map written to {}", path.display());
     }
     if args.json {
-        print_json(&with_provenance(serde_json::to_value(&analysis)?, &provenance))
+        print_json(&with_provenance(
+            serde_json::to_value(&analysis)?,
+            &provenance,
+        ))
     } else {
         println!("trace: {} [{}]", provenance.trace, provenance.kind);
         print!("{}", tierd_analysis::analyze::render_text(&analysis));
@@ -337,12 +353,16 @@ fn synth(args: SynthArgs) -> Result<(), CliError> {
         return Ok(());
     }
     let (Some(name), Some(out)) = (&args.preset, &args.out) else {
-        return Err(CliError("--preset and --out are required (or --list)".into()));
+        return Err(CliError(
+            "--preset and --out are required (or --list)".into(),
+        ));
     };
     let preset = tierd_synth::preset(name)?;
     let hours = args.hours.unwrap_or(preset.default_hours);
     if !(hours > 0.0 && hours.is_finite()) {
-        return Err(CliError(format!("--hours {hours} must be a positive number")));
+        return Err(CliError(format!(
+            "--hours {hours} must be a positive number"
+        )));
     }
     let format = synth_output_format(&args, out);
     let generator = tierd_synth::Generator::new(preset, args.seed, hours)?;

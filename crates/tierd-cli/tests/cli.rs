@@ -58,7 +58,10 @@ fn formats_lists_every_format() {
         "fio-iolog",
         "tierd",
     ] {
-        assert!(text.lines().any(|line| line.starts_with(name)), "{name} missing from:\n{text}");
+        assert!(
+            text.lines().any(|line| line.starts_with(name)),
+            "{name} missing from:\n{text}"
+        );
     }
 }
 
@@ -77,7 +80,14 @@ fn stats_counts_a_small_msr_file_and_filters_volumes() {
     assert_eq!(value["format"], "msr");
     assert_eq!(value["trace_kind"], "file");
 
-    let output = tierd(&["trace", "stats", "--json", "--volume", "hm_1", path_arg(&path)]);
+    let output = tierd(&[
+        "trace",
+        "stats",
+        "--json",
+        "--volume",
+        "hm_1",
+        path_arg(&path),
+    ]);
     assert!(output.status.success(), "{}", stderr(&output));
     let value: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(value["requests"], 1);
@@ -85,7 +95,10 @@ fn stats_counts_a_small_msr_file_and_filters_volumes() {
     let output = tierd(&["trace", "stats", "--volume", "hm_7", path_arg(&path)]);
     assert!(!output.status.success());
     let message = stderr(&output);
-    assert!(message.contains("hm_7") && message.contains("hm_0, hm_1"), "{message}");
+    assert!(
+        message.contains("hm_7") && message.contains("hm_0, hm_1"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -98,21 +111,38 @@ fn a_bad_line_is_reported_with_file_and_line_or_skipped_on_request() {
     let output = tierd(&["trace", "stats", path_arg(&path)]);
     assert!(!output.status.success());
     let message = stderr(&output);
-    assert!(message.contains(&format!("{}:5:", path.display())), "{message}");
+    assert!(
+        message.contains(&format!("{}:5:", path.display())),
+        "{message}"
+    );
     assert!(message.contains("Erase"), "{message}");
     assert!(message.contains("--skip-bad-lines"), "{message}");
 
-    let output = tierd(&["trace", "stats", "--json", "--skip-bad-lines", path_arg(&path)]);
+    let output = tierd(&[
+        "trace",
+        "stats",
+        "--json",
+        "--skip-bad-lines",
+        path_arg(&path),
+    ]);
     assert!(output.status.success(), "{}", stderr(&output));
     let value: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(value["requests"], 4);
-    assert!(stderr(&output).contains("skipped 1 malformed line"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("skipped 1 malformed line"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]
 fn an_unknown_format_names_what_was_tried() {
     let directory = tempfile::tempdir().unwrap();
-    let path = write_file(directory.path(), "notes.txt", "dear diary,\ntoday I wrote a parser\n");
+    let path = write_file(
+        directory.path(),
+        "notes.txt",
+        "dear diary,\ntoday I wrote a parser\n",
+    );
     let output = tierd(&["trace", "stats", path_arg(&path)]);
     assert!(!output.status.success());
     let message = stderr(&output);
@@ -127,10 +157,28 @@ fn convert_round_trips_through_the_native_format() {
     let source = write_file(directory.path(), "small.csv", MSR_LINES);
     let native = directory.path().join("small.tierd");
     let back = directory.path().join("back.csv.zst");
-    let output = tierd(&["trace", "convert", path_arg(&source), path_arg(&native), "--to", "tierd"]);
+    let output = tierd(&[
+        "trace",
+        "convert",
+        path_arg(&source),
+        path_arg(&native),
+        "--to",
+        "tierd",
+    ]);
     assert!(output.status.success(), "{}", stderr(&output));
-    assert!(stdout(&output).contains("converted 4 requests from msr to tierd"), "{}", stdout(&output));
-    let output = tierd(&["trace", "convert", path_arg(&native), path_arg(&back), "--to", "msr"]);
+    assert!(
+        stdout(&output).contains("converted 4 requests from msr to tierd"),
+        "{}",
+        stdout(&output)
+    );
+    let output = tierd(&[
+        "trace",
+        "convert",
+        path_arg(&native),
+        path_arg(&back),
+        "--to",
+        "msr",
+    ]);
     assert!(output.status.success(), "{}", stderr(&output));
     let stats = |path: &Path| -> Value {
         let output = tierd(&["trace", "stats", "--json", path_arg(path)]);
@@ -152,25 +200,52 @@ fn synth_is_deterministic_for_a_seed_and_labelled_synthetic() {
     let other = directory.path().join("other.tierd");
     for (path, seed) in [(&first, "3"), (&second, "3"), (&other, "4")] {
         let output = tierd(&[
-            "trace", "synth", "--preset", "proj_2", "--hours", "0.25", "--seed", seed, "--out",
+            "trace",
+            "synth",
+            "--preset",
+            "proj_2",
+            "--hours",
+            "0.25",
+            "--seed",
+            seed,
+            "--out",
             path_arg(path),
         ]);
         assert!(output.status.success(), "{}", stderr(&output));
         assert!(stdout(&output).contains("synthetic"), "{}", stdout(&output));
     }
-    assert_eq!(std::fs::read(&first).unwrap(), std::fs::read(&second).unwrap());
-    assert_ne!(std::fs::read(&first).unwrap(), std::fs::read(&other).unwrap());
+    assert_eq!(
+        std::fs::read(&first).unwrap(),
+        std::fs::read(&second).unwrap()
+    );
+    assert_ne!(
+        std::fs::read(&first).unwrap(),
+        std::fs::read(&other).unwrap()
+    );
 
     let output = tierd(&["trace", "synth", "--list"]);
     assert!(output.status.success());
     let listing = stdout(&output);
-    for preset in ["usr_1", "web_2", "proj_2", "proj_4", "src1_0", "src1_1", "proj_1", "usr_2", "hm_0", "dbt2"] {
+    for preset in [
+        "usr_1", "web_2", "proj_2", "proj_4", "src1_0", "src1_1", "proj_1", "usr_2", "hm_0", "dbt2",
+    ] {
         assert!(listing.contains(preset), "{preset} missing from --list");
     }
 
-    let output = tierd(&["trace", "synth", "--preset", "usr_9", "--out", path_arg(&other)]);
+    let output = tierd(&[
+        "trace",
+        "synth",
+        "--preset",
+        "usr_9",
+        "--out",
+        path_arg(&other),
+    ]);
     assert!(!output.status.success());
-    assert!(stderr(&output).contains("usr_1"), "error should list presets: {}", stderr(&output));
+    assert!(
+        stderr(&output).contains("usr_1"),
+        "error should list presets: {}",
+        stderr(&output)
+    );
 }
 
 #[test]
@@ -178,7 +253,15 @@ fn analyze_reports_the_papers_keys_and_draws_heat_maps() {
     let directory = tempfile::tempdir().unwrap();
     let trace = directory.path().join("proj_2.tierd");
     let output = tierd(&[
-        "trace", "synth", "--preset", "proj_2", "--hours", "0.5", "--seed", "1", "--out",
+        "trace",
+        "synth",
+        "--preset",
+        "proj_2",
+        "--hours",
+        "0.5",
+        "--seed",
+        "1",
+        "--out",
         path_arg(&trace),
     ]);
     assert!(output.status.success(), "{}", stderr(&output));
@@ -193,22 +276,50 @@ fn analyze_reports_the_papers_keys_and_draws_heat_maps() {
     ]);
     assert!(output.status.success(), "{}", stderr(&output));
     let value: Value = serde_json::from_slice(&output.stdout).unwrap();
-    for key in ["top1_share", "top10_share", "concentrations", "prediction_table", "fifo_hit_ratio"] {
-        assert!(value.get(key).is_some(), "{key} missing from analyze --json");
+    for key in [
+        "top1_share",
+        "top10_share",
+        "concentrations",
+        "prediction_table",
+        "fifo_hit_ratio",
+    ] {
+        assert!(
+            value.get(key).is_some(),
+            "{key} missing from analyze --json"
+        );
     }
     let top1 = value["top1_share"].as_f64().unwrap();
     let top10 = value["top10_share"].as_f64().unwrap();
-    assert!(0.0 < top1 && top1 <= top10 && top10 <= 1.0, "{top1} {top10}");
+    assert!(
+        0.0 < top1 && top1 <= top10 && top10 <= 1.0,
+        "{top1} {top10}"
+    );
     assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
 
     let svg = directory.path().join("heat.svg");
-    let output = tierd(&["trace", "analyze", path_arg(&trace), "--heatmap", path_arg(&svg)]);
+    let output = tierd(&[
+        "trace",
+        "analyze",
+        path_arg(&trace),
+        "--heatmap",
+        path_arg(&svg),
+    ]);
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
 
-    let output = tierd(&["trace", "analyze", path_arg(&trace), "--segment-bytes", "3MiB"]);
+    let output = tierd(&[
+        "trace",
+        "analyze",
+        path_arg(&trace),
+        "--segment-bytes",
+        "3MiB",
+    ]);
     assert!(!output.status.success());
-    assert!(stderr(&output).contains("power of two"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("power of two"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]
@@ -218,6 +329,13 @@ fn analyze_with_no_file_runs_the_embedded_default_and_says_it_is_synthetic() {
     let value: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(value["trace_kind"], "synthetic");
     let label = value["trace"].as_str().unwrap();
-    assert!(label.contains("usr_1") && label.contains("synthetic"), "{label}");
-    assert!(value["top1_share"].as_f64().unwrap() > 0.5, "usr_1 is concentrated: {}", value["top1_share"]);
+    assert!(
+        label.contains("usr_1") && label.contains("synthetic"),
+        "{label}"
+    );
+    assert!(
+        value["top1_share"].as_f64().unwrap() > 0.5,
+        "usr_1 is concentrated: {}",
+        value["top1_share"]
+    );
 }

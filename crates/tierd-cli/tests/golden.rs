@@ -213,7 +213,10 @@ fn every_shared_trace_has_the_published_counts() {
         let mut check = |key: &str, expected: f64, tolerance: f64| {
             let actual = number(&value, key, golden.file);
             if (actual - expected).abs() > tolerance {
-                failures.push(format!("{}: {key} = {actual}, SOURCES.md says {expected}", golden.file));
+                failures.push(format!(
+                    "{}: {key} = {actual}, SOURCES.md says {expected}",
+                    golden.file
+                ));
             }
         };
         check("requests", golden.requests as f64, 0.0);
@@ -233,13 +236,23 @@ fn every_shared_trace_has_the_published_counts() {
             check("bytes_read", bytes_read as f64, 0.0);
         }
         if value["format"] != golden.format {
-            failures.push(format!("{}: format {} (expected {})", golden.file, value["format"], golden.format));
+            failures.push(format!(
+                "{}: format {} (expected {})",
+                golden.file, value["format"], golden.format
+            ));
         }
         if !value["trace"].as_str().unwrap_or("").ends_with(golden.file) {
-            failures.push(format!("{}: report does not name its trace: {}", golden.file, value["trace"]));
+            failures.push(format!(
+                "{}: report does not name its trace: {}",
+                golden.file, value["trace"]
+            ));
         }
     }
-    assert!(failures.is_empty(), "golden mismatches:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "golden mismatches:\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -255,11 +268,18 @@ fn golden_table_covers_every_file_in_the_shared_folder() {
         }
         for file in std::fs::read_dir(&directory).unwrap() {
             let file = file.unwrap().path();
-            let relative = file.strip_prefix(&traces).unwrap().to_string_lossy().replace('\\', "/");
+            let relative = file
+                .strip_prefix(&traces)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
             if !GOLDEN.iter().any(|golden| golden.file == relative) {
                 missing.push(relative);
             }
         }
     }
-    assert!(missing.is_empty(), "shared traces without a golden row: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "shared traces without a golden row: {missing:?}"
+    );
 }

@@ -14,7 +14,9 @@ pub fn shared_traces_dir(manifest_dir: &str) -> Option<PathBuf> {
     if directory.join("SOURCES.md").is_file() {
         return Some(directory);
     }
-    let in_ci = std::env::var("CI").map(|value| value == "true" || value == "1").unwrap_or(false);
+    let in_ci = std::env::var("CI")
+        .map(|value| value == "true" || value == "1")
+        .unwrap_or(false);
     assert!(
         !in_ci,
         "CI=true but the shared traces are missing at {}: CI must check them out beside the repo",

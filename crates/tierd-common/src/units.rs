@@ -26,7 +26,12 @@ fn split_number(text: &str) -> (&str, &str) {
     (number, unit.trim())
 }
 
-fn parse_number(text: &str, number: &str, what: &'static str, examples: &'static str) -> Result<f64, UnitError> {
+fn parse_number(
+    text: &str,
+    number: &str,
+    what: &'static str,
+    examples: &'static str,
+) -> Result<f64, UnitError> {
     let cleaned: String = number.chars().filter(|c| *c != '_').collect();
     cleaned.parse::<f64>().map_err(|_| UnitError {
         text: text.to_string(),
@@ -174,7 +179,10 @@ mod tests {
     #[test]
     fn bad_sizes_say_why() {
         let error = parse_bytes("12 parsecs").unwrap_err();
-        assert!(error.to_string().contains("unknown unit \"parsecs\""), "{error}");
+        assert!(
+            error.to_string().contains("unknown unit \"parsecs\""),
+            "{error}"
+        );
         assert!(parse_bytes("GiB").is_err());
         assert!(parse_bytes("0.3").is_err());
         assert!(parse_bytes("99999999999TiB").is_err());

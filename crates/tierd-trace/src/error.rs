@@ -54,7 +54,9 @@ pub enum TraceError {
         expected: &'static str,
     },
 
-    #[error("{path}: cannot tell the trace format; tried {tried}. Pass --format with one of: {known}")]
+    #[error(
+        "{path}: cannot tell the trace format; tried {tried}. Pass --format with one of: {known}"
+    )]
     UnknownFormat {
         path: PathBuf,
         /// Each format tried with why it did not fit, `name (reason)`.

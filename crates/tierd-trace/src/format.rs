@@ -84,9 +84,15 @@ impl Format {
             Format::Blkparse => "blkparse default text (Q events by default, --event D|C)",
             Format::ArcLis => "ARC .lis: start block, block count (reads only, no time)",
             Format::LirsBlocks => "LIRS2 binary: little-endian u32 block numbers (needs --format)",
-            Format::Tencent => "Tencent CBS CSV: seconds, sectors, sectors, 0=read, volume (sorted on read)",
-            Format::Systor17 => "SYSTOR'17 CSV: seconds, response, R|W, LUN, bytes, bytes (sorted on read)",
-            Format::Fiu => "FIU IODedup text: ns, pid, process, sectors, sectors, R|W, major, minor, md5",
+            Format::Tencent => {
+                "Tencent CBS CSV: seconds, sectors, sectors, 0=read, volume (sorted on read)"
+            }
+            Format::Systor17 => {
+                "SYSTOR'17 CSV: seconds, response, R|W, LUN, bytes, bytes (sorted on read)"
+            }
+            Format::Fiu => {
+                "FIU IODedup text: ns, pid, process, sectors, sectors, R|W, major, minor, md5"
+            }
             Format::FioIolog => "fio iolog v2 (written by default) and v3 (times)",
             Format::Tierd => "tierd native binary: header, fixed 32-byte records, zstd blocks",
         }
@@ -104,7 +110,11 @@ impl Format {
     }
 
     pub fn names() -> String {
-        Format::ALL.iter().map(|format| format.name()).collect::<Vec<_>>().join(", ")
+        Format::ALL
+            .iter()
+            .map(|format| format.name())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -121,6 +131,11 @@ impl FromStr for Format {
         Format::ALL
             .into_iter()
             .find(|format| format.name() == text)
-            .ok_or_else(|| format!("unknown trace format {text:?}; known formats: {}", Format::names()))
+            .ok_or_else(|| {
+                format!(
+                    "unknown trace format {text:?}; known formats: {}",
+                    Format::names()
+                )
+            })
     }
 }

@@ -109,7 +109,10 @@ pub fn peek(input: Input, limit: usize) -> Result<(Vec<u8>, Input)> {
             offset: 0,
             source,
         })?;
-    let chained = BufReader::with_capacity(READ_BUFFER_BYTES, io::Cursor::new(head.clone()).chain(reader));
+    let chained = BufReader::with_capacity(
+        READ_BUFFER_BYTES,
+        io::Cursor::new(head.clone()).chain(reader),
+    );
     Ok((
         head,
         Input {
@@ -145,15 +148,23 @@ impl Output {
         let buffered = io::BufWriter::with_capacity(READ_BUFFER_BYTES, file);
         let sink = match Compression::from_extension(path) {
             Compression::None => Sink::Plain(buffered),
-            Compression::Gzip => Sink::Gzip(flate2::write::GzEncoder::new(buffered, flate2::Compression::default())),
-            Compression::Bzip2 => Sink::Bzip2(bzip2::write::BzEncoder::new(buffered, bzip2::Compression::default())),
+            Compression::Gzip => Sink::Gzip(flate2::write::GzEncoder::new(
+                buffered,
+                flate2::Compression::default(),
+            )),
+            Compression::Bzip2 => Sink::Bzip2(bzip2::write::BzEncoder::new(
+                buffered,
+                bzip2::Compression::default(),
+            )),
             Compression::Xz => Sink::Xz(liblzma::write::XzEncoder::new(buffered, 6)),
-            Compression::Zstd => Sink::Zstd(zstd::stream::write::Encoder::new(buffered, 3).map_err(|source| {
-                TraceError::Write {
-                    path: path.to_path_buf(),
-                    source,
-                }
-            })?),
+            Compression::Zstd => Sink::Zstd(
+                zstd::stream::write::Encoder::new(buffered, 3).map_err(|source| {
+                    TraceError::Write {
+                        path: path.to_path_buf(),
+                        source,
+                    }
+                })?,
+            ),
         };
         Ok(Output {
             path: path.to_path_buf(),
@@ -179,7 +190,9 @@ impl Output {
             Sink::Xz(encoder) => encoder.finish().map_err(write_error)?,
             Sink::Zstd(encoder) => encoder.finish().map_err(write_error)?,
         };
-        let file = buffered.into_inner().map_err(|error| write_error(error.into_error()))?;
+        let file = buffered
+            .into_inner()
+            .map_err(|error| write_error(error.into_error()))?;
         file.sync_all().map_err(write_error)
     }
 }

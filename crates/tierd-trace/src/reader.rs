@@ -131,7 +131,12 @@ impl<I: Iterator<Item = Request> + Send> IteratorReader<I> {
     /// generated stream, say what generated it); `volume_names` are the names
     /// of volume ids 0, 1, ...; `format` is what [`TraceReader::format`]
     /// reports.
-    pub fn new(requests: I, volume_names: &[&str], format: Format, label: impl Into<PathBuf>) -> Self {
+    pub fn new(
+        requests: I,
+        volume_names: &[&str],
+        format: Format,
+        label: impl Into<PathBuf>,
+    ) -> Self {
         let mut volumes = VolumeTable::new();
         for name in volume_names {
             volumes.intern(name);

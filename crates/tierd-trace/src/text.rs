@@ -199,7 +199,8 @@ pub fn split(line: &[u8], separator: u8) -> impl Iterator<Item = &[u8]> {
 /// Splits on runs of spaces and tabs, ignoring leading and trailing ones.
 #[inline]
 pub fn split_whitespace(line: &[u8]) -> impl Iterator<Item = &[u8]> {
-    line.split(|byte| *byte == b' ' || *byte == b'\t').filter(|field| !field.is_empty())
+    line.split(|byte| *byte == b' ' || *byte == b'\t')
+        .filter(|field| !field.is_empty())
 }
 
 #[inline]
@@ -209,7 +210,10 @@ pub fn trim(field: &[u8]) -> &[u8] {
 
 /// Takes the next field or fails naming it.
 #[inline]
-pub fn field<'a>(fields: &mut impl Iterator<Item = &'a [u8]>, name: &str) -> Result<&'a [u8], LineError> {
+pub fn field<'a>(
+    fields: &mut impl Iterator<Item = &'a [u8]>,
+    name: &str,
+) -> Result<&'a [u8], LineError> {
     fields
         .next()
         .ok_or_else(|| LineError(format!("missing field {name}")))
@@ -217,7 +221,10 @@ pub fn field<'a>(fields: &mut impl Iterator<Item = &'a [u8]>, name: &str) -> Res
 
 /// Fails when fields remain after the last expected one.
 #[inline]
-pub fn no_more_fields<'a>(fields: &mut impl Iterator<Item = &'a [u8]>, count: usize) -> Result<(), LineError> {
+pub fn no_more_fields<'a>(
+    fields: &mut impl Iterator<Item = &'a [u8]>,
+    count: usize,
+) -> Result<(), LineError> {
     match fields.next() {
         None => Ok(()),
         Some(_) => Err(LineError(format!("more than {count} fields"))),
@@ -270,7 +277,11 @@ pub fn parse_scaled(field: &[u8], scale: u32, name: &str) -> Result<u64, LineErr
     if whole.is_empty() && fraction.is_empty() {
         return Err(bad_number(field, name));
     }
-    let whole_value = if whole.is_empty() { 0 } else { parse_u64(whole, name).map_err(|_| bad_number(field, name))? };
+    let whole_value = if whole.is_empty() {
+        0
+    } else {
+        parse_u64(whole, name).map_err(|_| bad_number(field, name))?
+    };
     let mut fraction_value: u64 = 0;
     let mut digits_used = 0;
     for &byte in fraction {
@@ -314,7 +325,10 @@ mod tests {
     #[test]
     fn scaled_decimals_are_exact() {
         assert_eq!(parse_scaled(b"26.214000", 6, "t").unwrap(), 26_214_000);
-        assert_eq!(parse_scaled(b"1487198985.038926", 9, "t").unwrap(), 1_487_198_985_038_926_000);
+        assert_eq!(
+            parse_scaled(b"1487198985.038926", 9, "t").unwrap(),
+            1_487_198_985_038_926_000
+        );
         assert_eq!(parse_scaled(b"7", 3, "t").unwrap(), 7_000);
         assert_eq!(parse_scaled(b".5", 3, "t").unwrap(), 500);
         assert_eq!(parse_scaled(b"1.23456", 3, "t").unwrap(), 1_234);
