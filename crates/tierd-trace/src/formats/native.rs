@@ -17,11 +17,14 @@
 //!
 //! A record is 32 bytes: `time_ns u64, offset_bytes u64, length_bytes u32,
 //! volume u32, response u32, op u8, flags u8, 2 reserved bytes`. Inside a
-//! block the records are stored field by field (all times, then all offsets,
-//! ...), and each time but the block's first is stored as the difference from
-//! the previous one (wrapping, so unsorted traces round-trip too). Records stay
-//! fixed-size; the transposition only lets zstd see long runs of alike bytes,
-//! which makes blocks smaller and decompression faster (see BENCHMARKS.md).
+//! block the records are transposed: field by field (all times, then all
+//! offsets, ...), and within a field byte plane by byte plane (the low byte
+//! of every value, then the next byte, ...). Each time but the block's first
+//! is stored as the difference from the previous one (wrapping, so unsorted
+//! traces round-trip too). A block of n records is still exactly 32 n bytes
+//! before compression; the transposition turns the always-zero high bytes
+//! into long runs, so zstd's output is smaller and decodes several times
+//! faster (measurements in BENCHMARKS.md).
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
@@ -50,8 +53,13 @@ pub const MAX_BLOCK_RECORDS: usize = 1 << 20;
 pub const MAX_VOLUMES: u32 = 1 << 20;
 /// Longest volume name the reader accepts, in bytes.
 pub const MAX_VOLUME_NAME_BYTES: u32 = 4096;
-/// zstd level of the writer. Decompression speed barely depends on it.
-pub const COMPRESSION_LEVEL: i32 = 3;
+/// zstd level of the writer. Negative levels store literals without
+/// entropy coding, which decodes much faster on byte-planed records for a
+/// few percent of size (BENCHMARKS.md). Any level reads back the same.
+pub const COMPRESSION_LEVEL: i32 = -5;
+/// Shortest match the writer's zstd looks for: short matches in the
+/// low-entropy byte planes cost more to decode than they save.
+pub const MIN_MATCH_BYTES: u32 = 7;
 
 /// Bytes of the fixed part of the header (magic to the volume count).
 const FIXED_HEADER_BYTES: usize = 44;
@@ -144,93 +152,129 @@ impl Record {
     }
 }
 
-/// Column positions of a block of `count` records: times, offsets, lengths,
-/// volumes, responses, ops, flags, reserved.
-struct Columns {
-    offsets: usize,
-    lengths: usize,
-    volumes: usize,
-    responses: usize,
-    ops: usize,
-    flags: usize,
-    reserved: usize,
-    end: usize,
-}
+/// Bytes of each field of a record, in storage order: time (delta), offset,
+/// length, volume, response, op, flags, reserved.
+const FIELD_BYTES: [usize; 8] = [8, 8, 4, 4, 4, 1, 1, 2];
 
-impl Columns {
-    fn new(count: usize) -> Columns {
-        Columns {
-            offsets: 8 * count,
-            lengths: 16 * count,
-            volumes: 20 * count,
-            responses: 24 * count,
-            ops: 28 * count,
-            flags: 29 * count,
-            reserved: 30 * count,
-            end: 32 * count,
+/// Writes `values` (of `width` bytes each) as `width` byte planes of
+/// `count` bytes, least significant plane first, starting at `raw[start]`.
+fn scatter(
+    raw: &mut [u8],
+    start: usize,
+    count: usize,
+    width: usize,
+    values: impl Iterator<Item = u64>,
+) {
+    for (index, value) in values.enumerate() {
+        for plane in 0..width {
+            raw[start + plane * count + index] = (value >> (8 * plane)) as u8;
         }
     }
 }
 
-/// Lays `records` out column by column into `raw` (cleared first).
+/// Lays `records` out field by field and byte plane by byte plane into `raw`
+/// (cleared first): `RECORD_BYTES` bytes per record, transposed.
 fn encode_block(records: &[Record], raw: &mut Vec<u8>) {
+    let count = records.len();
     raw.clear();
-    raw.reserve(records.len() * RECORD_BYTES);
+    raw.resize(count * RECORD_BYTES, 0);
     let mut previous_time_ns = 0u64;
-    for record in records {
-        raw.extend_from_slice(&record.time_ns.wrapping_sub(previous_time_ns).to_le_bytes());
+    let deltas = records.iter().map(|record| {
+        let delta = record.time_ns.wrapping_sub(previous_time_ns);
         previous_time_ns = record.time_ns;
-    }
-    for record in records {
-        raw.extend_from_slice(&record.offset_bytes.to_le_bytes());
-    }
-    for record in records {
-        raw.extend_from_slice(&record.length_bytes.to_le_bytes());
-    }
-    for record in records {
-        raw.extend_from_slice(&record.volume.to_le_bytes());
-    }
-    for record in records {
-        raw.extend_from_slice(&record.response.to_le_bytes());
-    }
-    raw.extend(records.iter().map(|record| record.op));
-    raw.extend(records.iter().map(|record| record.flags));
-    raw.resize(records.len() * RECORD_BYTES, 0);
+        delta
+    });
+    let mut start = 0;
+    let mut field = |raw: &mut Vec<u8>, width: usize, values: &mut dyn Iterator<Item = u64>| {
+        scatter(raw, start, count, width, values);
+        start += width * count;
+    };
+    field(raw, FIELD_BYTES[0], &mut { deltas });
+    field(
+        raw,
+        FIELD_BYTES[1],
+        &mut records.iter().map(|record| record.offset_bytes),
+    );
+    field(
+        raw,
+        FIELD_BYTES[2],
+        &mut records.iter().map(|record| u64::from(record.length_bytes)),
+    );
+    field(
+        raw,
+        FIELD_BYTES[3],
+        &mut records.iter().map(|record| u64::from(record.volume)),
+    );
+    field(
+        raw,
+        FIELD_BYTES[4],
+        &mut records.iter().map(|record| u64::from(record.response)),
+    );
+    field(
+        raw,
+        FIELD_BYTES[5],
+        &mut records.iter().map(|record| u64::from(record.op)),
+    );
+    field(
+        raw,
+        FIELD_BYTES[6],
+        &mut records.iter().map(|record| u64::from(record.flags)),
+    );
+    // The reserved planes stay zero.
 }
 
-#[inline]
-fn u64_at(bytes: &[u8], index: usize) -> u64 {
-    let mut word = [0u8; 8];
-    word.copy_from_slice(&bytes[index * 8..index * 8 + 8]);
-    u64::from_le_bytes(word)
+/// Rebuilds 4-byte values from 4 byte planes of `count` bytes each: a
+/// widening loop the compiler vectorises. 8-byte fields are gathered as two
+/// 4-byte halves, which vectorises far better than 8 planes at once.
+fn gather_u32(planes: &[u8], count: usize, out: &mut Vec<u32>) {
+    let plane = |index: usize| &planes[index * count..(index + 1) * count];
+    let (p0, p1, p2, p3) = (plane(0), plane(1), plane(2), plane(3));
+    out.clear();
+    out.extend(
+        p0.iter()
+            .zip(p1)
+            .zip(p2)
+            .zip(p3)
+            .map(|(((b0, b1), b2), b3)| {
+                u32::from(*b0) | u32::from(*b1) << 8 | u32::from(*b2) << 16 | u32::from(*b3) << 24
+            }),
+    );
 }
 
-#[inline]
-fn u32_at(bytes: &[u8], index: usize) -> u32 {
-    let mut word = [0u8; 4];
-    word.copy_from_slice(&bytes[index * 4..index * 4 + 4]);
-    u32::from_le_bytes(word)
+/// The multi-byte fields of a block being decoded (reused between blocks).
+#[derive(Default)]
+struct Columns {
+    time_deltas_low: Vec<u32>,
+    time_deltas_high: Vec<u32>,
+    offsets_low: Vec<u32>,
+    offsets_high: Vec<u32>,
+    lengths_bytes: Vec<u32>,
+    volumes: Vec<u32>,
+    responses: Vec<u32>,
 }
 
-/// Why record `index` of a decoded block is invalid, if it is.
-fn record_fault(raw: &[u8], count: usize, index: usize, volume_count: u32) -> Option<String> {
-    let columns = Columns::new(count);
-    let volume = u32_at(&raw[columns.volumes..columns.responses], index);
-    let response = u32_at(&raw[columns.responses..columns.ops], index);
-    let op = raw[columns.ops + index];
-    let flags = raw[columns.flags + index];
-    let reserved = &raw[columns.reserved + 2 * index..columns.reserved + 2 * index + 2];
+/// Why record `index` of a block is invalid, if it is.
+fn record_fault(
+    columns: &Columns,
+    ops: &[u8],
+    flags: &[u8],
+    reserved: &[u8],
+    index: usize,
+    volume_count: u32,
+) -> Option<String> {
+    let count = ops.len();
+    let (op, flag) = (ops[index], flags[index]);
+    let (volume, response) = (columns.volumes[index], columns.responses[index]);
+    let reserved = [reserved[index], reserved[count + index]];
     if op > OP_WRITE {
         Some(format!(
             "record {index} of the block has op {op}; expected 0 (read) or 1 (write)"
         ))
-    } else if flags & !KNOWN_FLAGS != 0
-        || (flags & FLAG_RESPONSE_IN_US != 0 && flags & FLAG_HAS_RESPONSE == 0)
-    {
+    } else if flag & !KNOWN_FLAGS != 0 || flag == FLAG_RESPONSE_IN_US {
         Some(format!(
-            "record {index} of the block has unknown flags {flags:#04x}"
+            "record {index} of the block has unknown flags {flag:#04x}"
         ))
-    } else if flags & FLAG_HAS_RESPONSE == 0 && response != 0 {
+    } else if flag & FLAG_HAS_RESPONSE == 0 && response != 0 {
         Some(format!(
             "record {index} of the block has a response of {response} but no response flag"
         ))
@@ -247,72 +291,107 @@ fn record_fault(raw: &[u8], count: usize, index: usize, volume_count: u32) -> Op
     }
 }
 
-/// Turns a decompressed block into requests (appended to the cleared
-/// `requests`). `Err` carries the reason for the first invalid record.
+/// Whether `flags` are invalid, or say "no response" while a response is
+/// stored. Branch-free.
+#[inline(always)]
+fn flags_fault(flags: u8, response: u32) -> bool {
+    let without_response = flags & FLAG_HAS_RESPONSE == 0;
+    (flags & !KNOWN_FLAGS != 0) | (without_response & ((flags != 0) | (response != 0)))
+}
+
+/// Decodes a decompressed block of `count` records into `requests`
+/// (cleared first), field by field in simple passes the compiler can
+/// vectorise, then one pass that assembles the requests. `Err` carries the
+/// reason for the first invalid record.
 fn decode_block(
     raw: &[u8],
     count: usize,
     volume_count: u32,
+    columns: &mut Columns,
     requests: &mut Vec<Request>,
 ) -> std::result::Result<(), String> {
-    let columns = Columns::new(count);
-    if raw.len() != columns.end {
+    requests.clear();
+    if raw.len() != count * RECORD_BYTES {
         return Err(format!(
             "the block decompresses to {} bytes, but {count} records take {}",
             raw.len(),
-            columns.end
+            count * RECORD_BYTES
         ));
     }
-    let times = &raw[..columns.offsets];
-    let offsets = &raw[columns.offsets..columns.lengths];
-    let lengths = &raw[columns.lengths..columns.volumes];
-    let volumes = &raw[columns.volumes..columns.responses];
-    let responses = &raw[columns.responses..columns.ops];
-    let ops = &raw[columns.ops..columns.flags];
-    let flags = &raw[columns.flags..columns.reserved];
-    let reserved = &raw[columns.reserved..columns.end];
-
-    requests.clear();
-    requests.reserve(count);
-    let mut time_ns = 0u64;
-    // Faults are accumulated without branching and located afterwards, so
-    // the loop stays tight for the valid files that are the common case.
-    let mut fault = false;
-    for index in 0..count {
-        time_ns = time_ns.wrapping_add(u64_at(times, index));
-        let volume = u32_at(volumes, index);
-        let response = u32_at(responses, index);
-        let op = ops[index];
-        let flag = flags[index];
-        fault |= (op > OP_WRITE)
-            | (flag & !KNOWN_FLAGS != 0)
-            | (flag == FLAG_RESPONSE_IN_US)
-            | (flag & FLAG_HAS_RESPONSE == 0 && response != 0)
-            | (volume >= volume_count);
-        let response_ns = if flag & FLAG_HAS_RESPONSE == 0 {
-            None
-        } else if flag & FLAG_RESPONSE_IN_US == 0 {
-            Some(u64::from(response))
-        } else {
-            Some(u64::from(response) * 1000)
-        };
-        requests.push(Request {
-            time_ns,
-            volume,
-            op: if op == OP_WRITE { Op::Write } else { Op::Read },
-            offset_bytes: u64_at(offsets, index),
-            length_bytes: u64::from(u32_at(lengths, index)),
-            response_ns,
-        });
+    let mut fields = [&raw[..0]; 8];
+    let mut start = 0;
+    for (field, width) in fields.iter_mut().zip(FIELD_BYTES) {
+        *field = &raw[start..start + width * count];
+        start += width * count;
     }
-    fault |= reserved.iter().any(|byte| *byte != 0);
-    if fault {
+    let [times, offsets, lengths, volumes, responses, ops, flags, reserved] = fields;
+    let (times_low, times_high) = times.split_at(4 * count);
+    let (offsets_low, offsets_high) = offsets.split_at(4 * count);
+    gather_u32(times_low, count, &mut columns.time_deltas_low);
+    gather_u32(times_high, count, &mut columns.time_deltas_high);
+    gather_u32(offsets_low, count, &mut columns.offsets_low);
+    gather_u32(offsets_high, count, &mut columns.offsets_high);
+    gather_u32(lengths, count, &mut columns.lengths_bytes);
+    gather_u32(volumes, count, &mut columns.volumes);
+    gather_u32(responses, count, &mut columns.responses);
+
+    // Validity: branch-free folds (no early exit, so they vectorise); the
+    // search for the culprit runs only on a damaged file.
+    let largest_op = ops.iter().fold(0u8, |largest, op| largest.max(*op));
+    let largest_volume = columns
+        .volumes
+        .iter()
+        .fold(0u32, |largest, volume| largest.max(*volume));
+    let bad_flags = flags
+        .iter()
+        .zip(&columns.responses)
+        .fold(false, |bad, (flag, response)| {
+            bad | flags_fault(*flag, *response)
+        });
+    let reserved_bits = reserved.iter().fold(0u8, |bits, byte| bits | byte);
+    if largest_op > OP_WRITE
+        || (count > 0 && largest_volume >= volume_count)
+        || bad_flags
+        || reserved_bits != 0
+    {
         let reason = (0..count)
-            .find_map(|index| record_fault(raw, count, index, volume_count))
+            .find_map(|index| record_fault(columns, ops, flags, reserved, index, volume_count))
             .unwrap_or_else(|| "the block holds an invalid record".to_string());
-        requests.clear();
         return Err(reason);
     }
+
+    let mut time_ns = 0u64;
+    let joined = |low: &u32, high: &u32| u64::from(*low) | u64::from(*high) << 32;
+    let fields = columns
+        .time_deltas_low
+        .iter()
+        .zip(&columns.time_deltas_high)
+        .zip(columns.offsets_low.iter().zip(&columns.offsets_high))
+        .zip(&columns.lengths_bytes)
+        .zip(&columns.volumes)
+        .zip(&columns.responses)
+        .zip(ops)
+        .zip(flags);
+    requests.reserve(count);
+    requests.extend(fields.map(
+        |((((((time_delta, offset), length_bytes), volume), response), op), flag)| {
+            time_ns = time_ns.wrapping_add(joined(time_delta.0, time_delta.1));
+            let response = u64::from(*response);
+            let response_ns = match flag & KNOWN_FLAGS {
+                FLAG_HAS_RESPONSE => Some(response),
+                KNOWN_FLAGS => Some(response * 1000),
+                _ => None,
+            };
+            Request {
+                time_ns,
+                volume: *volume,
+                op: if *op == OP_WRITE { Op::Write } else { Op::Read },
+                offset_bytes: joined(offset.0, offset.1),
+                length_bytes: u64::from(*length_bytes),
+                response_ns,
+            }
+        },
+    ));
     Ok(())
 }
 
@@ -328,6 +407,7 @@ pub struct NativeReader {
     records_loaded: u64,
     compressed: Vec<u8>,
     raw: Vec<u8>,
+    columns: Columns,
     block: Vec<Request>,
     next: usize,
     decompressor: zstd::bulk::Decompressor<'static>,
@@ -354,6 +434,7 @@ impl NativeReader {
             records_loaded: 0,
             compressed: Vec::new(),
             raw: Vec::new(),
+            columns: Columns::default(),
             block: Vec::new(),
             next: 0,
             decompressor,
@@ -549,16 +630,36 @@ impl NativeReader {
                 format!("compressed block size {compressed_bytes}; {count} records compress to 1 to {bound} bytes"),
             ));
         }
-        let mut compressed = std::mem::take(&mut self.compressed);
-        compressed.resize(compressed_bytes, 0);
-        let read = self.read_exact(&mut compressed, "a compressed block");
-        self.compressed = compressed;
-        read?;
         self.raw.clear();
         self.raw.reserve(raw_bytes);
-        let decompressed = self
-            .decompressor
-            .decompress_to_buffer(&self.compressed, &mut self.raw);
+        // Decompress straight out of the input's buffer when the whole
+        // payload is there (the common case), else gather it first.
+        let buffered = match self.input.reader.fill_buf() {
+            Ok(buffered) => buffered,
+            Err(source) => {
+                return Err(TraceError::Read {
+                    path: self.input.path.clone(),
+                    offset: self.offset,
+                    source,
+                })
+            }
+        };
+        let decompressed = if buffered.len() >= compressed_bytes {
+            let result = self
+                .decompressor
+                .decompress_to_buffer(&buffered[..compressed_bytes], &mut self.raw);
+            self.input.reader.consume(compressed_bytes);
+            self.offset += compressed_bytes as u64;
+            result
+        } else {
+            let mut compressed = std::mem::take(&mut self.compressed);
+            compressed.resize(compressed_bytes, 0);
+            let read = self.read_exact(&mut compressed, "a compressed block");
+            self.compressed = compressed;
+            read?;
+            self.decompressor
+                .decompress_to_buffer(&self.compressed, &mut self.raw)
+        };
         if let Err(error) = decompressed {
             return Err(self.bad(
                 block_offset,
@@ -573,7 +674,13 @@ impl NativeReader {
             ));
         }
         let volume_count = u32::try_from(self.volumes.len()).unwrap_or(u32::MAX);
-        if let Err(reason) = decode_block(&self.raw, count, volume_count, &mut self.block) {
+        if let Err(reason) = decode_block(
+            &self.raw,
+            count,
+            volume_count,
+            &mut self.columns,
+            &mut self.block,
+        ) {
             return Err(self.bad(block_offset, reason));
         }
         if self.records_loaded == 0 && self.block[0].time_ns != self.header.first_time_ns {
@@ -678,7 +785,10 @@ impl NativeWriter {
             _ => PathBuf::from("."),
         };
         let spool = tempfile::tempfile_in(&directory).map_err(write_error)?;
-        let compressor = zstd::bulk::Compressor::new(COMPRESSION_LEVEL).map_err(write_error)?;
+        let mut compressor = zstd::bulk::Compressor::new(COMPRESSION_LEVEL).map_err(write_error)?;
+        compressor
+            .set_parameter(zstd::zstd_safe::CParameter::MinMatch(MIN_MATCH_BYTES))
+            .map_err(write_error)?;
         let output = Output::create(path)?;
         Ok(NativeWriter {
             path: path.to_path_buf(),
@@ -1005,11 +1115,14 @@ mod tests {
             .iter()
             .map(|request| Record::from_request(request).unwrap())
             .collect();
-        records[6].op = 7;
         let mut raw = Vec::new();
-        encode_block(&records, &mut raw);
         let mut requests = Vec::new();
-        let reason = decode_block(&raw, 10, 3, &mut requests).unwrap_err();
+        encode_block(&records, &mut raw);
+        decode_block(&raw, 10, 3, &mut Columns::default(), &mut requests).unwrap();
+        assert_eq!(requests.len(), 10);
+        records[6].op = 7;
+        encode_block(&records, &mut raw);
+        let reason = decode_block(&raw, 10, 3, &mut Columns::default(), &mut requests).unwrap_err();
         assert!(
             reason.contains("record 6") && reason.contains("op 7"),
             "{reason}"
@@ -1017,11 +1130,51 @@ mod tests {
         records[6].op = 0;
         records[2].volume = 3;
         encode_block(&records, &mut raw);
-        let reason = decode_block(&raw, 10, 3, &mut requests).unwrap_err();
+        let reason = decode_block(&raw, 10, 3, &mut Columns::default(), &mut requests).unwrap_err();
         assert!(
             reason.contains("record 2") && reason.contains("volume 3"),
             "{reason}"
         );
+        records[2].volume = 0;
+        records[9].flags = FLAG_RESPONSE_IN_US;
+        encode_block(&records, &mut raw);
+        let reason = decode_block(&raw, 10, 3, &mut Columns::default(), &mut requests).unwrap_err();
+        assert!(
+            reason.contains("record 9") && reason.contains("flags"),
+            "{reason}"
+        );
+        records[9].flags = 0;
+        records[9].response = 0;
+        encode_block(&records, &mut raw);
+        raw[30 * 10 + 10 + 4] = 1;
+        let reason = decode_block(&raw, 10, 3, &mut Columns::default(), &mut requests).unwrap_err();
+        assert!(
+            reason.contains("record 4") && reason.contains("reserved"),
+            "{reason}"
+        );
+    }
+
+    /// Blocks of every length modulo 8 decode (the 8-record transposition and
+    /// the one-by-one tail).
+    #[test]
+    fn blocks_of_any_length_round_trip() {
+        for count in [1, 7, 8, 9, 64, 101] {
+            let requests = sample_requests(count, count as u64);
+            let records: Vec<Record> = requests
+                .iter()
+                .map(|request| Record::from_request(request).unwrap())
+                .collect();
+            let mut raw = Vec::new();
+            encode_block(&records, &mut raw);
+            assert_eq!(raw.len(), count * RECORD_BYTES);
+            let mut decoded = Vec::new();
+            decode_block(&raw, count, 3, &mut Columns::default(), &mut decoded).unwrap();
+            let stored: Vec<Record> = decoded
+                .iter()
+                .map(|request| Record::from_request(request).unwrap())
+                .collect();
+            assert_eq!(stored, records, "{count} records");
+        }
     }
 
     #[test]
