@@ -1,0 +1,1 @@
+//! PLACEHOLDER: the hdd model is being written (issue 3).

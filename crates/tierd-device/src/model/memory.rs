@@ -1,0 +1,1 @@
+//! PLACEHOLDER: the memory model is being written (issue 3).

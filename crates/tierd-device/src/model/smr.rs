@@ -1,0 +1,1 @@
+//! PLACEHOLDER: the smr model is being written (issue 3).

@@ -1,0 +1,1 @@
+//! PLACEHOLDER: the ssd model is being written (issue 3).
