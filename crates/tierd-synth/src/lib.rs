@@ -1,1 +1,218 @@
-//! Synthetic spike workloads (being written, issue 2).
+//! Synthetic block workloads with spikes (`tierd trace synth`).
+//!
+//! A deterministic generator after Bodik et al., "Characterizing, modeling,
+//! and generating workload spikes for stateful services" (SoCC 2010): a
+//! background load plus data spikes (hot spots) with onset, plateau, decay,
+//! location, width and optional drift to adjacent segments, under volume
+//! spikes of the total rate ([`model`]). Presets stand in for the MSR
+//! Cambridge volumes OTF-AST and ATSMF replayed (usr_1, web_2, proj_2, proj_4,
+//! src1_0, src1_1, proj_1, usr_2), ATSMF's OLTP run (dbt2) and hm_0, each
+//! calibrated to published figures ([`Targets`], `docs/synth.md`).
+//!
+//! Everything a preset produces is **synthetic**: reports must say so with
+//! [`label`], never call it a real trace.
+//!
+//! ```
+//! let preset = tierd_synth::preset("usr_1")?;
+//! let requests: Vec<_> = tierd_synth::Generator::new(preset, 1, 0.01)?.collect();
+//! assert!(requests.windows(2).all(|pair| pair[0].time_ns <= pair[1].time_ns));
+//! # Ok::<(), tierd_synth::SynthError>(())
+//! ```
+
+pub mod generator;
+pub mod model;
+mod presets;
+mod schedule;
+pub mod targets;
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use tierd_common::units::Bytes;
+
+pub use generator::Generator;
+pub use model::Model;
+pub use targets::{relative_error, Metric, Scope, Target, Targets};
+
+/// A named workload: what it stands for, the figures it is calibrated to and
+/// the model that produces it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Preset {
+    pub name: &'static str,
+    pub description: &'static str,
+    /// Name of volume id 0 in the generated trace.
+    pub volume_name: &'static str,
+    pub volume_bytes: u64,
+    /// The busy window the preset represents (the papers' replay window).
+    pub default_hours: f64,
+    /// Which window of the original trace that is, and why.
+    pub window: &'static str,
+    /// Papers and tables it is calibrated to (short form, for labels).
+    pub source: &'static str,
+    pub targets: Targets,
+    pub model: Model,
+}
+
+/// Errors of this crate; each says what to do.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SynthError {
+    #[error("unknown synthetic preset {name:?}; available: {available}")]
+    UnknownPreset { name: String, available: String },
+    #[error("hours must be a number in (0, {max}], got {hours}")]
+    BadHours { hours: f64, max: f64 },
+    #[error("preset {preset} has an unusable model: {reason}")]
+    BadModel { preset: String, reason: String },
+}
+
+/// All presets, in a fixed order.
+pub fn presets() -> &'static [Preset] {
+    presets::all()
+}
+
+/// The preset called `name`; the error lists the names there are.
+pub fn preset(name: &str) -> Result<&'static Preset, SynthError> {
+    presets()
+        .iter()
+        .find(|preset| preset.name == name)
+        .ok_or_else(|| SynthError::UnknownPreset {
+            name: name.to_string(),
+            available: presets()
+                .iter()
+                .map(|preset| preset.name)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+/// The label every report of generated data carries, e.g. `synthetic (tierd
+/// synth preset usr_1, seed 1, 4.17 h; calibrated to OTF-AST Tables 2,3,4,6
+/// and ATSMF Table 1) — not a real trace`.
+pub fn label(preset: &Preset, seed: u64, hours: f64) -> String {
+    format!(
+        "synthetic (tierd synth preset {}, seed {seed}, {} h; calibrated to {}) — not a real trace",
+        preset.name,
+        format_hours(hours),
+        preset.source
+    )
+}
+
+fn format_hours(hours: f64) -> String {
+    let text = format!("{hours:.2}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    text.to_string()
+}
+
+/// A preset's description and targets as a table, for `--list`.
+pub fn describe_targets(preset: &Preset) -> String {
+    let mut out = String::new();
+    let model = &preset.model;
+    let _ = writeln!(out, "{} [synthetic] - {}", preset.name, preset.description);
+    let _ = writeln!(
+        out,
+        "  volume {} ({}), default {} h = {}",
+        preset.volume_name,
+        Bytes(preset.volume_bytes),
+        format_hours(preset.default_hours),
+        preset.window
+    );
+    if model.recurrence_hours > model.window_hours {
+        let _ = writeln!(
+            out,
+            "  longer runs: the busy window recurs every {} h, background only in between at {:.1} iops",
+            format_hours(model.recurrence_hours),
+            model.quiet_mean_iops
+        );
+    } else {
+        let _ = writeln!(out, "  longer runs: busy windows back to back");
+    }
+    let _ = writeln!(out, "  calibrated to: {}", preset.source);
+    targets::write_target_table(&mut out, &preset.targets);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_preset_lists_the_names() {
+        let error = preset("usr_9").unwrap_err().to_string();
+        assert!(error.contains("usr_9"), "{error}");
+        for preset in presets() {
+            assert!(error.contains(preset.name), "{error}");
+        }
+    }
+
+    #[test]
+    fn names_are_unique_and_volumes_named() {
+        let mut names: Vec<_> = presets().iter().map(|preset| preset.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), presets().len());
+        for preset in presets() {
+            assert!(!preset.volume_name.is_empty());
+            assert_eq!(
+                preset.default_hours, preset.model.window_hours,
+                "{}",
+                preset.name
+            );
+            assert!(
+                preset.model.recurrence_hours >= preset.model.window_hours,
+                "{}",
+                preset.name
+            );
+            if let Some(target) = preset.targets.volume_bytes {
+                assert_eq!(target.value, preset.volume_bytes as f64, "{}", preset.name);
+            }
+        }
+    }
+
+    #[test]
+    fn label_says_synthetic_and_source() {
+        let preset = preset("usr_1").unwrap();
+        let text = label(preset, 1, 250.0 / 60.0);
+        assert!(
+            text.starts_with("synthetic (tierd synth preset usr_1, seed 1, 4.17 h;"),
+            "{text}"
+        );
+        assert!(text.contains(preset.source), "{text}");
+        assert!(text.ends_with("not a real trace"), "{text}");
+        assert!(label(preset, 2, 1.0).contains("seed 2, 1 h"));
+    }
+
+    #[test]
+    fn description_lists_every_target_with_its_source() {
+        for preset in presets() {
+            let text = describe_targets(preset);
+            assert!(text.contains("[synthetic]"));
+            for (metric, target) in preset.targets.iter() {
+                let line = text
+                    .lines()
+                    .find(|line| line.trim_start().starts_with(metric.name()))
+                    .unwrap_or_else(|| panic!("{} lacks {}:\n{text}", preset.name, metric.name()));
+                assert!(line.contains(target.source), "{line}");
+            }
+        }
+    }
+
+    #[test]
+    fn week_scoped_rates_follow_from_the_model() {
+        // The quiet rate is derived so that a week of busy windows plus quiet
+        // time averages the published week mean.
+        for preset in presets() {
+            let Some(target) = preset.targets.requests_per_second else {
+                continue;
+            };
+            let model = &preset.model;
+            let busy = model.window_mean_iops * model.window_hours;
+            let quiet = model.quiet_mean_iops * (model.recurrence_hours - model.window_hours);
+            let mean = (busy + quiet) / model.recurrence_hours;
+            assert!(
+                relative_error(mean, target.value).abs() < 0.01,
+                "{}: {mean} vs {}",
+                preset.name,
+                target.value
+            );
+        }
+    }
+}

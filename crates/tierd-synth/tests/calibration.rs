@@ -1,0 +1,193 @@
+//! Every preset, generated at its default hours with seed 1 and seed 2 and
+//! analysed by `tierd_analysis::analyze::analyze` with the default options
+//! (1 GiB segments, 60 s periods; volume size = the preset's), lands within
+//! ±20% (relative) of each of its window-scoped calibration targets. A failure
+//! prints the whole table: target, measured, relative error, source.
+//!
+//! Targets the model cannot reach coherently are listed in `KNOWN_MISSES`
+//! with the reason (and in docs/synth.md); they are still measured and
+//! printed, and the test fails if one of them starts to pass, so the list
+//! stays true.
+//!
+//! One test per (preset, seed) so the test harness spreads them over cores;
+//! run with `--nocapture` to see the tables of passing presets too.
+
+use tierd_analysis::analyze::{analyze, AnalyzeOptions};
+use tierd_synth::{label, preset, relative_error, Generator, Metric, Preset, Scope};
+use tierd_trace::{Format, IteratorReader};
+
+const TOLERANCE: f64 = 0.20;
+
+/// (preset, metric, why it cannot be met under docs/analysis.md's definitions).
+const KNOWN_MISSES: &[(&str, Metric, &str)] = &[(
+    "web_2",
+    Metric::SpikeRegionMaxBytes,
+    "a 34.3 GiB run of 100 MiB chunks each at >= 1 iops needs >= 351 iops in one period; \
+web_2's peak is 231 iops (OTF-AST Table 2), so no trace with that peak can show it per period",
+)];
+
+fn lookup(json: &serde_json::Value, path: &str) -> Option<f64> {
+    path.split('.')
+        .try_fold(json, |value, key| value.get(key))
+        .and_then(serde_json::Value::as_f64)
+}
+
+fn measure(preset: &'static Preset, seed: u64) -> serde_json::Value {
+    let hours = preset.default_hours;
+    let generator = Generator::new(preset, seed, hours).expect("preset generator");
+    let mut reader = IteratorReader::new(
+        generator,
+        &[preset.volume_name],
+        Format::Tierd,
+        label(preset, seed, hours),
+    );
+    let options = AnalyzeOptions {
+        volume_bytes: Some(preset.volume_bytes),
+        ..AnalyzeOptions::default()
+    };
+    let analysis = analyze(&mut reader, &options).expect("analysis of a generated stream");
+    serde_json::to_value(&analysis).expect("analysis JSON")
+}
+
+fn check(name: &str, seed: u64) {
+    let preset = preset(name).expect("preset");
+    let mut table = String::new();
+    let mut failures = Vec::new();
+    {
+        let json = measure(preset, seed);
+        table.push_str(&format!("{}\n", label(preset, seed, preset.default_hours)));
+        table.push_str(&format!(
+            "  {:<30} {:>14} {:>14} {:>8}  {}\n",
+            "metric", "target", "measured", "error", "source"
+        ));
+        for (metric, target) in preset.targets.iter() {
+            if target.scope != Scope::Window {
+                continue;
+            }
+            let measured = lookup(&json, metric.analysis_json_path());
+            let error = measured.map(|value| relative_error(value, target.value));
+            let within = error.is_some_and(|error| error.abs() <= TOLERANCE);
+            let known = KNOWN_MISSES.iter().find(|(preset_name, known_metric, _)| {
+                *preset_name == name && *known_metric == metric
+            });
+            let verdict = match (within, known) {
+                (true, None) => "",
+                (false, Some(_)) => "  KNOWN MISS",
+                (true, Some(_)) => "  KNOWN MISS NOW PASSES: update KNOWN_MISSES and docs/synth.md",
+                (false, None) => "  FAIL",
+            };
+            if within == known.is_some() {
+                failures.push(format!("{name} seed {seed} {}", metric.name()));
+            }
+            table.push_str(&format!(
+                "  {:<30} {:>14} {:>14} {:>8}  {}{verdict}\n",
+                metric.name(),
+                metric.format_value(target.value),
+                measured.map_or("null".to_string(), |value| metric.format_value(value)),
+                error.map_or("-".to_string(), |error| format!("{:+.1}%", error * 100.0)),
+                target.source,
+            ));
+        }
+        let concentrations = &json["concentrations"];
+        table.push_str(&format!(
+            "  (requests {}, concentrations {} of which ongoing at end {}, moving {}, spike regions {})\n",
+            json["requests"], concentrations["count"], concentrations["ongoing_at_end"], concentrations["moving_count"],
+            json["spikes"]["regions"]["count"],
+        ));
+    }
+    for (preset_name, metric, reason) in KNOWN_MISSES {
+        if *preset_name == name {
+            table.push_str(&format!("  known miss {}: {reason}\n", metric.name()));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "calibration off for {failures:?}:\n{table}"
+    );
+    println!("{table}");
+}
+
+macro_rules! calibration_tests {
+    ($($name:ident: $seed_1:ident, $seed_2:ident;)*) => {
+        $(
+            #[test]
+            fn $seed_1() {
+                check(stringify!($name), 1);
+            }
+
+            #[test]
+            fn $seed_2() {
+                check(stringify!($name), 2);
+            }
+        )*
+
+        #[test]
+        fn every_preset_has_a_calibration_test() {
+            let tested = [$(stringify!($name)),*];
+            for preset in tierd_synth::presets() {
+                assert!(tested.contains(&preset.name), "no calibration test for {}", preset.name);
+            }
+        }
+    };
+}
+
+calibration_tests! {
+    usr_1: usr_1_seed_1, usr_1_seed_2;
+    web_2: web_2_seed_1, web_2_seed_2;
+    proj_2: proj_2_seed_1, proj_2_seed_2;
+    proj_4: proj_4_seed_1, proj_4_seed_2;
+    src1_0: src1_0_seed_1, src1_0_seed_2;
+    src1_1: src1_1_seed_1, src1_1_seed_2;
+    proj_1: proj_1_seed_1, proj_1_seed_2;
+    usr_2: usr_2_seed_1, usr_2_seed_2;
+    dbt2: dbt2_seed_1, dbt2_seed_2;
+    hm_0: hm_0_seed_1, hm_0_seed_2;
+}
+
+/// Week-scoped targets (requests per second over a week) hold for the rate
+/// the generator follows. Generating a week of every preset (about 200
+/// million requests) is too slow for a debug test; the request count of a
+/// real run is checked against the same expectation on the default window by
+/// the tests above (mean_iops) and on a whole week by the ignored test below.
+#[test]
+fn week_rates_follow_from_the_model() {
+    for preset in tierd_synth::presets() {
+        let Some(target) = preset.targets.requests_per_second else {
+            continue;
+        };
+        let expected =
+            Generator::expected_requests(preset, 1, 168.0).expect("expected requests") / 604_800.0;
+        let error = relative_error(expected, target.value);
+        assert!(
+            error.abs() <= 0.02,
+            "{}: expected {expected:.2} req/s over a week, target {:.2} ({})",
+            preset.name,
+            target.value,
+            target.source
+        );
+    }
+}
+
+/// A real week of every preset: counts requests. Slow in a debug build; run
+/// with `cargo test --release -p tierd-synth --test calibration -- --ignored`.
+#[test]
+#[ignore = "generates ~200 million requests; run in release"]
+fn week_request_counts_match_the_published_counts() {
+    for preset in tierd_synth::presets() {
+        let Some(target) = preset.targets.requests_per_second else {
+            continue;
+        };
+        let count = Generator::new(preset, 1, 168.0).expect("generator").count() as f64;
+        let error = relative_error(count / 604_800.0, target.value);
+        println!(
+            "{}: {count} requests, error {:+.2}%",
+            preset.name,
+            error * 100.0
+        );
+        assert!(
+            error.abs() <= TOLERANCE,
+            "{}: {count} requests in the week",
+            preset.name
+        );
+    }
+}
