@@ -53,9 +53,11 @@ impl LineFormat for Msr {
             return Err(LineError::new("Hostname is empty"));
         }
         parse_u64(disk, "DiskNumber")?;
-        let unix_ticks = ticks.checked_sub(FILETIME_UNIX_EPOCH_TICKS).ok_or_else(|| {
-            LineError::new("Timestamp is before 1970: not a Windows FILETIME in 100 ns ticks")
-        })?;
+        let unix_ticks = ticks
+            .checked_sub(FILETIME_UNIX_EPOCH_TICKS)
+            .ok_or_else(|| {
+                LineError::new("Timestamp is before 1970: not a Windows FILETIME in 100 ns ticks")
+            })?;
         let time_ns = unix_ticks
             .checked_mul(NS_PER_TICK)
             .ok_or_else(|| LineError::new("Timestamp is too far in the future"))?;
@@ -123,10 +125,18 @@ mod tests {
 
     #[test]
     fn rejects_bad_lines_with_a_reason() {
-        assert!(parse("128166385295514878,hm,0,Erase,0,512,1").unwrap_err().contains("Erase"));
-        assert!(parse("128166385295514878,hm,0,Read,0,512").unwrap_err().contains("ResponseTime"));
-        assert!(parse("128166385295514878,hm,0,Read,0,512,1,9").unwrap_err().contains("more than 7"));
+        assert!(parse("128166385295514878,hm,0,Erase,0,512,1")
+            .unwrap_err()
+            .contains("Erase"));
+        assert!(parse("128166385295514878,hm,0,Read,0,512")
+            .unwrap_err()
+            .contains("ResponseTime"));
+        assert!(parse("128166385295514878,hm,0,Read,0,512,1,9")
+            .unwrap_err()
+            .contains("more than 7"));
         assert!(parse("12,hm,0,Read,0,512,1").unwrap_err().contains("1970"));
-        assert!(parse("x,hm,0,Read,0,512,1").unwrap_err().contains("Timestamp"));
+        assert!(parse("x,hm,0,Read,0,512,1")
+            .unwrap_err()
+            .contains("Timestamp"));
     }
 }
