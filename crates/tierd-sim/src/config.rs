@@ -1,0 +1,292 @@
+//! Settings of one simulation run and the strategy (placement policy or page
+//! cache) it runs.
+
+use serde::Serialize;
+use tierd_common::units::{NS_PER_SECOND, PAGE_BYTES};
+use tierd_policy::cache::CacheKind;
+use tierd_policy::{PolicyConfig, PolicyKind};
+
+use crate::error::SimError;
+use crate::stack::{check_segment_bytes, TierStack};
+
+/// Most segments a volume may be split into (per-segment tables stay below
+/// ~1 GiB of memory).
+pub const MAX_SEGMENTS: u64 = 1 << 26;
+
+/// How requests arrive.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(tag = "mode", rename_all = "kebab-case")]
+pub enum Replay {
+    /// By timestamp: arrival = (t − t0) / speed, t0 = the window start (or the
+    /// first request). `speed` > 1 compresses time like `btreplay -x`.
+    OpenLoop { speed: f64 },
+    /// Timestamps ignored: `queue_depth` requests are kept outstanding; each
+    /// completion issues the next request at once.
+    ClosedLoop { queue_depth: u32 },
+}
+
+/// Which part of the trace is replayed, in trace time from its first request
+/// (before acceleration).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Window {
+    pub from_ns: Option<u64>,
+    pub to_ns: Option<u64>,
+}
+
+/// Everything a run needs besides the trace and the strategy.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SimConfig {
+    pub stack: TierStack,
+    /// Segment size (power of two, 1 MiB ..= 4 GiB).
+    pub segment_bytes: u64,
+    /// Simulated volume size; every request must lie inside it.
+    pub volume_bytes: u64,
+    /// Statistics and policy period, in virtual (replay) time.
+    pub period_ns: u64,
+    pub replay: Replay,
+    pub window: Window,
+    /// Page-cache size for the caching baselines; default: the fast tier's capacity.
+    pub cache_bytes: Option<u64>,
+    /// Root seed for everything random in the run (device models).
+    pub seed: u64,
+    /// Completed periods kept for the policy's view.
+    pub history_periods: usize,
+}
+
+impl SimConfig {
+    /// Defaults: the stack's segment size, 60 s periods, open loop at speed 1,
+    /// the whole trace, seed 1.
+    pub fn new(stack: TierStack, volume_bytes: u64) -> SimConfig {
+        SimConfig {
+            segment_bytes: stack.segment_bytes,
+            stack,
+            volume_bytes,
+            period_ns: 60 * NS_PER_SECOND,
+            replay: Replay::OpenLoop { speed: 1.0 },
+            window: Window::default(),
+            cache_bytes: None,
+            seed: 1,
+            history_periods: tierd_policy::monitor::DEFAULT_HISTORY_PERIODS,
+        }
+    }
+
+    /// Segments in the volume (the last may be partial).
+    pub fn segments(&self) -> u64 {
+        self.volume_bytes.div_ceil(self.segment_bytes)
+    }
+
+    /// Capacity of tier `index` in bytes (home: the volume when not given).
+    pub fn tier_capacity_bytes(&self, index: usize) -> u64 {
+        let tier = &self.stack.tiers[index];
+        tier.capacity_bytes.unwrap_or(self.volume_bytes)
+    }
+
+    /// Checks every setting; the error names the option and what is allowed.
+    pub fn validate(&self) -> Result<(), SimError> {
+        check_segment_bytes("options", "segment_bytes", self.segment_bytes)?;
+        if self.volume_bytes == 0 {
+            return Err(SimError::option(
+                "volume_bytes",
+                "the volume is empty; give its size (--volume-bytes)",
+            ));
+        }
+        if self.segments() > MAX_SEGMENTS {
+            return Err(SimError::option(
+                "segment_bytes",
+                format!(
+                    "{} segments of {} bytes for a {}-byte volume; at most {MAX_SEGMENTS}: use larger segments",
+                    self.segments(),
+                    self.segment_bytes,
+                    self.volume_bytes
+                ),
+            ));
+        }
+        if self.stack.migration.chunk_bytes > self.segment_bytes {
+            return Err(SimError::option(
+                "migration.chunk_bytes",
+                format!(
+                    "chunks of {} bytes are larger than the {}-byte segments",
+                    self.stack.migration.chunk_bytes, self.segment_bytes
+                ),
+            ));
+        }
+        let home = self.stack.home();
+        let home_capacity = self.tier_capacity_bytes(home);
+        if home_capacity < self.volume_bytes {
+            return Err(SimError::Config {
+                source_name: self.stack.name.clone(),
+                key: format!("tier[{home}].capacity"),
+                message: format!(
+                    "the home tier {:?} holds {home_capacity} bytes but the volume is {} bytes; \
+                     home must hold every segment (raise its capacity or leave it out to size it to the volume)",
+                    self.stack.tiers[home].name, self.volume_bytes
+                ),
+            });
+        }
+        if self.period_ns == 0 {
+            return Err(SimError::option("period", "must be positive, e.g. 60s"));
+        }
+        match self.replay {
+            Replay::OpenLoop { speed } => {
+                if !(speed.is_finite() && speed > 0.0) {
+                    return Err(SimError::option(
+                        "speed",
+                        format!("{speed} is not allowed: a positive factor, e.g. 1, 2, 8, 0.5"),
+                    ));
+                }
+            }
+            Replay::ClosedLoop { queue_depth } => {
+                if queue_depth == 0 {
+                    return Err(SimError::option("queue_depth", "must be at least 1"));
+                }
+            }
+        }
+        if let (Some(from), Some(to)) = (self.window.from_ns, self.window.to_ns) {
+            if to <= from {
+                return Err(SimError::option(
+                    "window",
+                    format!(
+                        "the window ends ({} min) before it starts ({} min)",
+                        to as f64 / 60e9,
+                        from as f64 / 60e9
+                    ),
+                ));
+            }
+        }
+        if let Some(bytes) = self.cache_bytes {
+            if bytes < PAGE_BYTES {
+                return Err(SimError::option("cache_bytes", "at least one 4KiB page"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What decides placement: a tiering policy (segments move between tiers)
+/// or a page cache over a two-tier stack (pages are copied into the fast tier).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Strategy {
+    Tiering(PolicyConfig),
+    Cache(CacheKind),
+}
+
+impl Strategy {
+    /// `none`, `otf-ast`, `atsmf` (paper defaults) or `fifo`, `lru`, `arc`, `s3fifo`.
+    pub fn parse(name: &str) -> Result<Strategy, SimError> {
+        let policy = |kind| Ok(Strategy::Tiering(PolicyConfig::default_for(kind)));
+        match name.trim() {
+            "none" => policy(PolicyKind::None),
+            "otf-ast" => policy(PolicyKind::OtfAst),
+            "atsmf" => policy(PolicyKind::Atsmf),
+            "fifo" => Ok(Strategy::Cache(CacheKind::Fifo)),
+            "lru" => Ok(Strategy::Cache(CacheKind::Lru)),
+            "arc" => Ok(Strategy::Cache(CacheKind::Arc)),
+            "s3fifo" => Ok(Strategy::Cache(CacheKind::S3fifo)),
+            other => Err(SimError::UnknownPolicy {
+                name: other.to_string(),
+            }),
+        }
+    }
+
+    /// A comma-separated list, e.g. `none,otf-ast,fifo`; duplicates are an error.
+    pub fn parse_list(list: &str) -> Result<Vec<Strategy>, SimError> {
+        let mut strategies = Vec::new();
+        for name in list.split(',').filter(|name| !name.trim().is_empty()) {
+            let strategy = Strategy::parse(name)?;
+            if strategies.contains(&strategy) {
+                return Err(SimError::option(
+                    "policy",
+                    format!("{:?} is listed twice", name.trim()),
+                ));
+            }
+            strategies.push(strategy);
+        }
+        if strategies.is_empty() {
+            return Err(SimError::option(
+                "policy",
+                "no policy given; e.g. none,otf-ast,atsmf,fifo",
+            ));
+        }
+        Ok(strategies)
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Strategy::Tiering(config) => config.kind().name(),
+            Strategy::Cache(kind) => kind.name(),
+        }
+    }
+
+    pub fn is_cache(&self) -> bool {
+        matches!(self, Strategy::Cache(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> SimConfig {
+        SimConfig::new(TierStack::preset("hdd-ssd").unwrap(), 600 << 30)
+    }
+
+    #[test]
+    fn defaults_validate() {
+        let config = config();
+        config.validate().unwrap();
+        assert_eq!(config.segments(), 600);
+        assert_eq!(config.tier_capacity_bytes(1), 600 << 30);
+    }
+
+    #[test]
+    fn bad_settings_name_the_option() {
+        let mut bad = config();
+        bad.segment_bytes = 3 << 20;
+        let message = bad.validate().unwrap_err().to_string();
+        assert!(
+            message.contains("segment_bytes") && message.contains("1MiB to 4GiB"),
+            "{message}"
+        );
+
+        let mut bad = config();
+        bad.segment_bytes = 512 << 10;
+        assert!(bad.validate().is_err());
+
+        let mut bad = config();
+        bad.replay = Replay::OpenLoop { speed: 0.0 };
+        let message = bad.validate().unwrap_err().to_string();
+        assert!(message.contains("speed"), "{message}");
+
+        let mut bad = config();
+        bad.stack.tiers[1].capacity_bytes = Some(500_000_000_000);
+        let message = bad.validate().unwrap_err().to_string();
+        assert!(
+            message.contains("tier[1].capacity") && message.contains("home"),
+            "{message}"
+        );
+
+        let mut bad = config();
+        bad.window = Window {
+            from_ns: Some(10),
+            to_ns: Some(5),
+        };
+        assert!(bad.validate().unwrap_err().to_string().contains("window"));
+    }
+
+    #[test]
+    fn strategies_parse() {
+        let list = Strategy::parse_list("none, otf-ast,atsmf,fifo,lru,arc,s3fifo").unwrap();
+        let names: Vec<_> = list.iter().map(Strategy::name).collect();
+        assert_eq!(
+            names,
+            ["none", "otf-ast", "atsmf", "fifo", "lru", "arc", "s3fifo"]
+        );
+        let message = Strategy::parse_list("none,lfu").unwrap_err().to_string();
+        assert!(
+            message.contains("lfu") && message.contains("s3fifo"),
+            "{message}"
+        );
+        assert!(Strategy::parse_list("lru,lru").is_err());
+        assert!(Strategy::parse_list("").is_err());
+    }
+}

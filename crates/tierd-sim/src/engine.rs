@@ -1,0 +1,1601 @@
+//! The discrete-event loop: one run of one strategy over one trace.
+//!
+//! Single-threaded and deterministic: the next event is the earliest of (a)
+//! the next trace arrival (open loop), (b) each device model's next event,
+//! (c) the timer heap (paced migration chunks), ordered by `(time, seq)`, and
+//! (d) the end of the current period; ties go period end → devices (tier
+//! order) → timers → arrivals. Time is a plain `u64` of virtual nanoseconds;
+//! no clock is read.
+//!
+//! See `docs/sim.md` for the model: request splitting, the tiering table,
+//! migration rules (shared with the live engine), the cache baselines, and
+//! how every reported figure is computed.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use tierd_common::units::PAGE_BYTES;
+use tierd_device::{Completion, DeviceCounters, DeviceIo, DeviceModel};
+use tierd_policy::cache::PageCache;
+use tierd_policy::monitor::Monitor;
+use tierd_policy::view::{MigrationStats, TierInfo};
+use tierd_policy::{Move, Plan, Policy, SegmentId, TierId, View};
+use tierd_trace::{Op, Request, TraceReader, VolumeId};
+
+use crate::config::{Replay, SimConfig};
+use crate::error::SimError;
+use crate::histogram::LogHistogram;
+use crate::result::{
+    CacheResult, MoveRecord, PeriodRecord, RunResult, RunSettings, TierPeriod, TierResult,
+};
+
+/// What decides placement in a run.
+pub enum Controller {
+    /// A tiering policy, called at every period end.
+    Policy(Box<dyn Policy>),
+    /// A page cache over tier 0 (fast) and the home tier (slow).
+    Cache(Box<dyn PageCache>),
+}
+
+/// Reported to the progress callback every [`PROGRESS_EVERY`] completed requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    pub requests: u64,
+    pub now_ns: u64,
+}
+
+/// Completed requests between two progress reports.
+pub const PROGRESS_EVERY: u64 = 1 << 16;
+
+// Device IO ids: the kind in the top byte, a payload below.
+const KIND_SHIFT: u32 = 56;
+const PAYLOAD_MASK: u64 = (1 << KIND_SHIFT) - 1;
+const KIND_USER: u64 = 0;
+const KIND_MIGRATION_READ: u64 = 1;
+const KIND_MIGRATION_WRITE: u64 = 2;
+const KIND_CACHE_FILL: u64 = 3;
+const KIND_WRITEBACK_READ: u64 = 4;
+const KIND_WRITEBACK_WRITE: u64 = 5;
+
+/// `moving[segment]`: not moving.
+const NOT_MOVING: u32 = u32::MAX;
+/// `moving[segment]`: accepted, waiting for a move slot.
+const QUEUED: u32 = u32::MAX - 1;
+
+const HOUR_NS: u64 = 3_600_000_000_000;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct RequestState {
+    arrival_ns: u64,
+    pieces_left: u32,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Piece {
+    request: u32,
+    segment: SegmentId,
+    tier: TierId,
+    is_write: bool,
+    volume_offset: u64,
+    bytes: u64,
+    /// Cache read miss: after the slow read, write `fill_bytes` at
+    /// `fill_offset` on the fast device.
+    fill_offset: u64,
+    fill_bytes: u64,
+}
+
+/// A free-list arena: indices are reused, so steady state allocates nothing.
+struct Slab<T> {
+    items: Vec<T>,
+    free: Vec<u32>,
+}
+
+impl<T: Copy> Slab<T> {
+    fn new() -> Self {
+        Self {
+            items: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    #[inline]
+    fn insert(&mut self, item: T) -> u32 {
+        if let Some(index) = self.free.pop() {
+            self.items[index as usize] = item;
+            index
+        } else {
+            self.items.push(item);
+            (self.items.len() - 1) as u32
+        }
+    }
+
+    #[inline]
+    fn take(&mut self, index: u32) -> T {
+        self.free.push(index);
+        self.items[index as usize]
+    }
+
+    #[inline]
+    fn get_mut(&mut self, index: u32) -> &mut T {
+        &mut self.items[index as usize]
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Copy passes; user IO goes to the source, writes dirty their chunks.
+    Copying,
+    /// New IO to the segment is held; in-flight IO drains, the remaining
+    /// dirty chunks are copied, then the table flips.
+    SwitchOver,
+}
+
+struct ActiveMove {
+    plan: Move,
+    accepted_ns: u64,
+    start_ns: u64,
+    source_base: u64,
+    target_base: u64,
+    /// Slot taken on the target (fast tiers), `None` for home.
+    target_slot: Option<u32>,
+    /// Bytes of the segment (the volume's last segment may be short).
+    segment_len: u64,
+    chunks: u32,
+    /// One bit per chunk: must be (re)copied.
+    dirty: Vec<u64>,
+    dirty_count: u32,
+    cursor: u32,
+    passes: u32,
+    phase: Phase,
+    chunk_in_flight: bool,
+    copied_bytes: u64,
+    switch_start_ns: u64,
+    /// Pieces held during switch-over, released to the target at the flip.
+    waiting: Vec<u32>,
+}
+
+impl ActiveMove {
+    fn chunk_len(&self, chunk: u32, chunk_bytes: u64) -> u64 {
+        let start = u64::from(chunk) * chunk_bytes;
+        chunk_bytes.min(self.segment_len - start)
+    }
+
+    fn set_dirty(&mut self, chunk: u32) {
+        let word = &mut self.dirty[(chunk / 64) as usize];
+        let bit = 1u64 << (chunk % 64);
+        if *word & bit == 0 {
+            *word |= bit;
+            self.dirty_count += 1;
+        }
+    }
+
+    fn clear_dirty(&mut self, chunk: u32) {
+        let word = &mut self.dirty[(chunk / 64) as usize];
+        let bit = 1u64 << (chunk % 64);
+        if *word & bit != 0 {
+            *word &= !bit;
+            self.dirty_count -= 1;
+        }
+    }
+
+    /// First dirty chunk at or after `from`.
+    fn next_dirty(&self, from: u32) -> Option<u32> {
+        if from >= self.chunks {
+            return None;
+        }
+        let mut word_index = (from / 64) as usize;
+        let mut word = self.dirty[word_index] & (u64::MAX << (from % 64));
+        loop {
+            if word != 0 {
+                let chunk = (word_index as u32) * 64 + word.trailing_zeros();
+                return (chunk < self.chunks).then_some(chunk);
+            }
+            word_index += 1;
+            if word_index >= self.dirty.len() {
+                return None;
+            }
+            word = self.dirty[word_index];
+        }
+    }
+}
+
+struct QueuedMove {
+    plan: Move,
+    accepted_ns: u64,
+}
+
+/// Cache-baseline counters.
+#[derive(Default)]
+struct CacheCounters {
+    page_accesses: u64,
+    page_hits: u64,
+    read_pages: u64,
+    read_hit_pages: u64,
+    write_pages: u64,
+    dirty_evictions: u64,
+    clean_evictions: u64,
+    fill_bytes: u64,
+    writeback_bytes: u64,
+}
+
+/// Per-period accumulators reset at each period end.
+#[derive(Default)]
+struct PeriodCounters {
+    requests: u64,
+    response_ns_total: u128,
+    moves_started: u64,
+    moves_finished: u64,
+}
+
+struct Engine<'run> {
+    config: &'run SimConfig,
+    reader: &'run mut dyn TraceReader,
+    controller: Controller,
+    now_ns: u64,
+    home: usize,
+    segments: u64,
+
+    // Devices and the host queues in front of them.
+    devices: Vec<Box<dyn DeviceModel>>,
+    device_next_ns: Vec<u64>,
+    device_outstanding: Vec<usize>,
+    queue_limit: Vec<usize>,
+    host_queues: Vec<VecDeque<DeviceIo>>,
+    completions: Vec<Completion>,
+    timers: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    timer_sequence: u64,
+
+    // Arrivals.
+    volume: Option<VolumeId>,
+    origin_ns: Option<u64>,
+    pending: Option<(u64, Request)>,
+    exhausted: bool,
+    last_arrival_ns: u64,
+    requests_read: u64,
+    empty_requests: u64,
+    reordered_requests: u64,
+
+    // Requests in flight.
+    requests: Slab<RequestState>,
+    pieces: Slab<Piece>,
+    outstanding_requests: u64,
+
+    // Tiering table.
+    placement: Vec<TierId>,
+    slot: Vec<u32>,
+    segment_in_flight: Vec<u32>,
+    moving: Vec<u32>,
+    free_slots: Vec<Vec<u32>>,
+    capacity_segments: Vec<u32>,
+    used_segments: Vec<u32>,
+    moves_touching: Vec<u32>,
+
+    // Migration.
+    active: Vec<Option<ActiveMove>>,
+    active_count: u32,
+    queued: VecDeque<QueuedMove>,
+    move_log: Vec<MoveRecord>,
+    moves_dropped: u64,
+    moved_ns_total: u128,
+    stall_ns_total: u128,
+    stall_ns_max: u64,
+    stalled_pieces: u64,
+
+    // Cache mode.
+    fast_device_pages: u64,
+    cache_counters: CacheCounters,
+
+    // Measurements.
+    monitor: Monitor,
+    response: LogHistogram,
+    tier_response: Vec<LogHistogram>,
+    tier_bytes: Vec<u64>,
+    completed: u64,
+    completed_first_hour: u64,
+    reads: u64,
+    writes: u64,
+    bytes: u64,
+    pieces_total: u64,
+    last_completion_ns: u64,
+    period_counters: PeriodCounters,
+    period_snapshot: Vec<DeviceCounters>,
+    periods: Vec<PeriodRecord>,
+    used_bytes_max: Vec<u64>,
+}
+
+/// Runs `controller` over `reader` on `devices` (one per tier of
+/// `config.stack`, fastest first). `policy_name` labels the result.
+///
+/// The reader must yield requests in non-decreasing time for open-loop
+/// replay (a request earlier than its predecessor is replayed at the
+/// predecessor's arrival and counted in `reordered_requests`).
+pub fn run_with(
+    config: &SimConfig,
+    policy_name: &str,
+    controller: Controller,
+    devices: Vec<Box<dyn DeviceModel>>,
+    reader: &mut dyn TraceReader,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<RunResult, SimError> {
+    config.validate()?;
+    let tiers = config.stack.tiers.len();
+    if devices.len() != tiers {
+        return Err(SimError::option(
+            "devices",
+            format!(
+                "{} device models for {tiers} tiers; give one per tier",
+                devices.len()
+            ),
+        ));
+    }
+    for (index, device) in devices.iter().enumerate() {
+        let needed = if index == tiers - 1 {
+            config.volume_bytes
+        } else {
+            config.tier_capacity_bytes(index)
+        };
+        if device.capacity_bytes() < needed {
+            return Err(SimError::Device {
+                tier: config.stack.tiers[index].name.clone(),
+                device: device.name().to_string(),
+                message: format!(
+                    "the model holds {} bytes, the tier needs {needed}",
+                    device.capacity_bytes()
+                ),
+            });
+        }
+    }
+    if let Controller::Cache(_) = controller {
+        if tiers != 2 {
+            return Err(SimError::option(
+                "policy",
+                format!(
+                    "the caching baselines need a two-tier stack (cache over home); {} has {tiers} tiers",
+                    config.stack.name
+                ),
+            ));
+        }
+    }
+    let mut engine = Engine::new(config, controller, devices, reader);
+    engine.run(progress)?;
+    Ok(engine.finish(policy_name))
+}
+
+impl<'run> Engine<'run> {
+    fn new(
+        config: &'run SimConfig,
+        controller: Controller,
+        devices: Vec<Box<dyn DeviceModel>>,
+        reader: &'run mut dyn TraceReader,
+    ) -> Self {
+        let tiers = devices.len();
+        let home = tiers - 1;
+        let segments = config.segments();
+        let capacity_segments: Vec<u32> = (0..tiers)
+            .map(|tier| {
+                if tier == home {
+                    segments as u32
+                } else {
+                    (config.tier_capacity_bytes(tier) / config.segment_bytes)
+                        .min(u64::from(u32::MAX)) as u32
+                }
+            })
+            .collect();
+        let free_slots = (0..tiers)
+            .map(|tier| {
+                if tier == home || matches!(controller, Controller::Cache(_)) {
+                    Vec::new()
+                } else {
+                    (0..capacity_segments[tier]).rev().collect()
+                }
+            })
+            .collect();
+        let mut used_segments = vec![0; tiers];
+        used_segments[home] = segments as u32;
+        let queue_limit = config
+            .stack
+            .tiers
+            .iter()
+            .map(|tier| tier.queue_depth as usize)
+            .collect();
+        let period_snapshot = devices.iter().map(|device| device.counters()).collect();
+        let fast_device_pages = (devices[0].capacity_bytes() / PAGE_BYTES).max(1);
+        Engine {
+            config,
+            reader,
+            controller,
+            now_ns: 0,
+            home,
+            segments,
+            device_next_ns: vec![u64::MAX; tiers],
+            device_outstanding: vec![0; tiers],
+            queue_limit,
+            host_queues: (0..tiers).map(|_| VecDeque::new()).collect(),
+            devices,
+            completions: Vec::new(),
+            timers: BinaryHeap::new(),
+            timer_sequence: 0,
+            volume: None,
+            origin_ns: None,
+            pending: None,
+            exhausted: false,
+            last_arrival_ns: 0,
+            requests_read: 0,
+            empty_requests: 0,
+            reordered_requests: 0,
+            requests: Slab::new(),
+            pieces: Slab::new(),
+            outstanding_requests: 0,
+            placement: vec![home as TierId; segments as usize],
+            slot: vec![0; segments as usize],
+            segment_in_flight: vec![0; segments as usize],
+            moving: vec![NOT_MOVING; segments as usize],
+            free_slots,
+            capacity_segments,
+            used_segments,
+            moves_touching: vec![0; tiers],
+            active: Vec::new(),
+            active_count: 0,
+            queued: VecDeque::new(),
+            move_log: Vec::new(),
+            moves_dropped: 0,
+            moved_ns_total: 0,
+            stall_ns_total: 0,
+            stall_ns_max: 0,
+            stalled_pieces: 0,
+            fast_device_pages,
+            cache_counters: CacheCounters::default(),
+            monitor: Monitor::new(config.period_ns, tiers, 0, config.history_periods),
+            response: LogHistogram::new(),
+            tier_response: (0..tiers).map(|_| LogHistogram::new()).collect(),
+            tier_bytes: vec![0; tiers],
+            completed: 0,
+            completed_first_hour: 0,
+            reads: 0,
+            writes: 0,
+            bytes: 0,
+            pieces_total: 0,
+            last_completion_ns: 0,
+            period_counters: PeriodCounters::default(),
+            period_snapshot,
+            periods: Vec::new(),
+            used_bytes_max: vec![0; tiers],
+        }
+    }
+
+    // ----- main loop -------------------------------------------------------
+
+    fn run(&mut self, progress: &mut dyn FnMut(Progress)) -> Result<(), SimError> {
+        let open_loop = matches!(self.config.replay, Replay::OpenLoop { .. });
+        if let Replay::ClosedLoop { queue_depth } = self.config.replay {
+            for _ in 0..queue_depth {
+                if !self.arrive_next()? {
+                    break;
+                }
+            }
+        }
+        let mut next_progress = PROGRESS_EVERY;
+        loop {
+            let arrival_ns = if open_loop {
+                self.peek_arrival()?
+            } else {
+                None
+            };
+            if arrival_ns.is_none() && self.exhausted && self.outstanding_requests == 0 {
+                break;
+            }
+            let (device_tier, device_ns) = self.next_device_event();
+            let timer_ns = self
+                .timers
+                .peek()
+                .map_or(u64::MAX, |Reverse((time, _, _))| *time);
+            let next_ns = device_ns.min(timer_ns).min(arrival_ns.unwrap_or(u64::MAX));
+            if next_ns == u64::MAX {
+                // Requests outstanding but nothing scheduled: cannot happen
+                // while every submitted IO reports a next event.
+                debug_assert!(false, "simulation stalled with requests outstanding");
+                break;
+            }
+            let period_end_ns = self.monitor.period_end_ns();
+            if period_end_ns <= next_ns {
+                self.close_period(period_end_ns, false)?;
+                continue;
+            }
+            self.now_ns = next_ns;
+            if device_ns == next_ns {
+                self.advance_device(device_tier)?;
+            } else if timer_ns == next_ns {
+                if let Some(Reverse((_, _, move_slot))) = self.timers.pop() {
+                    self.step_move(move_slot);
+                }
+            } else if let Some((_, request)) = self.pending.take() {
+                self.dispatch(request)?;
+            }
+            if self.completed >= next_progress {
+                next_progress = self.completed + PROGRESS_EVERY;
+                progress(Progress {
+                    requests: self.completed,
+                    now_ns: self.now_ns,
+                });
+            }
+        }
+        let end_ns = self.now_ns.max(self.last_completion_ns);
+        if end_ns > self.monitor.period_end_ns() - self.config.period_ns {
+            self.close_period(end_ns, true)?;
+        }
+        progress(Progress {
+            requests: self.completed,
+            now_ns: self.now_ns,
+        });
+        Ok(())
+    }
+
+    #[inline]
+    fn next_device_event(&self) -> (usize, u64) {
+        let mut best = (0, u64::MAX);
+        for (tier, next) in self.device_next_ns.iter().enumerate() {
+            if *next < best.1 {
+                best = (tier, *next);
+            }
+        }
+        best
+    }
+
+    // ----- arrivals --------------------------------------------------------
+
+    /// Next request inside the window, or `None` at the end.
+    fn read_next(&mut self) -> Result<Option<Request>, SimError> {
+        while !self.exhausted {
+            let Some(request) = self.reader.next_request()? else {
+                self.exhausted = true;
+                break;
+            };
+            self.requests_read += 1;
+            match self.volume {
+                None => self.volume = Some(request.volume),
+                Some(volume) if volume != request.volume => {
+                    let names = self.reader.volumes();
+                    let name = |id: VolumeId| {
+                        names
+                            .name(id)
+                            .map_or_else(|| id.to_string(), str::to_string)
+                    };
+                    return Err(SimError::SeveralVolumes {
+                        first: name(volume),
+                        other: name(request.volume),
+                    });
+                }
+                Some(_) => {}
+            }
+            let origin = *self.origin_ns.get_or_insert(request.time_ns);
+            let since_origin = request.time_ns.saturating_sub(origin);
+            if let Some(from) = self.config.window.from_ns {
+                if since_origin < from {
+                    continue;
+                }
+            }
+            if let Some(to) = self.config.window.to_ns {
+                if since_origin >= to {
+                    self.exhausted = true;
+                    break;
+                }
+            }
+            if request.length_bytes == 0 {
+                self.empty_requests += 1;
+                continue;
+            }
+            return Ok(Some(request));
+        }
+        Ok(None)
+    }
+
+    /// Open loop: the arrival time of the next request (reading it if needed).
+    fn peek_arrival(&mut self) -> Result<Option<u64>, SimError> {
+        if let Some((arrival, _)) = self.pending {
+            return Ok(Some(arrival));
+        }
+        let Some(request) = self.read_next()? else {
+            return Ok(None);
+        };
+        let Replay::OpenLoop { speed } = self.config.replay else {
+            return Ok(None);
+        };
+        let base = self.origin_ns.unwrap_or(0) + self.config.window.from_ns.unwrap_or(0);
+        let since = request.time_ns.saturating_sub(base);
+        let mut arrival = if speed == 1.0 {
+            since
+        } else {
+            (since as f64 / speed) as u64
+        };
+        // Never before "now": the devices' time only moves forward.
+        let floor = self.last_arrival_ns.max(self.now_ns);
+        if arrival < floor {
+            if arrival < self.last_arrival_ns {
+                self.reordered_requests += 1;
+            }
+            arrival = floor;
+        }
+        self.last_arrival_ns = arrival;
+        self.pending = Some((arrival, request));
+        Ok(Some(arrival))
+    }
+
+    /// Closed loop: issues the next request now. `false` at the end of the trace.
+    fn arrive_next(&mut self) -> Result<bool, SimError> {
+        match self.read_next()? {
+            Some(request) => {
+                self.last_arrival_ns = self.now_ns;
+                self.dispatch(request)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    // ----- requests --------------------------------------------------------
+
+    fn dispatch(&mut self, request: Request) -> Result<(), SimError> {
+        let end = request.end_bytes();
+        if end > self.config.volume_bytes || request.offset_bytes >= end {
+            return Err(SimError::BeyondVolume {
+                index: self.requests_read,
+                offset_bytes: request.offset_bytes,
+                length_bytes: request.length_bytes,
+                volume_bytes: self.config.volume_bytes,
+            });
+        }
+        let request_index = self.requests.insert(RequestState {
+            arrival_ns: self.now_ns,
+            pieces_left: 0,
+        });
+        self.outstanding_requests += 1;
+        match request.op {
+            Op::Read => self.reads += 1,
+            Op::Write => self.writes += 1,
+        }
+        self.bytes += request.length_bytes;
+        if matches!(self.controller, Controller::Cache(_)) {
+            self.dispatch_cache(request_index, &request);
+        } else {
+            self.dispatch_tiering(request_index, &request);
+        }
+        Ok(())
+    }
+
+    fn dispatch_tiering(&mut self, request_index: u32, request: &Request) {
+        let segment_bytes = self.config.segment_bytes;
+        let end = request.end_bytes();
+        let mut offset = request.offset_bytes;
+        // Count the pieces first so a piece completing never sees zero left early.
+        let first_segment = offset / segment_bytes;
+        let last_segment = (end - 1) / segment_bytes;
+        self.requests.get_mut(request_index).pieces_left =
+            (last_segment - first_segment + 1) as u32;
+        while offset < end {
+            let segment = offset / segment_bytes;
+            let piece_end = end.min((segment + 1) * segment_bytes);
+            let piece = Piece {
+                request: request_index,
+                segment: segment as SegmentId,
+                tier: 0,
+                is_write: request.op.is_write(),
+                volume_offset: offset,
+                bytes: piece_end - offset,
+                fill_offset: 0,
+                fill_bytes: 0,
+            };
+            let piece_index = self.pieces.insert(piece);
+            self.pieces_total += 1;
+            self.route_piece(piece_index);
+            offset = piece_end;
+        }
+    }
+
+    /// Sends a tiering piece to the device its segment lives on, or holds it
+    /// while its segment is switching over.
+    fn route_piece(&mut self, piece_index: u32) {
+        let piece = self.pieces.items[piece_index as usize];
+        let segment = piece.segment as usize;
+        let move_slot = self.moving[segment];
+        if move_slot != NOT_MOVING && move_slot != QUEUED {
+            if let Some(active) = self.active[move_slot as usize].as_mut() {
+                if active.phase == Phase::SwitchOver {
+                    active.waiting.push(piece_index);
+                    self.stalled_pieces += 1;
+                    return;
+                }
+            }
+        }
+        let tier = self.placement[segment];
+        let segment_bytes = self.config.segment_bytes;
+        let device_offset = if tier as usize == self.home {
+            piece.volume_offset
+        } else {
+            u64::from(self.slot[segment]) * segment_bytes + piece.volume_offset % segment_bytes
+        };
+        self.pieces.get_mut(piece_index).tier = tier;
+        self.segment_in_flight[segment] += 1;
+        self.submit(
+            tier as usize,
+            DeviceIo {
+                id: (KIND_USER << KIND_SHIFT) | u64::from(piece_index),
+                op: if piece.is_write { Op::Write } else { Op::Read },
+                offset_bytes: device_offset,
+                length_bytes: piece.bytes,
+                background: false,
+            },
+        );
+    }
+
+    /// Where cache page `page` lives on the fast device.
+    #[inline]
+    fn fast_offset(&self, page: u64, length: u64) -> u64 {
+        let offset = (page % self.fast_device_pages) * PAGE_BYTES;
+        let capacity = self.devices[0].capacity_bytes();
+        offset.min(capacity.saturating_sub(length))
+    }
+
+    fn dispatch_cache(&mut self, request_index: u32, request: &Request) {
+        let is_write = request.op.is_write();
+        let start = request.offset_bytes;
+        let end = request.end_bytes();
+        let first_page = start / PAGE_BYTES;
+        let last_page = (end - 1) / PAGE_BYTES;
+        // Every page is looked up in order; consecutive read pages with the
+        // same outcome (hit or miss) become one device IO.
+        let mut run: Option<(u64, bool)> = None;
+        for page in first_page..=last_page {
+            let access = match &mut self.controller {
+                Controller::Cache(cache) => cache.access(page, is_write),
+                Controller::Policy(_) => return,
+            };
+            let counters = &mut self.cache_counters;
+            counters.page_accesses += 1;
+            counters.page_hits += u64::from(access.hit);
+            if is_write {
+                counters.write_pages += 1;
+            } else {
+                counters.read_pages += 1;
+                counters.read_hit_pages += u64::from(access.hit);
+            }
+            if let Some(evicted) = access.evicted {
+                if evicted.dirty {
+                    self.cache_counters.dirty_evictions += 1;
+                    let offset = self.fast_offset(evicted.page, PAGE_BYTES);
+                    self.submit(
+                        0,
+                        DeviceIo {
+                            id: (KIND_WRITEBACK_READ << KIND_SHIFT) | (evicted.page & PAYLOAD_MASK),
+                            op: Op::Read,
+                            offset_bytes: offset,
+                            length_bytes: PAGE_BYTES,
+                            background: true,
+                        },
+                    );
+                } else {
+                    self.cache_counters.clean_evictions += 1;
+                }
+            }
+            if !is_write {
+                match run {
+                    Some((run_first, run_hit)) if run_hit != access.hit => {
+                        self.cache_run_piece(request_index, request, run_first, page - 1, run_hit);
+                        run = Some((page, access.hit));
+                    }
+                    None => run = Some((page, access.hit)),
+                    Some(_) => {}
+                }
+            }
+        }
+        if is_write {
+            // Write-back, write-allocate: the whole write goes to the fast tier.
+            let span = (last_page - first_page + 1) * PAGE_BYTES;
+            let device_offset = self.fast_offset(first_page, span) + start % PAGE_BYTES;
+            self.requests.get_mut(request_index).pieces_left += 1;
+            self.submit_cache_piece(
+                request_index,
+                request,
+                start,
+                end - start,
+                0,
+                device_offset,
+                0,
+                0,
+            );
+        } else if let Some((run_first, run_hit)) = run {
+            self.cache_run_piece(request_index, request, run_first, last_page, run_hit);
+        }
+    }
+
+    /// A read run of pages `first..=last` that all hit (fast) or all missed
+    /// (slow, then filled into the fast tier).
+    fn cache_run_piece(
+        &mut self,
+        request_index: u32,
+        request: &Request,
+        first: u64,
+        last: u64,
+        hit: bool,
+    ) {
+        let start = request.offset_bytes.max(first * PAGE_BYTES);
+        let end = request.end_bytes().min((last + 1) * PAGE_BYTES);
+        self.requests.get_mut(request_index).pieces_left += 1;
+        let run_bytes = (last - first + 1) * PAGE_BYTES;
+        if hit {
+            let device_offset = self.fast_offset(first, run_bytes) + (start - first * PAGE_BYTES);
+            self.submit_cache_piece(
+                request_index,
+                request,
+                start,
+                end - start,
+                0,
+                device_offset,
+                0,
+                0,
+            );
+        } else {
+            let fill_offset = self.fast_offset(first, run_bytes);
+            let home = self.home as TierId;
+            self.submit_cache_piece(
+                request_index,
+                request,
+                start,
+                end - start,
+                home,
+                start,
+                fill_offset,
+                run_bytes,
+            );
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn submit_cache_piece(
+        &mut self,
+        request_index: u32,
+        request: &Request,
+        volume_offset: u64,
+        bytes: u64,
+        tier: TierId,
+        device_offset: u64,
+        fill_offset: u64,
+        fill_bytes: u64,
+    ) {
+        let piece_index = self.pieces.insert(Piece {
+            request: request_index,
+            segment: (volume_offset / self.config.segment_bytes) as SegmentId,
+            tier,
+            is_write: request.op.is_write(),
+            volume_offset,
+            bytes,
+            fill_offset,
+            fill_bytes,
+        });
+        self.pieces_total += 1;
+        self.submit(
+            tier as usize,
+            DeviceIo {
+                id: (KIND_USER << KIND_SHIFT) | u64::from(piece_index),
+                op: request.op,
+                offset_bytes: device_offset,
+                length_bytes: bytes,
+                background: false,
+            },
+        );
+    }
+
+    // ----- devices ---------------------------------------------------------
+
+    /// Hands `io` to the device, or queues it in front when the device has
+    /// `queue_depth` IOs already.
+    #[inline]
+    fn submit(&mut self, tier: usize, io: DeviceIo) {
+        if self.device_outstanding[tier] < self.queue_limit[tier] {
+            self.device_outstanding[tier] += 1;
+            self.devices[tier].submit(self.now_ns, io);
+            self.device_next_ns[tier] = self.devices[tier].next_event_ns().unwrap_or(u64::MAX);
+        } else {
+            self.host_queues[tier].push_back(io);
+        }
+    }
+
+    /// Advances one device to `now` and handles what completed.
+    fn advance_device(&mut self, tier: usize) -> Result<(), SimError> {
+        let mut done = std::mem::take(&mut self.completions);
+        done.clear();
+        self.devices[tier].advance(self.now_ns, &mut done);
+        self.device_outstanding[tier] -= done.len().min(self.device_outstanding[tier]);
+        while self.device_outstanding[tier] < self.queue_limit[tier] {
+            let Some(io) = self.host_queues[tier].pop_front() else {
+                break;
+            };
+            self.device_outstanding[tier] += 1;
+            self.devices[tier].submit(self.now_ns, io);
+        }
+        self.device_next_ns[tier] = self.devices[tier].next_event_ns().unwrap_or(u64::MAX);
+        let mut outcome = Ok(());
+        for completion in done.iter() {
+            if let Err(error) = self.on_completion(tier, completion) {
+                outcome = Err(error);
+                break;
+            }
+        }
+        self.completions = done;
+        outcome
+    }
+
+    fn on_completion(&mut self, tier: usize, completion: &Completion) -> Result<(), SimError> {
+        let payload = completion.id & PAYLOAD_MASK;
+        match completion.id >> KIND_SHIFT {
+            KIND_USER => self.complete_piece(payload as u32, completion.done_ns)?,
+            KIND_MIGRATION_READ => self.chunk_read_done((payload >> 32) as u32, payload as u32),
+            KIND_MIGRATION_WRITE => self.chunk_write_done((payload >> 32) as u32, payload as u32),
+            KIND_CACHE_FILL => {
+                self.monitor.record_migration_io(tier as TierId, payload);
+            }
+            KIND_WRITEBACK_READ => {
+                self.monitor.record_migration_io(tier as TierId, PAGE_BYTES);
+                let offset = payload * PAGE_BYTES;
+                let length = PAGE_BYTES.min(self.config.volume_bytes.saturating_sub(offset));
+                if length > 0 {
+                    self.cache_counters.writeback_bytes += length;
+                    self.submit(
+                        self.home,
+                        DeviceIo {
+                            id: KIND_WRITEBACK_WRITE << KIND_SHIFT,
+                            op: Op::Write,
+                            offset_bytes: offset,
+                            length_bytes: length,
+                            background: true,
+                        },
+                    );
+                }
+            }
+            KIND_WRITEBACK_WRITE => {
+                self.monitor.record_migration_io(tier as TierId, PAGE_BYTES);
+            }
+            _ => debug_assert!(false, "unknown IO id {:#x}", completion.id),
+        }
+        Ok(())
+    }
+
+    fn complete_piece(&mut self, piece_index: u32, done_ns: u64) -> Result<(), SimError> {
+        let piece = self.pieces.take(piece_index);
+        let request = *self.requests.get_mut(piece.request);
+        let response_ns = done_ns.saturating_sub(request.arrival_ns);
+        let tier = piece.tier as usize;
+        self.tier_response[tier].record(response_ns);
+        self.tier_bytes[tier] += piece.bytes;
+        self.monitor.record_user_io(
+            piece.segment,
+            piece.tier,
+            piece.is_write,
+            piece.bytes,
+            response_ns,
+            self.moves_touching[tier] > 0,
+        );
+        if piece.fill_bytes > 0 {
+            self.cache_counters.fill_bytes += piece.fill_bytes;
+            self.submit(
+                0,
+                DeviceIo {
+                    id: (KIND_CACHE_FILL << KIND_SHIFT) | (piece.fill_bytes & PAYLOAD_MASK),
+                    op: Op::Write,
+                    offset_bytes: piece.fill_offset,
+                    length_bytes: piece.fill_bytes,
+                    background: true,
+                },
+            );
+        }
+        if matches!(self.controller, Controller::Policy(_)) {
+            let segment = piece.segment as usize;
+            self.segment_in_flight[segment] -= 1;
+            let move_slot = self.moving[segment];
+            if move_slot != NOT_MOVING && move_slot != QUEUED {
+                let chunk_bytes = self.config.stack.migration.chunk_bytes;
+                let segment_bytes = self.config.segment_bytes;
+                let mut step = false;
+                if let Some(active) = self.active[move_slot as usize].as_mut() {
+                    if piece.is_write && piece.tier == active.plan.from {
+                        // Acknowledged on the source after (or while) its
+                        // chunks were read: they must be copied again.
+                        let start = piece.volume_offset % segment_bytes;
+                        let first = (start / chunk_bytes) as u32;
+                        let last = ((start + piece.bytes - 1) / chunk_bytes) as u32;
+                        for chunk in first..=last.min(active.chunks - 1) {
+                            active.set_dirty(chunk);
+                        }
+                    }
+                    step = active.phase == Phase::SwitchOver && !active.chunk_in_flight;
+                }
+                if step {
+                    self.step_move(move_slot);
+                }
+            }
+        }
+        let state = self.requests.get_mut(piece.request);
+        state.pieces_left -= 1;
+        if state.pieces_left == 0 {
+            self.requests.take(piece.request);
+            self.finish_request(request.arrival_ns, done_ns)?;
+        }
+        Ok(())
+    }
+
+    fn finish_request(&mut self, arrival_ns: u64, done_ns: u64) -> Result<(), SimError> {
+        let response_ns = done_ns.saturating_sub(arrival_ns);
+        self.response.record(response_ns);
+        self.completed += 1;
+        if done_ns <= HOUR_NS {
+            self.completed_first_hour += 1;
+        }
+        self.outstanding_requests -= 1;
+        self.last_completion_ns = self.last_completion_ns.max(done_ns);
+        self.period_counters.requests += 1;
+        self.period_counters.response_ns_total += u128::from(response_ns);
+        if matches!(self.config.replay, Replay::ClosedLoop { .. }) {
+            self.arrive_next()?;
+        }
+        Ok(())
+    }
+
+    // ----- migration -------------------------------------------------------
+
+    /// Validates the plan's moves in order and queues the valid ones.
+    fn accept_plan(&mut self, plan: Plan) {
+        let tiers = self.devices.len();
+        for proposed in plan.moves {
+            let segment = proposed.segment as usize;
+            let valid = (segment as u64) < self.segments
+                && (proposed.to as usize) < tiers
+                && proposed.to != proposed.from
+                && self.placement[segment] == proposed.from
+                && self.moving[segment] == NOT_MOVING
+                && self.used_segments[proposed.to as usize]
+                    < self.capacity_segments[proposed.to as usize];
+            if !valid {
+                self.moves_dropped += 1;
+                continue;
+            }
+            self.moving[segment] = QUEUED;
+            self.used_segments[proposed.from as usize] -= 1;
+            self.used_segments[proposed.to as usize] += 1;
+            self.queued.push_back(QueuedMove {
+                plan: proposed,
+                accepted_ns: self.now_ns,
+            });
+        }
+        self.start_moves();
+    }
+
+    /// Starts queued moves while move slots are free and their target has a
+    /// free physical slot (a demotion ahead in the queue may free it).
+    fn start_moves(&mut self) {
+        let limit = self.config.stack.migration.max_concurrent_moves;
+        while self.active_count < limit {
+            let Some(position) = self.queued.iter().position(|queued| {
+                let target = queued.plan.to as usize;
+                target == self.home || !self.free_slots[target].is_empty()
+            }) else {
+                break;
+            };
+            let Some(queued) = self.queued.remove(position) else {
+                break;
+            };
+            self.start_move(queued);
+        }
+    }
+
+    fn start_move(&mut self, queued: QueuedMove) {
+        let segment_bytes = self.config.segment_bytes;
+        let chunk_bytes = self.config.stack.migration.chunk_bytes;
+        let segment = queued.plan.segment as usize;
+        let from = queued.plan.from as usize;
+        let to = queued.plan.to as usize;
+        let segment_start = segment as u64 * segment_bytes;
+        let segment_len = segment_bytes.min(self.config.volume_bytes - segment_start);
+        let source_base = if from == self.home {
+            segment_start
+        } else {
+            u64::from(self.slot[segment]) * segment_bytes
+        };
+        let target_slot = if to == self.home {
+            None
+        } else {
+            self.free_slots[to].pop()
+        };
+        let target_base = match target_slot {
+            Some(slot) => u64::from(slot) * segment_bytes,
+            None => segment_start,
+        };
+        let chunks = segment_len.div_ceil(chunk_bytes) as u32;
+        let words = chunks.div_ceil(64) as usize;
+        let mut dirty = vec![u64::MAX; words];
+        if chunks % 64 != 0 {
+            dirty[words - 1] = (1u64 << (chunks % 64)) - 1;
+        }
+        let active = ActiveMove {
+            plan: queued.plan,
+            accepted_ns: queued.accepted_ns,
+            start_ns: self.now_ns,
+            source_base,
+            target_base,
+            target_slot,
+            segment_len,
+            chunks,
+            dirty,
+            dirty_count: chunks,
+            cursor: 0,
+            passes: 0,
+            phase: Phase::Copying,
+            chunk_in_flight: false,
+            copied_bytes: 0,
+            switch_start_ns: 0,
+            waiting: Vec::new(),
+        };
+        let move_slot = match self.active.iter().position(Option::is_none) {
+            Some(free) => {
+                self.active[free] = Some(active);
+                free as u32
+            }
+            None => {
+                self.active.push(Some(active));
+                (self.active.len() - 1) as u32
+            }
+        };
+        self.moving[segment] = move_slot;
+        self.active_count += 1;
+        self.moves_touching[from] += 1;
+        self.moves_touching[to] += 1;
+        self.period_counters.moves_started += 1;
+        self.step_move(move_slot);
+    }
+
+    /// Issues the next chunk of a move, enters switch-over, or flips.
+    fn step_move(&mut self, move_slot: u32) {
+        let config: &'run SimConfig = self.config;
+        let migration = &config.stack.migration;
+        let Some(active) = self.active[move_slot as usize].as_mut() else {
+            return;
+        };
+        if active.chunk_in_flight {
+            return;
+        }
+        let segment = active.plan.segment as usize;
+        let mut next = active.next_dirty(active.cursor);
+        if active.phase == Phase::Copying && next.is_none() {
+            active.passes += 1;
+            if active.dirty_count <= migration.switch_over_dirty_chunks
+                || active.passes >= migration.max_copy_passes
+            {
+                active.phase = Phase::SwitchOver;
+                active.switch_start_ns = self.now_ns;
+            }
+            active.cursor = 0;
+            next = active.next_dirty(0);
+        }
+        if active.phase == Phase::SwitchOver && next.is_none() {
+            // Wrap once: dirty chunks behind the cursor.
+            next = active.next_dirty(0);
+        }
+        match next {
+            Some(chunk) => {
+                active.clear_dirty(chunk);
+                active.cursor = chunk + 1;
+                active.chunk_in_flight = true;
+                let length = active.chunk_len(chunk, migration.chunk_bytes);
+                let offset = active.source_base + u64::from(chunk) * migration.chunk_bytes;
+                let from = active.plan.from as usize;
+                self.submit(
+                    from,
+                    DeviceIo {
+                        id: (KIND_MIGRATION_READ << KIND_SHIFT)
+                            | (u64::from(move_slot) << 32)
+                            | u64::from(chunk),
+                        op: Op::Read,
+                        offset_bytes: offset,
+                        length_bytes: length,
+                        background: true,
+                    },
+                );
+            }
+            None => {
+                if active.phase == Phase::SwitchOver && self.segment_in_flight[segment] == 0 {
+                    self.flip(move_slot);
+                }
+                // Otherwise in-flight user IO to the segment must drain
+                // first; its completion steps the move again.
+            }
+        }
+    }
+
+    fn chunk_read_done(&mut self, move_slot: u32, chunk: u32) {
+        let chunk_bytes = self.config.stack.migration.chunk_bytes;
+        let Some(active) = self.active[move_slot as usize].as_ref() else {
+            return;
+        };
+        let length = active.chunk_len(chunk, chunk_bytes);
+        let from = active.plan.from;
+        let to = active.plan.to as usize;
+        let offset = active.target_base + u64::from(chunk) * chunk_bytes;
+        self.monitor.record_migration_io(from, length);
+        self.submit(
+            to,
+            DeviceIo {
+                id: (KIND_MIGRATION_WRITE << KIND_SHIFT)
+                    | (u64::from(move_slot) << 32)
+                    | u64::from(chunk),
+                op: Op::Write,
+                offset_bytes: offset,
+                length_bytes: length,
+                background: true,
+            },
+        );
+    }
+
+    fn chunk_write_done(&mut self, move_slot: u32, chunk: u32) {
+        let config: &'run SimConfig = self.config;
+        let migration = &config.stack.migration;
+        let now = self.now_ns;
+        let Some(active) = self.active[move_slot as usize].as_mut() else {
+            return;
+        };
+        let length = active.chunk_len(chunk, migration.chunk_bytes);
+        active.chunk_in_flight = false;
+        active.copied_bytes += length;
+        let to = active.plan.to;
+        let mut resume_ns = now;
+        if active.phase == Phase::Copying {
+            resume_ns = now.saturating_add(migration.chunk_gap_ns);
+            if let Some(bandwidth) = migration.max_bandwidth_bytes_per_second {
+                let paced = active.start_ns.saturating_add(
+                    (u128::from(active.copied_bytes) * 1_000_000_000 / u128::from(bandwidth))
+                        .min(u128::from(u64::MAX)) as u64,
+                );
+                resume_ns = resume_ns.max(paced);
+            }
+        }
+        self.monitor.record_migration_io(to, length);
+        if resume_ns > now {
+            self.timer_sequence += 1;
+            self.timers
+                .push(Reverse((resume_ns, self.timer_sequence, move_slot)));
+        } else {
+            self.step_move(move_slot);
+        }
+    }
+
+    /// Switch-over complete: the table points at the target, the source slot
+    /// is freed, held IO is released to the target.
+    fn flip(&mut self, move_slot: u32) {
+        let Some(active) = self.active[move_slot as usize].take() else {
+            return;
+        };
+        let segment = active.plan.segment as usize;
+        let from = active.plan.from as usize;
+        let to = active.plan.to as usize;
+        if from != self.home {
+            self.free_slots[from].push(self.slot[segment]);
+        }
+        if let Some(slot) = active.target_slot {
+            self.slot[segment] = slot;
+        }
+        self.placement[segment] = to as TierId;
+        self.moving[segment] = NOT_MOVING;
+        self.active_count -= 1;
+        self.moves_touching[from] -= 1;
+        self.moves_touching[to] -= 1;
+        let stall_ns = self.now_ns - active.switch_start_ns;
+        self.stall_ns_total += u128::from(stall_ns);
+        self.stall_ns_max = self.stall_ns_max.max(stall_ns);
+        self.moved_ns_total += u128::from(self.now_ns - active.start_ns);
+        self.period_counters.moves_finished += 1;
+        self.move_log.push(MoveRecord {
+            segment: active.plan.segment,
+            from: active.plan.from,
+            to: active.plan.to,
+            accepted_ns: active.accepted_ns,
+            start_ns: active.start_ns,
+            end_ns: self.now_ns,
+            bytes: active.copied_bytes,
+            copy_passes: active.passes,
+            stall_ns,
+            rule: active.plan.reason.rule.clone(),
+            detail: active.plan.reason.detail.clone(),
+        });
+        for piece_index in active.waiting {
+            self.route_piece(piece_index);
+        }
+        self.start_moves();
+    }
+
+    // ----- periods ---------------------------------------------------------
+
+    fn used_bytes(&self, tier: usize) -> u64 {
+        if tier == self.home {
+            return self.config.volume_bytes;
+        }
+        match &self.controller {
+            Controller::Cache(cache) => {
+                if tier == 0 {
+                    cache.len() * PAGE_BYTES
+                } else {
+                    0
+                }
+            }
+            Controller::Policy(_) => {
+                u64::from(self.capacity_segments[tier] - self.free_slots[tier].len() as u32)
+                    * self.config.segment_bytes
+            }
+        }
+    }
+
+    fn close_period(&mut self, end_ns: u64, last: bool) -> Result<(), SimError> {
+        self.now_ns = self.now_ns.max(end_ns);
+        for tier in 0..self.devices.len() {
+            self.advance_device(tier)?;
+        }
+        let tiers = self.devices.len();
+        let counters: Vec<DeviceCounters> = self
+            .devices
+            .iter()
+            .map(|device| device.counters())
+            .collect();
+        let deltas: Vec<DeviceCounters> = counters
+            .iter()
+            .zip(&self.period_snapshot)
+            .map(|(now, before)| now.since(before))
+            .collect();
+        let busy: Vec<u64> = deltas.iter().map(|delta| delta.busy_ns).collect();
+        let start_ns = self.monitor.period_end_ns() - self.config.period_ns;
+        let closed = self.monitor.close_period(&busy);
+        let index = closed.index;
+        let user_ios: Vec<(u64, u64)> = closed
+            .tiers
+            .iter()
+            .map(|tier| (tier.ios, tier.migration_ios))
+            .collect();
+        let record_end_ns = if last {
+            end_ns
+        } else {
+            start_ns + self.config.period_ns
+        };
+        let duration_ns = record_end_ns.saturating_sub(start_ns).max(1);
+        let mut tier_periods = Vec::with_capacity(tiers);
+        for tier in 0..tiers {
+            let delta = &deltas[tier];
+            let device_ios = delta.ios();
+            let used_bytes = self.used_bytes(tier);
+            self.used_bytes_max[tier] = self.used_bytes_max[tier].max(used_bytes);
+            tier_periods.push(TierPeriod {
+                user_ios: user_ios[tier].0,
+                migration_ios: user_ios[tier].1,
+                device_ios,
+                iops: device_ios as f64 * 1e9 / duration_ns as f64,
+                util: (delta.busy_ns as f64 / duration_ns as f64).min(1.0),
+                svctm_ms: ratio_ms(u128::from(delta.busy_ns), device_ios),
+                await_ms: ratio_ms(u128::from(delta.response_ns_total), device_ios),
+                used_bytes,
+            });
+        }
+        let counters_now = std::mem::take(&mut self.period_counters);
+        self.periods.push(PeriodRecord {
+            index,
+            start_ns,
+            end_ns: record_end_ns,
+            requests: counters_now.requests,
+            avg_response_us: if counters_now.requests == 0 {
+                0.0
+            } else {
+                counters_now.response_ns_total as f64 / counters_now.requests as f64 / 1e3
+            },
+            moves_started: counters_now.moves_started,
+            moves_finished: counters_now.moves_finished,
+            tiers: tier_periods,
+        });
+        self.period_snapshot = counters;
+        if !last {
+            self.plan_moves(end_ns);
+        }
+        Ok(())
+    }
+
+    fn plan_moves(&mut self, end_ns: u64) {
+        let Controller::Policy(policy) = &mut self.controller else {
+            return;
+        };
+        let in_flight: Vec<Move> = self
+            .active
+            .iter()
+            .flatten()
+            .map(|active| active.plan.clone())
+            .chain(self.queued.iter().map(|queued| queued.plan.clone()))
+            .collect();
+        let tier_infos: Vec<TierInfo> = self
+            .config
+            .stack
+            .tiers
+            .iter()
+            .enumerate()
+            .map(|(index, tier)| TierInfo {
+                name: tier.name.clone(),
+                capacity_segments: self.capacity_segments[index],
+                used_segments: self.used_segments[index],
+            })
+            .collect();
+        let completed_moves = self.move_log.len() as u64;
+        let view = View {
+            now_ns: end_ns,
+            period_ns: self.config.period_ns,
+            segment_bytes: self.config.segment_bytes,
+            segments: self.segments as u32,
+            history: self.monitor.history(),
+            placement: &self.placement,
+            in_flight: &in_flight,
+            tiers: &tier_infos,
+            migration: MigrationStats {
+                completed_moves,
+                mean_move_ns: (completed_moves > 0)
+                    .then(|| self.moved_ns_total as f64 / completed_moves as f64),
+            },
+        };
+        let plan = policy.plan(&view);
+        if !plan.moves.is_empty() {
+            self.accept_plan(plan);
+        }
+    }
+
+    // ----- result ----------------------------------------------------------
+
+    fn finish(self, policy_name: &str) -> RunResult {
+        let elapsed_ns = self.last_completion_ns;
+        let seconds = elapsed_ns as f64 / 1e9;
+        let avg_iops = if seconds > 0.0 {
+            self.completed as f64 / seconds
+        } else {
+            0.0
+        };
+        let first_hour_seconds = seconds.min(HOUR_NS as f64 / 1e9);
+        let avg_iops_first_hour = if first_hour_seconds > 0.0 {
+            self.completed_first_hour as f64 / first_hour_seconds
+        } else {
+            0.0
+        };
+        let tiers = self.devices.len();
+        let user_pieces: u64 = self.tier_response.iter().map(LogHistogram::count).sum();
+        let mut tier_results = Vec::with_capacity(tiers);
+        for tier in 0..tiers {
+            let counters = self.devices[tier].counters();
+            let ios = counters.ios();
+            let histogram = self.tier_response[tier].clone();
+            let spec = &self.config.stack.tiers[tier];
+            tier_results.push(TierResult {
+                name: spec.name.clone(),
+                device: crate::stack::device_name(spec.device),
+                capacity_bytes: self.config.tier_capacity_bytes(tier),
+                user_ios: histogram.count(),
+                user_bytes: self.tier_bytes[tier],
+                io_share: share(histogram.count(), user_pieces),
+                avg_response_us: histogram.mean_ns().unwrap_or(0.0) / 1e3,
+                response: histogram,
+                util: if elapsed_ns > 0 {
+                    (counters.busy_ns as f64 / elapsed_ns as f64).min(1.0)
+                } else {
+                    0.0
+                },
+                svctm_ms: ratio_ms(u128::from(counters.busy_ns), ios),
+                await_ms: ratio_ms(u128::from(counters.response_ns_total), ios),
+                iops: if seconds > 0.0 {
+                    ios as f64 / seconds
+                } else {
+                    0.0
+                },
+                counters,
+                used_bytes_max: self.used_bytes_max[tier],
+            });
+        }
+        let cache = match &self.controller {
+            Controller::Cache(cache) => {
+                let counters = &self.cache_counters;
+                Some(CacheResult {
+                    kind: cache.name().to_string(),
+                    capacity_pages: cache.capacity_pages(),
+                    page_accesses: counters.page_accesses,
+                    page_hits: counters.page_hits,
+                    hit_ratio: share(counters.page_hits, counters.page_accesses),
+                    read_pages: counters.read_pages,
+                    read_hit_pages: counters.read_hit_pages,
+                    write_pages: counters.write_pages,
+                    dirty_evictions: counters.dirty_evictions,
+                    clean_evictions: counters.clean_evictions,
+                    fill_bytes: counters.fill_bytes,
+                    writeback_bytes: counters.writeback_bytes,
+                    fast_access_ratio: share(
+                        counters.read_hit_pages + counters.write_pages,
+                        counters.page_accesses,
+                    ),
+                })
+            }
+            Controller::Policy(_) => None,
+        };
+        let fast_io_share = match &cache {
+            Some(cache) => cache.fast_access_ratio,
+            None => share(self.tier_response[0].count(), user_pieces),
+        };
+        let moves = self.move_log.len() as u64;
+        let home_svctm_ms = tier_results[self.home].svctm_ms;
+        let home_util = tier_results[self.home].util;
+        let to_us = |ns: Option<u64>| ns.map_or(0.0, |ns| ns as f64 / 1e3);
+        RunResult {
+            policy: policy_name.to_string(),
+            avg_iops,
+            avg_response_us: self.response.mean_ns().unwrap_or(0.0) / 1e3,
+            fast_io_share,
+            fast_bytes_max: self.used_bytes_max[0],
+            migrated_bytes: self.move_log.iter().map(|record| record.bytes).sum(),
+            avg_iops_first_hour,
+            requests: self.completed,
+            reads: self.reads,
+            writes: self.writes,
+            bytes: self.bytes,
+            pieces: self.pieces_total,
+            empty_requests: self.empty_requests,
+            reordered_requests: self.reordered_requests,
+            elapsed_ns,
+            last_arrival_ns: self.last_arrival_ns,
+            response_p50_us: to_us(self.response.quantile_ns(0.5)),
+            response_p90_us: to_us(self.response.quantile_ns(0.9)),
+            response_p99_us: to_us(self.response.quantile_ns(0.99)),
+            response_p999_us: to_us(self.response.quantile_ns(0.999)),
+            response_max_us: to_us(self.response.max_ns()),
+            response: self.response.clone(),
+            home_svctm_ms,
+            home_util,
+            moves,
+            moves_unfinished: u64::from(self.active_count) + self.queued.len() as u64,
+            moves_dropped: self.moves_dropped,
+            switch_over_stall_max_us: self.stall_ns_max as f64 / 1e3,
+            switch_over_stall_mean_us: if moves > 0 {
+                self.stall_ns_total as f64 / moves as f64 / 1e3
+            } else {
+                0.0
+            },
+            stalled_pieces: self.stalled_pieces,
+            move_mean_us: (moves > 0).then(|| self.moved_ns_total as f64 / moves as f64 / 1e3),
+            tiers: tier_results,
+            cache,
+            gain: None,
+            move_log: self.move_log,
+            periods: self.periods,
+            settings: RunSettings {
+                segment_bytes: self.config.segment_bytes,
+                volume_bytes: self.config.volume_bytes,
+                segments: self.segments,
+                period_ns: self.config.period_ns,
+                replay: self.config.replay,
+                window: self.config.window,
+                seed: self.config.seed,
+                chunk_bytes: self.config.stack.migration.chunk_bytes,
+                max_concurrent_moves: self.config.stack.migration.max_concurrent_moves,
+                cache_bytes: self.config.cache_bytes,
+            },
+        }
+    }
+}
+
+fn share(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+/// `total_ns / count` in milliseconds, 0 without IOs.
+fn ratio_ms(total_ns: u128, count: u64) -> f64 {
+    if count == 0 {
+        0.0
+    } else {
+        total_ns as f64 / count as f64 / 1e6
+    }
+}

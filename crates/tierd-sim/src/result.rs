@@ -1,0 +1,248 @@
+//! What a run reports. Everything is in virtual time; nothing here depends on
+//! the machine the simulation ran on, so the same seed and trace give the
+//! same JSON byte for byte.
+//!
+//! The JSON keys of [`SimReport`] and the first block of [`RunResult`]
+//! fields (`policy`, `avg_iops`, `avg_response_us`, `fast_io_share`,
+//! `fast_bytes_max`, `migrated_bytes`) are public interface.
+
+use serde::Serialize;
+use tierd_device::DeviceCounters;
+
+use crate::histogram::LogHistogram;
+
+/// All runs over one trace and tier stack.
+#[derive(Clone, Debug, Serialize)]
+pub struct SimReport {
+    /// The trace file, or the synthetic label (`tierd_synth::label`).
+    pub trace: String,
+    /// `"file"` or `"synthetic"`.
+    pub trace_kind: String,
+    /// Tier-stack name (preset or file).
+    pub tiers: String,
+    pub runs: Vec<RunResult>,
+}
+
+impl SimReport {
+    /// Fills every run's [`RunResult::gain`] against the `none` run, when
+    /// there is one.
+    pub fn compute_gains(&mut self) {
+        let Some(baseline) = self
+            .runs
+            .iter()
+            .find(|run| run.policy == "none")
+            .map(|run| (run.avg_iops, run.avg_iops_first_hour, run.avg_response_us))
+        else {
+            return;
+        };
+        let (iops, iops_first_hour, response_us) = baseline;
+        for run in &mut self.runs {
+            let ratio = |value: f64, base: f64| (base > 0.0).then(|| value / base);
+            run.gain = Some(Gain {
+                baseline: "none".to_string(),
+                iops_ratio: ratio(run.avg_iops, iops),
+                iops_first_hour_ratio: ratio(run.avg_iops_first_hour, iops_first_hour),
+                response_ratio: ratio(run.avg_response_us, response_us),
+            });
+        }
+    }
+}
+
+/// A run compared with the baseline (`none`: everything on home).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Gain {
+    pub baseline: String,
+    /// avg_iops / baseline avg_iops (paper 000 Table 4's gain is this − 1).
+    pub iops_ratio: Option<f64>,
+    pub iops_first_hour_ratio: Option<f64>,
+    /// avg_response / baseline avg_response (paper 002 Table 5's C/A).
+    pub response_ratio: Option<f64>,
+}
+
+/// One policy over one trace.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunResult {
+    /// Strategy name: `none`, `otf-ast`, `atsmf`, `fifo`, `lru`, `arc`, `s3fifo`.
+    pub policy: String,
+    /// Completed user requests / replay duration (first arrival to last completion).
+    pub avg_iops: f64,
+    /// Mean user response time (arrival to completion of the last piece), µs.
+    pub avg_response_us: f64,
+    /// Share of user IOs served by the fastest tier (tiering: request pieces;
+    /// caches: 4 KiB pages: read hits and writes over all pages).
+    pub fast_io_share: f64,
+    /// Most bytes held on the fastest tier at any period end (caches: pages resident).
+    pub fast_bytes_max: u64,
+    /// Bytes copied by completed moves (re-copies of dirty chunks included).
+    pub migrated_bytes: u64,
+
+    /// Completed requests / the first hour of replay (the whole replay when shorter),
+    /// as paper 000 Table 4 measured it.
+    pub avg_iops_first_hour: f64,
+    /// Requests completed (split requests count once).
+    pub requests: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub bytes: u64,
+    /// Device IOs the requests were split into (at segment or cache-run boundaries).
+    pub pieces: u64,
+    /// Requests of zero length, skipped.
+    pub empty_requests: u64,
+    /// Requests whose timestamp went backwards; replayed at the previous arrival.
+    pub reordered_requests: u64,
+    /// Virtual time from the first arrival to the last completion.
+    pub elapsed_ns: u64,
+    /// Arrival of the last request (open loop: the trace's span / speed).
+    pub last_arrival_ns: u64,
+    /// Response time percentiles, µs (bucket upper bounds, ≤ 6.25 % high).
+    pub response_p50_us: f64,
+    pub response_p90_us: f64,
+    pub response_p99_us: f64,
+    pub response_p999_us: f64,
+    pub response_max_us: f64,
+    /// Response time of every request.
+    pub response: LogHistogram,
+    /// Home (last) tier over the run: iostat svctm (busy / IOs) and %util/100.
+    pub home_svctm_ms: f64,
+    pub home_util: f64,
+    /// Moves completed, still running at the end, and dropped as invalid.
+    pub moves: u64,
+    pub moves_unfinished: u64,
+    pub moves_dropped: u64,
+    /// Switch-over stalls (IO to the segment held while the last dirty chunks
+    /// are copied and the table flips), over completed moves, µs.
+    pub switch_over_stall_max_us: f64,
+    pub switch_over_stall_mean_us: f64,
+    /// Request pieces that waited for a switch-over.
+    pub stalled_pieces: u64,
+    /// Mean move duration (start of copy to flip), µs; ATSMF's AveMgTime.
+    pub move_mean_us: Option<f64>,
+    pub tiers: Vec<TierResult>,
+    /// Caching baselines only.
+    pub cache: Option<CacheResult>,
+    /// Versus the `none` run of the same report.
+    pub gain: Option<Gain>,
+    /// Every completed move, in completion order.
+    pub move_log: Vec<MoveRecord>,
+    /// One entry per period (the last one may be partial).
+    pub periods: Vec<PeriodRecord>,
+    /// The settings of the run.
+    pub settings: RunSettings,
+}
+
+/// Settings echoed in the result, so a result file says how it was made.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunSettings {
+    pub segment_bytes: u64,
+    pub volume_bytes: u64,
+    pub segments: u64,
+    pub period_ns: u64,
+    pub replay: crate::config::Replay,
+    pub window: crate::config::Window,
+    pub seed: u64,
+    pub chunk_bytes: u64,
+    pub max_concurrent_moves: u32,
+    pub cache_bytes: Option<u64>,
+}
+
+/// One tier over the whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct TierResult {
+    pub name: String,
+    /// Device preset or model name.
+    pub device: String,
+    pub capacity_bytes: u64,
+    /// User request pieces served here.
+    pub user_ios: u64,
+    pub user_bytes: u64,
+    /// user_ios / all user pieces.
+    pub io_share: f64,
+    /// Response of user pieces served here (from their request's arrival).
+    pub response: LogHistogram,
+    pub avg_response_us: f64,
+    /// The device's own counters (user and background IOs).
+    pub counters: DeviceCounters,
+    /// iostat figures over the run: %util/100, svctm = busy / IOs, await = response / IOs.
+    pub util: f64,
+    pub svctm_ms: f64,
+    pub await_ms: f64,
+    pub iops: f64,
+    /// Most bytes in use at a period end (home: the volume).
+    pub used_bytes_max: u64,
+}
+
+/// Page-cache baseline figures.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CacheResult {
+    pub kind: String,
+    pub capacity_pages: u64,
+    pub page_accesses: u64,
+    pub page_hits: u64,
+    /// page_hits / page_accesses: what a direct replay through the cache gives.
+    pub hit_ratio: f64,
+    pub read_pages: u64,
+    pub read_hit_pages: u64,
+    pub write_pages: u64,
+    pub dirty_evictions: u64,
+    pub clean_evictions: u64,
+    /// Background traffic: read-miss fills into the fast tier, dirty
+    /// write-backs to the slow tier.
+    pub fill_bytes: u64,
+    pub writeback_bytes: u64,
+    /// Share of pages served by the fast tier (read hits + writes): paper
+    /// 002's memory access ratio.
+    pub fast_access_ratio: f64,
+}
+
+/// A completed move.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MoveRecord {
+    pub segment: u32,
+    pub from: u8,
+    pub to: u8,
+    /// When the plan was accepted, copying started, and the table flipped.
+    pub accepted_ns: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Bytes copied (dirty chunks re-copied count again).
+    pub bytes: u64,
+    pub copy_passes: u32,
+    /// Time new IO to the segment was held at switch-over.
+    pub stall_ns: u64,
+    pub rule: String,
+    pub detail: String,
+}
+
+/// One period, per tier, iostat style.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PeriodRecord {
+    pub index: u64,
+    pub start_ns: u64,
+    /// End of the period (the last period ends at the last completion).
+    pub end_ns: u64,
+    /// User requests completed in the period and their mean response.
+    pub requests: u64,
+    pub avg_response_us: f64,
+    pub moves_started: u64,
+    pub moves_finished: u64,
+    pub tiers: Vec<TierPeriod>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct TierPeriod {
+    /// User request pieces completed here.
+    pub user_ios: u64,
+    /// Migration (or cache fill / write-back) IOs completed here.
+    pub migration_ios: u64,
+    /// All IOs the device completed and iops over the period (iostat r/s + w/s).
+    pub device_ios: u64,
+    pub iops: f64,
+    /// Busy fraction (iostat %util / 100).
+    pub util: f64,
+    /// iostat svctm: busy time / IOs.
+    pub svctm_ms: f64,
+    /// iostat await: response time / IOs.
+    pub await_ms: f64,
+    /// Bytes held on this tier at the period end.
+    pub used_bytes: u64,
+}

@@ -1,0 +1,574 @@
+//! Tier stacks: which devices, how large, in which order, and how segments
+//! move between them. Written in TOML (`--tiers FILE.toml`) or taken from an
+//! embedded preset (`hdd-ssd`, `ssd-mem`).
+//!
+//! ```toml
+//! name = "hdd-ssd"
+//! segment_bytes = "1GiB"          # default segment size (power of two)
+//!
+//! [[tier]]                        # tier 0: the fastest
+//! name = "ssd"
+//! device = "x25e"                 # a tierd_device::DevicePreset name
+//! capacity = "64GB"               # required on every tier but the last
+//! queue_depth = 128               # optional: IOs the host keeps at the device
+//! [tier.model]                    # optional: model overrides, passed through
+//!
+//! [[tier]]                        # the last tier is home: it holds every segment
+//! name = "hdd"
+//! device = "savvio10k4"           # capacity optional: default = the volume size
+//!
+//! [migration]
+//! chunk_bytes = "1MiB"
+//! max_concurrent_moves = 1
+//! chunk_gap = "0s"                # pause between chunks of one move
+//! max_bandwidth = "200MB"         # bytes per second per move; absent = unpaced
+//! switch_over_dirty_chunks = 8
+//! max_copy_passes = 4
+//! ```
+//!
+//! Every key is checked: an unknown key, a bad unit or an out-of-range value
+//! is an error that names the key and what is allowed.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use tierd_common::units::{parse_bytes, parse_duration_ns, PAGE_BYTES};
+use tierd_device::DevicePreset;
+
+use crate::error::SimError;
+
+/// Most tiers a stack may have ([`tierd_policy::TierId`] is a `u8`; the
+/// simulator packs it into IO ids).
+pub const MAX_TIERS: usize = 8;
+
+/// Smallest and largest segment sizes accepted.
+pub const MIN_SEGMENT_BYTES: u64 = 1 << 20;
+pub const MAX_SEGMENT_BYTES: u64 = 4 << 30;
+
+/// Default host queue limit per device: Linux's default `nr_requests`.
+pub const DEFAULT_QUEUE_DEPTH: u32 = 128;
+
+const PRESETS: [(&str, &str); 2] = [
+    ("hdd-ssd", include_str!("../presets/hdd-ssd.toml")),
+    ("ssd-mem", include_str!("../presets/ssd-mem.toml")),
+];
+
+/// Names of the embedded tier-stack presets.
+pub fn preset_names() -> Vec<&'static str> {
+    PRESETS.iter().map(|(name, _)| *name).collect()
+}
+
+/// The TOML text of an embedded preset.
+pub fn preset_text(name: &str) -> Option<&'static str> {
+    PRESETS
+        .iter()
+        .find(|(preset, _)| *preset == name)
+        .map(|(_, text)| *text)
+}
+
+/// A size written as a human string ("64GB", "1MiB") or a plain integer.
+#[derive(Clone, Debug)]
+enum HumanSize {
+    Number(u64),
+    Text(String),
+}
+
+/// A duration written as a human string ("0s", "500ms") or whole seconds.
+#[derive(Clone, Debug)]
+enum HumanDuration {
+    Seconds(u64),
+    Text(String),
+}
+
+/// Accepts a non-negative integer or a string; says what it expected.
+struct NumberOrText(&'static str);
+
+impl serde::de::Visitor<'_> for NumberOrText {
+    type Value = Result<u64, String>;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str(self.0)
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, value: u64) -> Result<Self::Value, E> {
+        Ok(Ok(value))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, value: i64) -> Result<Self::Value, E> {
+        u64::try_from(value)
+            .map(Ok)
+            .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(value), &self))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<Self::Value, E> {
+        Ok(Err(value.to_string()))
+    }
+}
+
+impl<'de> Deserialize<'de> for HumanSize {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = deserializer.deserialize_any(NumberOrText(
+            "a size such as \"64GB\", \"1MiB\" or a number of bytes",
+        ))?;
+        Ok(match value {
+            Ok(number) => HumanSize::Number(number),
+            Err(text) => HumanSize::Text(text),
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = deserializer.deserialize_any(NumberOrText(
+            "a duration such as \"0s\", \"500ms\" or a number of seconds",
+        ))?;
+        Ok(match value {
+            Ok(number) => HumanDuration::Seconds(number),
+            Err(text) => HumanDuration::Text(text),
+        })
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StackFile {
+    name: Option<String>,
+    description: Option<String>,
+    segment_bytes: Option<HumanSize>,
+    #[serde(default)]
+    tier: Vec<TierFile>,
+    #[serde(default)]
+    migration: MigrationFile,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TierFile {
+    name: String,
+    device: DevicePreset,
+    capacity: Option<HumanSize>,
+    queue_depth: Option<u32>,
+    model: Option<toml::Table>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MigrationFile {
+    chunk_bytes: Option<HumanSize>,
+    max_concurrent_moves: Option<u32>,
+    chunk_gap: Option<HumanDuration>,
+    max_bandwidth: Option<HumanSize>,
+    switch_over_dirty_chunks: Option<u32>,
+    max_copy_passes: Option<u32>,
+}
+
+/// One tier of a validated stack.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TierSpec {
+    pub name: String,
+    pub device: DevicePreset,
+    /// `None` only on the home tier: sized to the simulated volume.
+    pub capacity_bytes: Option<u64>,
+    /// IOs the host keeps outstanding at the device; more wait in a FIFO in
+    /// front of it (the block layer's request queue).
+    pub queue_depth: u32,
+    /// Model overrides from `[tier.model]`, handed to the device preset.
+    pub model: Option<toml::Table>,
+}
+
+/// How moves are executed (the `[migration]` table).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MigrationConfig {
+    /// Copy unit: each chunk is read from the source, then written to the
+    /// target. A power of two, 4 KiB ..= the segment size.
+    pub chunk_bytes: u64,
+    /// Moves copying at the same time (others wait in order).
+    pub max_concurrent_moves: u32,
+    /// Pause after each chunk before the next one of the same move.
+    pub chunk_gap_ns: u64,
+    /// Bytes per second one move may copy; `None`: as fast as the devices go.
+    pub max_bandwidth_bytes_per_second: Option<u64>,
+    /// Switch over once a copy pass leaves at most this many dirty chunks.
+    pub switch_over_dirty_chunks: u32,
+    /// ... or after this many passes, whatever is still dirty.
+    pub max_copy_passes: u32,
+}
+
+impl Default for MigrationConfig {
+    fn default() -> Self {
+        Self {
+            chunk_bytes: 1 << 20,
+            max_concurrent_moves: 1,
+            chunk_gap_ns: 0,
+            max_bandwidth_bytes_per_second: None,
+            switch_over_dirty_chunks: 8,
+            max_copy_passes: 4,
+        }
+    }
+}
+
+/// A validated tier stack.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TierStack {
+    pub name: String,
+    pub description: String,
+    /// Default segment size for this stack.
+    pub segment_bytes: u64,
+    /// Fastest first; the last is home.
+    pub tiers: Vec<TierSpec>,
+    pub migration: MigrationConfig,
+}
+
+fn config_error(source_name: &str, key: impl Into<String>, message: impl Into<String>) -> SimError {
+    SimError::Config {
+        source_name: source_name.to_string(),
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+fn size(source_name: &str, key: &str, value: &HumanSize) -> Result<u64, SimError> {
+    match value {
+        HumanSize::Number(bytes) => Ok(*bytes),
+        HumanSize::Text(text) => {
+            parse_bytes(text).map_err(|error| config_error(source_name, key, error.to_string()))
+        }
+    }
+}
+
+fn duration(source_name: &str, key: &str, value: &HumanDuration) -> Result<u64, SimError> {
+    match value {
+        HumanDuration::Seconds(seconds) => seconds
+            .checked_mul(1_000_000_000)
+            .ok_or_else(|| config_error(source_name, key, "duration out of range")),
+        HumanDuration::Text(text) => parse_duration_ns(text)
+            .map_err(|error| config_error(source_name, key, error.to_string())),
+    }
+}
+
+/// Checks a segment size: a power of two in 1 MiB ..= 4 GiB.
+pub fn check_segment_bytes(source_name: &str, key: &str, bytes: u64) -> Result<(), SimError> {
+    if !bytes.is_power_of_two() || !(MIN_SEGMENT_BYTES..=MAX_SEGMENT_BYTES).contains(&bytes) {
+        return Err(config_error(
+            source_name,
+            key,
+            format!(
+                "{bytes} bytes is not allowed: a segment is a power of two from 1MiB to 4GiB \
+                 (1MiB, 2MiB, ..., 1GiB, 2GiB, 4GiB)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl TierStack {
+    /// `spec` is a preset name (`hdd-ssd`, `ssd-mem`) or a path to a TOML file.
+    pub fn load(spec: &str) -> Result<TierStack, SimError> {
+        if let Some(text) = preset_text(spec) {
+            return TierStack::parse(text, spec);
+        }
+        let path = Path::new(spec);
+        match std::fs::read_to_string(path) {
+            Ok(text) => TierStack::parse(&text, spec),
+            Err(error) => Err(SimError::StackNotFound {
+                spec: spec.to_string(),
+                message: format!(
+                    "not a preset ({}) and the file cannot be read: {error}",
+                    preset_names().join(", ")
+                ),
+            }),
+        }
+    }
+
+    /// An embedded preset by name.
+    pub fn preset(name: &str) -> Result<TierStack, SimError> {
+        let text = preset_text(name).ok_or_else(|| SimError::StackNotFound {
+            spec: name.to_string(),
+            message: format!("no such preset; available: {}", preset_names().join(", ")),
+        })?;
+        TierStack::parse(text, name)
+    }
+
+    /// Parses and validates TOML text; `source_name` (file or preset name)
+    /// prefixes every error.
+    pub fn parse(text: &str, source_name: &str) -> Result<TierStack, SimError> {
+        let file: StackFile = toml::from_str(text).map_err(|error| SimError::StackSyntax {
+            source_name: source_name.to_string(),
+            message: error.to_string().trim_end().to_string(),
+        })?;
+        let segment_bytes = match &file.segment_bytes {
+            Some(value) => size(source_name, "segment_bytes", value)?,
+            None => 1 << 30,
+        };
+        check_segment_bytes(source_name, "segment_bytes", segment_bytes)?;
+        if file.tier.is_empty() {
+            return Err(config_error(
+                source_name,
+                "tier",
+                "no tiers: add [[tier]] tables, fastest first, home last",
+            ));
+        }
+        if file.tier.len() > MAX_TIERS {
+            return Err(config_error(
+                source_name,
+                "tier",
+                format!("{} tiers; at most {MAX_TIERS} are allowed", file.tier.len()),
+            ));
+        }
+        let last = file.tier.len() - 1;
+        let mut tiers = Vec::with_capacity(file.tier.len());
+        for (index, tier) in file.tier.iter().enumerate() {
+            let key = |field: &str| format!("tier[{index}].{field}");
+            if tier.name.trim().is_empty() {
+                return Err(config_error(source_name, key("name"), "must not be empty"));
+            }
+            if tiers.iter().any(|other: &TierSpec| other.name == tier.name) {
+                return Err(config_error(
+                    source_name,
+                    key("name"),
+                    format!("{:?} is used by two tiers; names must be unique", tier.name),
+                ));
+            }
+            let capacity_bytes =
+                match &tier.capacity {
+                    Some(value) => {
+                        let bytes = size(source_name, &key("capacity"), value)?;
+                        if bytes < MIN_SEGMENT_BYTES {
+                            return Err(config_error(
+                                source_name,
+                                key("capacity"),
+                                format!("{bytes} bytes is too small: at least 1MiB (one segment)"),
+                            ));
+                        }
+                        Some(bytes)
+                    }
+                    None if index == last => None,
+                    None => return Err(config_error(
+                        source_name,
+                        key("capacity"),
+                        "missing: every tier but the last (home) needs a capacity, e.g. \"64GB\"",
+                    )),
+                };
+            let queue_depth = tier.queue_depth.unwrap_or(DEFAULT_QUEUE_DEPTH);
+            if queue_depth == 0 {
+                return Err(config_error(
+                    source_name,
+                    key("queue_depth"),
+                    "must be at least 1",
+                ));
+            }
+            tiers.push(TierSpec {
+                name: tier.name.clone(),
+                device: tier.device,
+                capacity_bytes,
+                queue_depth,
+                model: tier.model.clone(),
+            });
+        }
+        let migration = migration_config(source_name, &file.migration, segment_bytes)?;
+        Ok(TierStack {
+            name: file.name.clone().unwrap_or_else(|| source_name.to_string()),
+            description: file.description.clone().unwrap_or_default(),
+            segment_bytes,
+            tiers,
+            migration,
+        })
+    }
+
+    pub fn home(&self) -> usize {
+        self.tiers.len() - 1
+    }
+
+    /// One line per tier, for reports: `ssd: x25e 64.00 GB; hdd: savvio10k4 (volume size)`.
+    pub fn summary(&self) -> String {
+        self.tiers
+            .iter()
+            .map(|tier| {
+                let capacity = match tier.capacity_bytes {
+                    Some(bytes) => format!("{:.0} GB", bytes as f64 / 1e9),
+                    None => "sized to the volume".to_string(),
+                };
+                format!("{}: {} {}", tier.name, device_name(tier.device), capacity)
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// The kebab-case name a tier file uses for `preset`.
+pub fn device_name(preset: DevicePreset) -> String {
+    serde_json::to_value(preset)
+        .ok()
+        .and_then(|value| value.as_str().map(str::to_string))
+        .unwrap_or_else(|| format!("{preset:?}"))
+}
+
+fn migration_config(
+    source_name: &str,
+    file: &MigrationFile,
+    segment_bytes: u64,
+) -> Result<MigrationConfig, SimError> {
+    let defaults = MigrationConfig::default();
+    let chunk_bytes = match &file.chunk_bytes {
+        Some(value) => size(source_name, "migration.chunk_bytes", value)?,
+        None => defaults.chunk_bytes.min(segment_bytes),
+    };
+    if !chunk_bytes.is_power_of_two() || chunk_bytes < PAGE_BYTES || chunk_bytes > MAX_SEGMENT_BYTES
+    {
+        return Err(config_error(
+            source_name,
+            "migration.chunk_bytes",
+            format!(
+                "{chunk_bytes} bytes is not allowed: a power of two from 4KiB to the segment size"
+            ),
+        ));
+    }
+    let max_concurrent_moves = file
+        .max_concurrent_moves
+        .unwrap_or(defaults.max_concurrent_moves);
+    if max_concurrent_moves == 0 {
+        return Err(config_error(
+            source_name,
+            "migration.max_concurrent_moves",
+            "must be at least 1",
+        ));
+    }
+    let chunk_gap_ns = match &file.chunk_gap {
+        Some(value) => duration(source_name, "migration.chunk_gap", value)?,
+        None => defaults.chunk_gap_ns,
+    };
+    let max_bandwidth_bytes_per_second = match &file.max_bandwidth {
+        Some(value) => {
+            let bytes = size(source_name, "migration.max_bandwidth", value)?;
+            if bytes == 0 {
+                return Err(config_error(
+                    source_name,
+                    "migration.max_bandwidth",
+                    "must be positive (bytes per second), or left out for unpaced copying",
+                ));
+            }
+            Some(bytes)
+        }
+        None => None,
+    };
+    let max_copy_passes = file.max_copy_passes.unwrap_or(defaults.max_copy_passes);
+    if max_copy_passes == 0 {
+        return Err(config_error(
+            source_name,
+            "migration.max_copy_passes",
+            "must be at least 1",
+        ));
+    }
+    Ok(MigrationConfig {
+        chunk_bytes,
+        max_concurrent_moves,
+        chunk_gap_ns,
+        max_bandwidth_bytes_per_second,
+        switch_over_dirty_chunks: file
+            .switch_over_dirty_chunks
+            .unwrap_or(defaults.switch_over_dirty_chunks),
+        max_copy_passes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_parse() {
+        let stack = TierStack::preset("hdd-ssd").unwrap();
+        assert_eq!(stack.tiers.len(), 2);
+        assert_eq!(stack.tiers[0].device, DevicePreset::X25e);
+        assert_eq!(stack.tiers[0].capacity_bytes, Some(64_000_000_000));
+        assert_eq!(stack.tiers[1].device, DevicePreset::Savvio10k4);
+        assert_eq!(stack.tiers[1].capacity_bytes, None);
+        assert_eq!(stack.segment_bytes, 1 << 30);
+        assert_eq!(stack.migration.chunk_bytes, 1 << 20);
+        let stack = TierStack::preset("ssd-mem").unwrap();
+        assert_eq!(stack.tiers[0].device, DevicePreset::Memory);
+        assert_eq!(stack.tiers[1].device, DevicePreset::P3700);
+        assert!(TierStack::load("hdd-ssd").is_ok());
+    }
+
+    fn error_of(text: &str) -> String {
+        TierStack::parse(text, "test.toml").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn errors_name_the_key_and_what_is_allowed() {
+        let message = error_of(
+            "[[tier]]\nname = \"ssd\"\ndevice = \"x25e\"\ncapacity = \"64 parsecs\"\n[[tier]]\nname = \"hdd\"\ndevice = \"savvio10k4\"\n",
+        );
+        assert!(message.contains("tier[0].capacity"), "{message}");
+        assert!(message.contains("parsecs"), "{message}");
+
+        let message = error_of("[[tier]]\nname = \"ssd\"\ndevice = \"x26e\"\n");
+        assert!(
+            message.contains("x26e") && message.contains("x25e"),
+            "{message}"
+        );
+
+        let message =
+            error_of("colour = \"blue\"\n[[tier]]\nname = \"hdd\"\ndevice = \"savvio10k4\"\n");
+        assert!(message.contains("colour"), "{message}");
+
+        let message = error_of(
+            "segment_bytes = \"3MiB\"\n[[tier]]\nname = \"hdd\"\ndevice = \"savvio10k4\"\n",
+        );
+        assert!(
+            message.contains("segment_bytes") && message.contains("power of two"),
+            "{message}"
+        );
+
+        let message = error_of(
+            "[[tier]]\nname = \"ssd\"\ndevice = \"x25e\"\n[[tier]]\nname = \"hdd\"\ndevice = \"savvio10k4\"\n",
+        );
+        assert!(
+            message.contains("tier[0].capacity") && message.contains("missing"),
+            "{message}"
+        );
+
+        let message = error_of("[[tier]]\nname = \"hdd\"\ndevice = \"savvio10k4\"\n[migration]\nchunk_bytes = \"3000\"\n");
+        assert!(message.contains("migration.chunk_bytes"), "{message}");
+
+        let message =
+            error_of("[[tier]]\nname = \"hdd\"\ndevice = \"savvio10k4\"\n[migration]\nspeed = 3\n");
+        assert!(message.contains("speed"), "{message}");
+
+        let message =
+            error_of("[[tier]]\nname = \"hdd\"\ndevice = \"savvio10k4\"\ncapacity = true\n");
+        assert!(message.contains("a size such as"), "{message}");
+
+        let message = error_of("name = \"empty\"\n");
+        assert!(message.contains("no tiers"), "{message}");
+
+        let message = TierStack::load("/no/such/stack.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("hdd-ssd") && message.contains("ssd-mem"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn numbers_and_units_both_work() {
+        let stack = TierStack::parse(
+            "segment_bytes = 1048576\n[[tier]]\nname = \"m\"\ndevice = \"memory\"\ncapacity = \"16MiB\"\nqueue_depth = 4\n[[tier]]\nname = \"hdd\"\ndevice = \"savvio10k4\"\ncapacity = 1073741824\n[migration]\nchunk_gap = \"5ms\"\nmax_bandwidth = \"100MB\"\n",
+            "inline",
+        )
+        .unwrap();
+        assert_eq!(stack.segment_bytes, 1 << 20);
+        assert_eq!(stack.tiers[0].capacity_bytes, Some(16 << 20));
+        assert_eq!(stack.tiers[0].queue_depth, 4);
+        assert_eq!(stack.tiers[1].capacity_bytes, Some(1 << 30));
+        assert_eq!(stack.migration.chunk_gap_ns, 5_000_000);
+        assert_eq!(
+            stack.migration.max_bandwidth_bytes_per_second,
+            Some(100_000_000)
+        );
+        assert_eq!(stack.migration.chunk_bytes, 1 << 20);
+        assert_eq!(stack.name, "inline");
+    }
+}
