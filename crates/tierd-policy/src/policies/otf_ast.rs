@@ -436,7 +436,8 @@ impl Policy for OtfAst {
                 .collect();
             candidates.sort_by(by_iops_descending);
             let newest = view.history.last().map_or(0, |period| period.index);
-            let oldest = newest.saturating_sub(u64::from(config.persistent_periods) - 1);
+            let oldest =
+                newest.saturating_sub(u64::from(config.persistent_periods).saturating_sub(1));
             for candidate in candidates {
                 if free_segments == 0 || promotions >= promotion_limit {
                     break;
