@@ -77,6 +77,8 @@ struct Piece {
     tier: TierId,
     is_write: bool,
     volume_offset: u64,
+    /// Where the piece went on its tier's device.
+    device_offset: u64,
     bytes: u64,
     /// Cache read miss: after the slow read, write `fill_bytes` at
     /// `fill_offset` on the fast device.
@@ -301,6 +303,10 @@ struct Engine<'run> {
     period_snapshot: Vec<DeviceCounters>,
     periods: Vec<PeriodRecord>,
     used_bytes_max: Vec<u64>,
+
+    /// Tests only: block contents per device, checked at every flip.
+    #[cfg(test)]
+    shadow: Option<tests::Shadow>,
 }
 
 /// Runs `controller` over `reader` on `devices` (one per tier of
@@ -460,6 +466,8 @@ impl<'run> Engine<'run> {
             period_snapshot,
             periods: Vec::new(),
             used_bytes_max: vec![0; tiers],
+            #[cfg(test)]
+            shadow: None,
         }
     }
 
@@ -680,6 +688,7 @@ impl<'run> Engine<'run> {
                 tier: 0,
                 is_write: request.op.is_write(),
                 volume_offset: offset,
+                device_offset: 0,
                 bytes: piece_end - offset,
                 fill_offset: 0,
                 fill_bytes: 0,
@@ -713,7 +722,9 @@ impl<'run> Engine<'run> {
         } else {
             u64::from(self.slot[segment]) * segment_bytes + piece.volume_offset % segment_bytes
         };
-        self.pieces.get_mut(piece_index).tier = tier;
+        let stored = self.pieces.get_mut(piece_index);
+        stored.tier = tier;
+        stored.device_offset = device_offset;
         self.segment_in_flight[segment] += 1;
         self.submit(
             tier as usize,
@@ -867,6 +878,7 @@ impl<'run> Engine<'run> {
             tier,
             is_write: request.op.is_write(),
             volume_offset,
+            device_offset,
             bytes,
             fill_offset,
             fill_bytes,
@@ -964,6 +976,10 @@ impl<'run> Engine<'run> {
         let request = *self.requests.get_mut(piece.request);
         let response_ns = done_ns.saturating_sub(request.arrival_ns);
         let tier = piece.tier as usize;
+        #[cfg(test)]
+        if let (true, Some(shadow)) = (piece.is_write, self.shadow.as_mut()) {
+            shadow.user_write(tier, piece.device_offset, piece.volume_offset, piece.bytes);
+        }
         self.tier_response[tier].record(response_ns);
         self.tier_bytes[tier] += piece.bytes;
         self.monitor.record_user_io(
@@ -1186,6 +1202,10 @@ impl<'run> Engine<'run> {
                 let length = active.chunk_len(chunk, migration.chunk_bytes);
                 let offset = active.source_base + u64::from(chunk) * migration.chunk_bytes;
                 let from = active.plan.from as usize;
+                #[cfg(test)]
+                if let Some(shadow) = self.shadow.as_mut() {
+                    shadow.capture(move_slot, chunk, from, offset, length);
+                }
                 self.submit(
                     from,
                     DeviceIo {
@@ -1244,6 +1264,11 @@ impl<'run> Engine<'run> {
         active.chunk_in_flight = false;
         active.copied_bytes += length;
         let to = active.plan.to;
+        #[cfg(test)]
+        if let Some(shadow) = self.shadow.as_mut() {
+            let offset = active.target_base + u64::from(chunk) * migration.chunk_bytes;
+            shadow.apply(move_slot, chunk, to as usize, offset);
+        }
         let mut resume_ns = now;
         if active.phase == Phase::Copying {
             resume_ns = now.saturating_add(migration.chunk_gap_ns);
@@ -1282,6 +1307,14 @@ impl<'run> Engine<'run> {
         }
         self.placement[segment] = to as TierId;
         self.moving[segment] = NOT_MOVING;
+        #[cfg(test)]
+        if let Some(shadow) = self.shadow.as_ref() {
+            let segment_start = segment as u64 * self.config.segment_bytes;
+            let base = active.target_slot.map_or(segment_start, |slot| {
+                u64::from(slot) * self.config.segment_bytes
+            });
+            shadow.verify(to, base, segment_start, active.segment_len);
+        }
         self.active_count -= 1;
         self.moves_touching[from] -= 1;
         self.moves_touching[to] -= 1;
@@ -1597,5 +1630,235 @@ fn ratio_ms(total_ns: u128, count: u64) -> f64 {
         0.0
     } else {
         total_ns as f64 / count as f64 / 1e6
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Data-consistency check of the migration rules: every device carries
+    //! shadow block contents (a stamp per 4 KiB block), user writes stamp the
+    //! block where they were served, chunk copies carry the stamps the source
+    //! held when the chunk read was *issued* (the most adversarial moment),
+    //! and at every flip the target must hold the latest write of every block.
+
+    use super::*;
+    use crate::stack::TierStack;
+    use crate::testing::FixedLatencyDevice;
+    use tierd_common::hash::FastMap;
+    use tierd_common::rng::{Rng, SeededRng};
+    use tierd_policy::MoveReason;
+    use tierd_trace::{Format, IteratorReader};
+
+    const BLOCK: u64 = 4096;
+
+    pub(super) struct Shadow {
+        content: Vec<FastMap<u64, u64>>,
+        latest: FastMap<u64, u64>,
+        captured: FastMap<(u32, u32), Vec<u64>>,
+        next_stamp: u64,
+        flips: std::cell::Cell<u64>,
+    }
+
+    impl Shadow {
+        fn new(tiers: usize) -> Self {
+            Self {
+                content: (0..tiers).map(|_| FastMap::default()).collect(),
+                latest: FastMap::default(),
+                captured: FastMap::default(),
+                next_stamp: 0,
+                flips: std::cell::Cell::new(0),
+            }
+        }
+
+        pub(super) fn user_write(
+            &mut self,
+            tier: usize,
+            device_offset: u64,
+            volume_offset: u64,
+            bytes: u64,
+        ) {
+            self.next_stamp += 1;
+            let first = volume_offset / BLOCK;
+            let last = (volume_offset + bytes - 1) / BLOCK;
+            let device_first = device_offset / BLOCK;
+            for (index, block) in (first..=last).enumerate() {
+                self.content[tier].insert(device_first + index as u64, self.next_stamp);
+                self.latest.insert(block, self.next_stamp);
+            }
+        }
+
+        pub(super) fn capture(
+            &mut self,
+            move_slot: u32,
+            chunk: u32,
+            tier: usize,
+            offset: u64,
+            length: u64,
+        ) {
+            let blocks = (offset / BLOCK..(offset + length) / BLOCK)
+                .map(|block| self.content[tier].get(&block).copied().unwrap_or(0))
+                .collect();
+            let previous = self.captured.insert((move_slot, chunk), blocks);
+            assert!(
+                previous.is_none(),
+                "chunk {chunk} read twice before its write"
+            );
+        }
+
+        pub(super) fn apply(&mut self, move_slot: u32, chunk: u32, tier: usize, offset: u64) {
+            let blocks = self
+                .captured
+                .remove(&(move_slot, chunk))
+                .expect("chunk written before it was read");
+            for (index, stamp) in blocks.into_iter().enumerate() {
+                self.content[tier].insert(offset / BLOCK + index as u64, stamp);
+            }
+        }
+
+        pub(super) fn verify(&self, tier: usize, base: u64, segment_start: u64, segment_len: u64) {
+            self.flips.set(self.flips.get() + 1);
+            for index in 0..segment_len / BLOCK {
+                let block = segment_start / BLOCK + index;
+                let expected = self.latest.get(&block).copied().unwrap_or(0);
+                let actual = self.content[tier]
+                    .get(&(base / BLOCK + index))
+                    .copied()
+                    .unwrap_or(0);
+                assert_eq!(actual, expected, "volume block {block} on tier {tier}");
+            }
+        }
+    }
+
+    /// Proposes random moves, some of them invalid.
+    struct RandomMoves {
+        rng: SeededRng,
+        per_period: u64,
+    }
+
+    impl Policy for RandomMoves {
+        fn name(&self) -> &'static str {
+            "random"
+        }
+
+        fn plan(&mut self, view: &View) -> Plan {
+            let home = view.home_tier();
+            let mut moves = Vec::new();
+            for _ in 0..self.rng.below(self.per_period + 1) {
+                let segment = self.rng.below(u64::from(view.segments)) as SegmentId;
+                let mut from = view.placement[segment as usize];
+                let to = if from == home {
+                    self.rng.below(u64::from(home)) as TierId
+                } else if self.rng.chance(0.5) {
+                    home
+                } else {
+                    (from + 1) % (home + 1)
+                };
+                if self.rng.chance(0.05) {
+                    from = (from + 1) % (home + 1);
+                }
+                moves.push(Move {
+                    segment,
+                    from,
+                    to,
+                    reason: MoveReason {
+                        rule: "test:random".to_string(),
+                        detail: String::new(),
+                    },
+                });
+            }
+            Plan { moves }
+        }
+    }
+
+    fn random_requests(rng: &mut SeededRng, volume_bytes: u64, count: usize) -> Vec<Request> {
+        let mut time_ns = 0u64;
+        (0..count)
+            .map(|_| {
+                time_ns += rng.exponential(300_000.0) as u64;
+                let length = BLOCK * rng.range(1, 17);
+                let offset = BLOCK * rng.below((volume_bytes - length) / BLOCK + 1);
+                Request {
+                    time_ns,
+                    volume: 0,
+                    op: if rng.chance(0.4) { Op::Write } else { Op::Read },
+                    offset_bytes: offset,
+                    length_bytes: length,
+                    response_ns: None,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn moves_never_lose_a_write() {
+        for seed in 1..=6u64 {
+            let mut rng = SeededRng::new(seed);
+            let dirty_threshold = rng.below(4);
+            let passes = rng.range(1, 4);
+            let text = format!(
+                "segment_bytes = \"1MiB\"\n\
+                 [[tier]]\nname = \"memory\"\ndevice = \"memory\"\ncapacity = \"2MiB\"\n\
+                 [[tier]]\nname = \"ssd\"\ndevice = \"p3700\"\ncapacity = \"3MiB\"\nqueue_depth = 4\n\
+                 [[tier]]\nname = \"hdd\"\ndevice = \"savvio10k4\"\nqueue_depth = 8\n\
+                 [migration]\nchunk_bytes = \"64KiB\"\nmax_concurrent_moves = 2\n\
+                 switch_over_dirty_chunks = {dirty_threshold}\nmax_copy_passes = {passes}\n"
+            );
+            let stack = TierStack::parse(&text, "test").unwrap();
+            let volume_bytes = 8 << 20;
+            let mut config = SimConfig::new(stack, volume_bytes);
+            config.period_ns = 20_000_000;
+            let devices: Vec<Box<dyn DeviceModel>> = vec![
+                Box::new(
+                    FixedLatencyDevice::new("memory", 2 << 20, 2_000, 2_000)
+                        .with_bandwidth(10_000_000_000),
+                ),
+                Box::new(
+                    FixedLatencyDevice::new("ssd", 3 << 20, 30_000, 60_000)
+                        .with_bandwidth(1_000_000_000)
+                        .with_servers(4),
+                ),
+                Box::new(
+                    FixedLatencyDevice::new("hdd", volume_bytes, 150_000, 150_000)
+                        .with_bandwidth(400_000_000),
+                ),
+            ];
+            let requests = random_requests(&mut rng, volume_bytes, 8_000);
+            let mut reader =
+                IteratorReader::new(requests.into_iter(), &["test"], Format::Tierd, "random");
+            let policy = RandomMoves {
+                rng: rng.derive(9),
+                per_period: 3,
+            };
+            let mut engine = Engine::new(
+                &config,
+                Controller::Policy(Box::new(policy)),
+                devices,
+                &mut reader,
+            );
+            engine.shadow = Some(Shadow::new(3));
+            engine.run(&mut |_| {}).unwrap();
+            let shadow = engine.shadow.take().unwrap();
+            for segment in 0..engine.segments as usize {
+                let start = segment as u64 * config.segment_bytes;
+                let tier = engine.placement[segment] as usize;
+                let base = if tier == engine.home {
+                    start
+                } else {
+                    u64::from(engine.slot[segment]) * config.segment_bytes
+                };
+                shadow.verify(tier, base, start, config.segment_bytes);
+            }
+            let result = engine.finish("random");
+            assert_eq!(result.requests, 8_000);
+            assert!(result.moves >= 20, "seed {seed}: {} moves", result.moves);
+            assert!(shadow.flips.get() >= result.moves);
+            assert!(result.moves_dropped > 0, "seed {seed}");
+            let recopied = result.move_log.iter().any(|record| record.bytes > 1 << 20);
+            assert!(recopied, "seed {seed}: no chunk was ever re-copied");
+            assert!(
+                result.stalled_pieces > 0 || dirty_threshold == 0,
+                "seed {seed}"
+            );
+        }
     }
 }

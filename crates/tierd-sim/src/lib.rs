@@ -14,10 +14,12 @@
 //! `docs/sim.md` describes the model and every reported figure.
 
 pub mod config;
+pub mod devices;
 pub mod engine;
 pub mod error;
 pub mod histogram;
 pub mod result;
+pub mod runner;
 pub mod stack;
 pub mod testing;
 
@@ -26,4 +28,5 @@ pub use engine::{run_with, Controller, Progress};
 pub use error::SimError;
 pub use histogram::LogHistogram;
 pub use result::{RunResult, SimReport};
+pub use runner::{build_controller, run};
 pub use stack::{MigrationConfig, TierSpec, TierStack};

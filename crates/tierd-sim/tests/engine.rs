@@ -1,0 +1,542 @@
+//! The simulator's rules on hand-built traces and fixed-latency devices,
+//! where every expected figure can be worked out by hand.
+
+use tierd_device::DeviceModel;
+use tierd_policy::cache::{build_cache, pages_touched, replay_pages, CacheKind};
+use tierd_policy::{Move, MoveReason, Plan, Policy, View};
+use tierd_sim::testing::FixedLatencyDevice;
+use tierd_sim::{run_with, Controller, Replay, RunResult, SimConfig, SimError, TierStack, Window};
+use tierd_trace::{Format, IteratorReader, Op, Request};
+
+const MIB: u64 = 1 << 20;
+const MS: u64 = 1_000_000;
+const SECOND: u64 = 1_000_000_000;
+
+fn request(time_ns: u64, op: Op, offset_bytes: u64, length_bytes: u64) -> Request {
+    Request {
+        time_ns,
+        volume: 0,
+        op,
+        offset_bytes,
+        length_bytes,
+        response_ns: None,
+    }
+}
+
+/// Two tiers, 1 MiB segments, 256 KiB chunks; `migration` lines are appended.
+fn stack(migration: &str) -> TierStack {
+    let text = format!(
+        "segment_bytes = \"1MiB\"\n\
+         [[tier]]\nname = \"fast\"\ndevice = \"memory\"\ncapacity = \"4MiB\"\n\
+         [[tier]]\nname = \"home\"\ndevice = \"savvio10k4\"\n\
+         [migration]\nchunk_bytes = \"256KiB\"\n{migration}"
+    );
+    TierStack::parse(&text, "test").unwrap()
+}
+
+fn config(volume_bytes: u64, migration: &str) -> SimConfig {
+    let mut config = SimConfig::new(stack(migration), volume_bytes);
+    config.period_ns = SECOND;
+    config
+}
+
+/// fast: 10 µs per IO; home: 1 ms per IO plus `home_bytes_per_second`.
+fn devices(volume_bytes: u64, home_bytes_per_second: u64) -> Vec<Box<dyn DeviceModel>> {
+    vec![
+        Box::new(FixedLatencyDevice::new("fast", 4 * MIB, 10_000, 10_000)),
+        Box::new(
+            FixedLatencyDevice::new("home", volume_bytes, MS, MS)
+                .with_bandwidth(home_bytes_per_second),
+        ),
+    ]
+}
+
+/// Emits the listed moves at the end of the given periods.
+struct Scripted {
+    script: Vec<(u64, Move)>,
+}
+
+impl Scripted {
+    fn promote(period: u64, segment: u32) -> Scripted {
+        Scripted {
+            script: vec![(period, promotion(segment))],
+        }
+    }
+}
+
+fn promotion(segment: u32) -> Move {
+    Move {
+        segment,
+        from: 1,
+        to: 0,
+        reason: MoveReason {
+            rule: "test:scripted".to_string(),
+            detail: format!("promote segment {segment}"),
+        },
+    }
+}
+
+impl Policy for Scripted {
+    fn name(&self) -> &'static str {
+        "scripted"
+    }
+
+    fn plan(&mut self, view: &View) -> Plan {
+        let index = view.latest().map_or(0, |period| period.index);
+        Plan {
+            moves: self
+                .script
+                .iter()
+                .filter(|(period, _)| *period == index)
+                .map(|(_, planned)| planned.clone())
+                .collect(),
+        }
+    }
+}
+
+fn run(
+    config: &SimConfig,
+    controller: Controller,
+    devices: Vec<Box<dyn DeviceModel>>,
+    requests: Vec<Request>,
+) -> Result<RunResult, SimError> {
+    let mut reader = IteratorReader::new(requests.into_iter(), &["test"], Format::Tierd, "test");
+    run_with(
+        config,
+        "test",
+        controller,
+        devices,
+        &mut reader,
+        &mut |_| {},
+    )
+}
+
+fn policy(policy: impl Policy + 'static) -> Controller {
+    Controller::Policy(Box::new(policy))
+}
+
+fn none() -> Controller {
+    Controller::Policy(Box::new(tierd_policy::policies::none::NonePolicy))
+}
+
+#[test]
+fn a_request_across_segments_is_split_and_completes_with_its_last_piece() {
+    let volume = 8 * MIB;
+    let config = config(volume, "");
+    // Crosses segments 0, 1 and 2: 4 KiB + 1 MiB + 4 KiB.
+    let crossing = request(0, Op::Read, MIB - 4096, MIB + 8192);
+    let result = run(&config, none(), devices(volume, 0), vec![crossing]).unwrap();
+    assert_eq!(result.requests, 1);
+    assert_eq!(result.pieces, 3);
+    // One home server, 1 ms per piece, served one after the other.
+    assert_eq!(result.response.max_ns(), Some(3 * MS));
+    assert_eq!(result.tiers[1].user_ios, 3);
+    assert_eq!(result.tiers[1].user_bytes, MIB + 8192);
+    assert_eq!(result.elapsed_ns, 3 * MS);
+
+    // After segment 1 moves to the fast tier, the middle piece is served there.
+    let requests = vec![
+        request(0, Op::Read, 0, 4096),
+        request(5 * SECOND, Op::Read, MIB - 4096, MIB + 8192),
+    ];
+    let result = run(
+        &config,
+        policy(Scripted::promote(0, 1)),
+        devices(volume, 0),
+        requests,
+    )
+    .unwrap();
+    assert_eq!(result.moves, 1);
+    assert_eq!(result.tiers[0].user_ios, 1);
+    assert_eq!(result.tiers[0].user_bytes, MIB);
+    assert_eq!(result.tiers[1].user_ios, 3);
+    // The split request: two home pieces in series (2 ms); the fast one is quicker.
+    assert_eq!(result.response.max_ns(), Some(2 * MS));
+    let record = &result.move_log[0];
+    assert_eq!((record.segment, record.from, record.to), (1, 1, 0));
+    assert_eq!(record.start_ns, SECOND);
+    // Four chunks, each a 1 ms home read then a 10 µs fast write.
+    assert_eq!(record.end_ns, SECOND + 4 * (MS + 10_000));
+    assert_eq!(record.bytes, MIB);
+    assert_eq!(record.stall_ns, 0);
+    assert_eq!(result.migrated_bytes, MIB);
+    assert_eq!(result.fast_bytes_max, MIB);
+    assert_eq!(result.move_mean_us, Some(4.04 * 1000.0));
+}
+
+#[test]
+fn a_write_during_a_move_is_copied_again_before_the_flip() {
+    let volume = 8 * MIB;
+    // 10 MB/s home: a 256 KiB chunk read takes 1 ms + 26.2144 ms.
+    let chunk_read = MS + 26_214_400;
+    // No dirty chunk may remain at switch-over: a second pass copies it.
+    let config = config(
+        volume,
+        "switch_over_dirty_chunks = 0\nmax_copy_passes = 4\n",
+    );
+    let requests = vec![
+        request(0, Op::Read, 0, 4096),
+        // Into chunk 0 of segment 1, after chunk 0 was copied.
+        request(SECOND + 40 * MS, Op::Write, MIB, 4096),
+        // A read during the copy: served by the source (home).
+        request(SECOND + 50 * MS, Op::Read, MIB + 8192, 4096),
+        // Long after the move: served by the fast tier.
+        request(3 * SECOND, Op::Read, MIB, 4096),
+    ];
+    let result = run(
+        &config,
+        policy(Scripted::promote(0, 1)),
+        devices(volume, 10_000_000),
+        requests,
+    )
+    .unwrap();
+    assert_eq!(result.moves, 1);
+    let record = &result.move_log[0];
+    assert_eq!(record.copy_passes, 2);
+    assert_eq!(record.bytes, MIB + 256 * 1024);
+    assert!(record.end_ns > record.start_ns + 5 * chunk_read);
+    assert_eq!(record.stall_ns, 0);
+    assert_eq!(result.tiers[0].user_ios, 1);
+    assert_eq!(result.tiers[1].user_ios, 3);
+}
+
+#[test]
+fn switch_over_holds_new_io_only_while_the_last_dirty_chunks_are_copied() {
+    let volume = 8 * MIB;
+    let chunk_copy = MS + 26_214_400 + 10_000;
+    // Up to 2 dirty chunks are left for the switch-over.
+    let config = config(
+        volume,
+        "switch_over_dirty_chunks = 2\nmax_copy_passes = 4\n",
+    );
+    let mut requests = vec![request(0, Op::Read, 0, 4096)];
+    // Writes into chunk 0 then chunk 1 of segment 1 while pass 1 runs, then
+    // reads of the segment every 10 ms right through the switch-over (rare
+    // enough that no backlog builds up on the home device).
+    requests.push(request(SECOND + 30 * MS, Op::Write, MIB, 4096));
+    requests.push(request(SECOND + 60 * MS, Op::Write, MIB + 256 * 1024, 4096));
+    for step in 0..40 {
+        requests.push(request(
+            SECOND + 100 * MS + step * 10 * MS,
+            Op::Read,
+            MIB + 4096,
+            4096,
+        ));
+    }
+    let result = run(
+        &config,
+        policy(Scripted::promote(0, 1)),
+        devices(volume, 10_000_000),
+        requests,
+    )
+    .unwrap();
+    let record = &result.move_log[0];
+    assert_eq!(record.copy_passes, 1);
+    assert_eq!(record.bytes, MIB + 2 * 256 * 1024);
+    // Two chunks re-copied while IO waits, plus the reads already queued on
+    // the home device ahead of them: at most 3 (one every 10 ms during a
+    // 27 ms chunk read), 1.41 ms each.
+    let read_ns = MS + 409_600;
+    assert!(record.stall_ns >= 2 * chunk_copy, "{}", record.stall_ns);
+    assert!(
+        record.stall_ns <= 2 * chunk_copy + 3 * read_ns,
+        "{}",
+        record.stall_ns
+    );
+    assert!(result.stalled_pieces > 0);
+    assert_eq!(
+        result.switch_over_stall_max_us,
+        record.stall_ns as f64 / 1e3
+    );
+    // Held reads are served by the target after the flip.
+    let switch_start = record.end_ns - record.stall_ns;
+    let reads_after_switch_start = (0..40u64)
+        .filter(|step| SECOND + 100 * MS + step * 10 * MS >= switch_start)
+        .count() as u64;
+    assert_eq!(result.tiers[0].user_ios, reads_after_switch_start);
+}
+
+#[test]
+fn invalid_and_overflowing_moves_are_dropped() {
+    let volume = 8 * MIB;
+    let config = config(volume, "max_concurrent_moves = 2\n");
+    let mut wrong_source = promotion(2);
+    wrong_source.from = 0;
+    let script = (0..6)
+        .map(|segment| (0, promotion(segment)))
+        .chain([(0, wrong_source), (0, promotion(0))])
+        .collect();
+    let requests = vec![
+        request(0, Op::Read, 0, 4096),
+        request(3 * SECOND, Op::Read, 0, 4096),
+    ];
+    let result = run(
+        &config,
+        policy(Scripted { script }),
+        devices(volume, 0),
+        requests,
+    )
+    .unwrap();
+    // The fast tier holds 4 segments: 4 moves, 2 over capacity, 1 from the
+    // wrong tier, 1 for a segment already moving.
+    assert_eq!(result.moves, 4);
+    assert_eq!(result.moves_dropped, 4);
+    assert_eq!(result.fast_bytes_max, 4 * MIB);
+    // Two at a time: the third move starts when the first finishes.
+    let starts: Vec<u64> = result
+        .move_log
+        .iter()
+        .map(|record| record.start_ns)
+        .collect();
+    assert_eq!(starts[0], SECOND);
+    assert_eq!(starts[1], SECOND);
+    assert!(starts[2] > SECOND);
+}
+
+#[test]
+fn cache_hit_ratio_equals_a_direct_replay_through_the_same_cache() {
+    let volume = 64 * MIB;
+    let config = config(volume, "");
+    let mut state = 7u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let requests: Vec<Request> = (0..5_000)
+        .map(|index| {
+            let hot = next() % 4 != 0;
+            let span = if hot { 2 * MIB } else { volume - 64 * 1024 };
+            let offset = (next() % span) / 512 * 512;
+            let length = 512 * (1 + next() % 64);
+            let op = if next() % 3 == 0 { Op::Write } else { Op::Read };
+            request(index * 100_000, op, offset, length)
+        })
+        .collect();
+    for kind in [
+        CacheKind::Fifo,
+        CacheKind::Lru,
+        CacheKind::Arc,
+        CacheKind::S3fifo,
+    ] {
+        let capacity_pages = 256;
+        let result = run(
+            &config,
+            Controller::Cache(build_cache(kind, capacity_pages)),
+            devices(volume, 0),
+            requests.clone(),
+        )
+        .unwrap();
+        let mut direct = build_cache(kind, capacity_pages);
+        let pages = requests.iter().flat_map(|request| {
+            pages_touched(request.offset_bytes, request.length_bytes)
+                .map(move |page| (page, request.op.is_write()))
+        });
+        let expected = replay_pages(pages, direct.as_mut());
+        let cache = result.cache.as_ref().unwrap();
+        assert_eq!(cache.page_accesses, expected.accesses, "{kind:?}");
+        assert_eq!(cache.page_hits, expected.hits, "{kind:?}");
+        assert_eq!(cache.dirty_evictions, expected.dirty_evictions, "{kind:?}");
+        assert!(cache.hit_ratio > 0.2, "{kind:?}: {}", cache.hit_ratio);
+        assert_eq!(
+            result.fast_io_share,
+            (cache.read_hit_pages + cache.write_pages) as f64 / cache.page_accesses as f64
+        );
+        assert_eq!(cache.writeback_bytes, cache.dirty_evictions * 4096);
+        assert_eq!(result.requests, 5_000);
+        assert_eq!(result.fast_bytes_max, capacity_pages * 4096);
+    }
+}
+
+#[test]
+fn speed_and_window_map_trace_time_to_arrivals() {
+    let volume = 8 * MIB;
+    // A request every 10 s for 10 minutes (61 requests).
+    let start = 1_000 * SECOND;
+    let requests: Vec<Request> = (0..=60)
+        .map(|index| request(start + index * 10 * SECOND, Op::Read, 0, 4096))
+        .collect();
+    let mut config = config(volume, "");
+    let result = run(&config, none(), devices(volume, 0), requests.clone()).unwrap();
+    assert_eq!(result.requests, 61);
+    assert_eq!(result.last_arrival_ns, 600 * SECOND);
+    assert_eq!(result.elapsed_ns, 600 * SECOND + MS);
+
+    config.replay = Replay::OpenLoop { speed: 8.0 };
+    let result = run(&config, none(), devices(volume, 0), requests.clone()).unwrap();
+    assert_eq!(result.last_arrival_ns, 75 * SECOND);
+    assert_eq!(result.periods.len(), 76);
+
+    // Minutes 2 to 5 of trace time: requests at 120 s ..= 290 s, then ×2.
+    config.replay = Replay::OpenLoop { speed: 2.0 };
+    config.window = Window {
+        from_ns: Some(120 * SECOND),
+        to_ns: Some(300 * SECOND),
+    };
+    let result = run(&config, none(), devices(volume, 0), requests).unwrap();
+    assert_eq!(result.requests, 18);
+    assert_eq!(result.last_arrival_ns, 85 * SECOND);
+    assert_eq!(result.response.min_ns(), Some(MS));
+}
+
+#[test]
+fn closed_loop_keeps_the_queue_depth() {
+    let volume = 8 * MIB;
+    let requests: Vec<Request> = (0..100)
+        .map(|index| request(index * SECOND, Op::Read, (index % 8) * MIB, 4096))
+        .collect();
+    let mut config = config(volume, "");
+    config.replay = Replay::ClosedLoop { queue_depth: 1 };
+    let result = run(&config, none(), devices(volume, 0), requests.clone()).unwrap();
+    // One at a time on a 1 ms device: timestamps are ignored.
+    assert_eq!(result.elapsed_ns, 100 * MS);
+    assert_eq!(result.response.max_ns(), Some(MS));
+    assert!((result.avg_iops - 1000.0).abs() < 1e-6);
+
+    config.replay = Replay::ClosedLoop { queue_depth: 4 };
+    let result = run(&config, none(), devices(volume, 0), requests.clone()).unwrap();
+    // Same device throughput; each request now waits behind three others.
+    assert_eq!(result.elapsed_ns, 100 * MS);
+    assert_eq!(result.response.max_ns(), Some(4 * MS));
+    assert_eq!(result.response.min_ns(), Some(MS));
+
+    // Four servers: four times the throughput.
+    let parallel: Vec<Box<dyn DeviceModel>> = vec![
+        Box::new(FixedLatencyDevice::new("fast", 4 * MIB, 10_000, 10_000)),
+        Box::new(FixedLatencyDevice::new("home", volume, MS, MS).with_servers(4)),
+    ];
+    let result = run(&config, none(), parallel, requests).unwrap();
+    assert_eq!(result.elapsed_ns, 25 * MS);
+    assert_eq!(result.response.max_ns(), Some(MS));
+}
+
+#[test]
+fn the_host_queue_limits_what_a_device_sees() {
+    let volume = 8 * MIB;
+    let text = "segment_bytes = \"1MiB\"\n[[tier]]\nname = \"fast\"\ndevice = \"memory\"\ncapacity = \"4MiB\"\n\
+                [[tier]]\nname = \"home\"\ndevice = \"savvio10k4\"\nqueue_depth = 2\n";
+    let mut config = SimConfig::new(TierStack::parse(text, "test").unwrap(), volume);
+    config.period_ns = SECOND;
+    let requests: Vec<Request> = (0..10).map(|_| request(0, Op::Read, 0, 4096)).collect();
+    let parallel: Vec<Box<dyn DeviceModel>> = vec![
+        Box::new(FixedLatencyDevice::new("fast", 4 * MIB, 10_000, 10_000)),
+        Box::new(FixedLatencyDevice::new("home", volume, MS, MS).with_servers(8)),
+    ];
+    let result = run(&config, none(), parallel, requests).unwrap();
+    // Eight servers, but only two IOs at the device at a time.
+    assert_eq!(result.elapsed_ns, 5 * MS);
+}
+
+#[test]
+fn periods_report_iostat_figures() {
+    let volume = 8 * MIB;
+    let config = config(volume, "");
+    // 100 requests per second for 3 s on a 1 ms device: 10 % busy.
+    let requests: Vec<Request> = (0..300)
+        .map(|index| request(index * 10 * MS, Op::Write, (index % 8) * MIB, 4096))
+        .collect();
+    let result = run(&config, none(), devices(volume, 0), requests).unwrap();
+    assert_eq!(result.periods.len(), 3);
+    let period = &result.periods[1];
+    assert_eq!(period.requests, 100);
+    assert_eq!(period.tiers[1].user_ios, 100);
+    assert_eq!(period.tiers[1].device_ios, 100);
+    assert!((period.tiers[1].util - 0.1).abs() < 1e-9);
+    assert!((period.tiers[1].svctm_ms - 1.0).abs() < 1e-9);
+    assert!((period.tiers[1].iops - 100.0).abs() < 1e-9);
+    assert_eq!(period.tiers[0].used_bytes, 0);
+    assert!((result.home_svctm_ms - 1.0).abs() < 1e-9);
+    let last = result.periods.last().unwrap();
+    assert_eq!(last.end_ns, result.elapsed_ns);
+    assert_eq!(result.fast_io_share, 0.0);
+}
+
+#[test]
+fn same_input_same_json() {
+    let volume = 8 * MIB;
+    let config = config(volume, "");
+    let requests: Vec<Request> = (0..2_000u64)
+        .map(|index| {
+            let offset = (index * 7919 % 2048) * 4096;
+            let op = if index % 5 == 0 { Op::Write } else { Op::Read };
+            request(index * 3 * MS, op, offset, 8192)
+        })
+        .collect();
+    let make = || {
+        let script = vec![(1, promotion(1)), (2, promotion(3)), (3, promotion(5))];
+        run(
+            &config,
+            policy(Scripted { script }),
+            devices(volume, 50_000_000),
+            requests.clone(),
+        )
+        .unwrap()
+    };
+    let first = serde_json::to_string(&make()).unwrap();
+    let second = serde_json::to_string(&make()).unwrap();
+    assert_eq!(first, second);
+    let value: serde_json::Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(value["moves"], 3);
+    for key in [
+        "policy",
+        "avg_iops",
+        "avg_response_us",
+        "fast_io_share",
+        "fast_bytes_max",
+        "migrated_bytes",
+        "periods",
+        "response",
+        "tiers",
+    ] {
+        assert!(value.get(key).is_some(), "{key} missing");
+    }
+}
+
+#[test]
+fn bad_input_is_an_error_that_says_what_to_do() {
+    let volume = 8 * MIB;
+    let config = config(volume, "");
+    let error = run(
+        &config,
+        none(),
+        devices(volume, 0),
+        vec![request(0, Op::Read, volume - 4096, 8192)],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains("past the") && error.contains("--volume-bytes"),
+        "{error}"
+    );
+
+    let mut other_volume = request(SECOND, Op::Read, 0, 4096);
+    other_volume.volume = 1;
+    let mut reader = IteratorReader::new(
+        vec![request(0, Op::Read, 0, 4096), other_volume].into_iter(),
+        &["hm_0", "hm_1"],
+        Format::Tierd,
+        "two volumes",
+    );
+    let error = run_with(
+        &config,
+        "none",
+        none(),
+        devices(volume, 0),
+        &mut reader,
+        &mut |_| {},
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains("hm_0") && error.contains("hm_1") && error.contains("--volume"),
+        "{error}"
+    );
+
+    let mut one_device = devices(volume, 0);
+    one_device.truncate(1);
+    let error = run(&config, none(), one_device, vec![])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("1 device models for 2 tiers"), "{error}");
+}
