@@ -142,3 +142,185 @@ pub enum DevicePreset {
     /// Seagate Archive 8 TB drive-managed SMR (paper 001's disk).
     Archive8tb,
 }
+
+impl DevicePreset {
+    /// Every preset.
+    pub const ALL: [DevicePreset; 7] = [
+        DevicePreset::Savvio10k4,
+        DevicePreset::Cheetah15k7,
+        DevicePreset::Constellation2,
+        DevicePreset::X25e,
+        DevicePreset::P3700,
+        DevicePreset::Memory,
+        DevicePreset::Archive8tb,
+    ];
+
+    /// The name tier files use (the serde name).
+    pub fn name(self) -> &'static str {
+        match self {
+            DevicePreset::Savvio10k4 => "savvio10k4",
+            DevicePreset::Cheetah15k7 => "cheetah15k7",
+            DevicePreset::Constellation2 => "constellation2",
+            DevicePreset::X25e => "x25e",
+            DevicePreset::P3700 => "p3700",
+            DevicePreset::Memory => "memory",
+            DevicePreset::Archive8tb => "archive8tb",
+        }
+    }
+
+    /// One line for listings.
+    pub fn description(self) -> &'static str {
+        match self {
+            DevicePreset::Savvio10k4 => {
+                "Seagate Savvio 10K.4 ST9600204SS, 600 GB 10k rpm SAS HDD (OTF-AST's disk)"
+            }
+            DevicePreset::Cheetah15k7 => "Seagate Cheetah 15K.7, 600 GB 15k rpm SAS HDD",
+            DevicePreset::Constellation2 => "Seagate Constellation.2, 1 TB 7200 rpm HDD",
+            DevicePreset::X25e => "Intel X25-E, 64 GB SATA SLC SSD (OTF-AST's SSD)",
+            DevicePreset::P3700 => "Intel P3700, 800 GB NVMe SSD (ATSMF's SSD)",
+            DevicePreset::Memory => {
+                "DRAM behind the kernel block layer, ~15 us per 4 KiB IO (ATSMF's brd RAM disk)"
+            }
+            DevicePreset::Archive8tb => {
+                "Seagate Archive 8 TB, drive-managed SMR (paper 001's disk)"
+            }
+        }
+    }
+
+    /// What the preset holds when a tier file gives no capacity.
+    pub fn default_capacity_bytes(self) -> u64 {
+        match self {
+            DevicePreset::Savvio10k4 | DevicePreset::Cheetah15k7 | DevicePreset::Constellation2 => {
+                hdd::HddConfig::preset(self).map_or(0, |config| config.capacity_bytes)
+            }
+            DevicePreset::X25e | DevicePreset::P3700 => {
+                ssd::SsdConfig::preset(self).map_or(0, |config| config.capacity_bytes)
+            }
+            DevicePreset::Memory => {
+                memory::MemoryConfig::preset(self).map_or(0, |config| config.capacity_bytes)
+            }
+            DevicePreset::Archive8tb => {
+                smr::SmrConfig::preset(self).map_or(0, |config| config.capacity_bytes)
+            }
+        }
+    }
+
+    /// The preset's model, `capacity_bytes` addressable (`None`: the
+    /// preset's own). `seed` sets what the model draws at construction (the
+    /// spindle phase of a disk); the models are otherwise deterministic.
+    pub fn build(
+        self,
+        capacity_bytes: Option<u64>,
+        seed: u64,
+    ) -> Result<Box<dyn DeviceModel>, hdd::ConfigError> {
+        self.build_with(
+            capacity_bytes,
+            None::<serde::de::value::UnitDeserializer<serde::de::value::Error>>,
+            seed,
+        )
+    }
+
+    /// Like [`DevicePreset::build`], with parameter overrides read from any
+    /// serde deserializer (a tier file's `[tier.model]` table): the keys of
+    /// [`hdd::HddOverrides`], [`ssd::SsdOverrides`],
+    /// [`memory::MemoryOverrides`] or [`smr::SmrOverrides`] by device kind.
+    /// An unknown key or a bad value is an error that names it.
+    pub fn build_with<'de, D>(
+        self,
+        capacity_bytes: Option<u64>,
+        overrides: Option<D>,
+        seed: u64,
+    ) -> Result<Box<dyn DeviceModel>, hdd::ConfigError>
+    where
+        D: serde::Deserializer<'de>,
+    {
+        let bad_override =
+            |error: D::Error| hdd::ConfigError::new(self.name(), "model", format!("{error}"));
+        match self {
+            DevicePreset::Savvio10k4 | DevicePreset::Cheetah15k7 | DevicePreset::Constellation2 => {
+                let mut config = hdd::HddConfig::preset(self)
+                    .ok_or_else(|| hdd::ConfigError::new(self.name(), "device", "not an HDD"))?;
+                if let Some(overrides) = overrides {
+                    hdd::HddOverrides::deserialize(overrides)
+                        .map_err(bad_override)?
+                        .apply(&mut config);
+                }
+                if let Some(capacity) = capacity_bytes {
+                    config.capacity_bytes = capacity;
+                }
+                Ok(Box::new(hdd::Hdd::new(&config, seed)?))
+            }
+            DevicePreset::X25e | DevicePreset::P3700 => {
+                let mut config = ssd::SsdConfig::preset(self)
+                    .ok_or_else(|| hdd::ConfigError::new(self.name(), "device", "not an SSD"))?;
+                if let Some(overrides) = overrides {
+                    ssd::SsdOverrides::deserialize(overrides)
+                        .map_err(bad_override)?
+                        .apply(&mut config);
+                }
+                if let Some(capacity) = capacity_bytes {
+                    config.capacity_bytes = capacity;
+                }
+                Ok(Box::new(ssd::Ssd::new(&config)?))
+            }
+            DevicePreset::Memory => {
+                let mut config = memory::MemoryConfig::preset(self).ok_or_else(|| {
+                    hdd::ConfigError::new(self.name(), "device", "not a memory device")
+                })?;
+                if let Some(overrides) = overrides {
+                    memory::MemoryOverrides::deserialize(overrides)
+                        .map_err(bad_override)?
+                        .apply(&mut config);
+                }
+                if let Some(capacity) = capacity_bytes {
+                    config.capacity_bytes = capacity;
+                }
+                Ok(Box::new(memory::Memory::new(&config)?))
+            }
+            DevicePreset::Archive8tb => {
+                let mut config = smr::SmrConfig::preset(self).ok_or_else(|| {
+                    hdd::ConfigError::new(self.name(), "device", "not an SMR disk")
+                })?;
+                if let Some(overrides) = overrides {
+                    smr::SmrOverrides::deserialize(overrides)
+                        .map_err(bad_override)?
+                        .apply(&mut config);
+                }
+                if let Some(capacity) = capacity_bytes {
+                    config.capacity_bytes = capacity;
+                }
+                Ok(Box::new(smr::Smr::new(&config, seed)?))
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for DevicePreset {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for DevicePreset {
+    type Err = String;
+
+    /// Accepts the preset names, ignoring case and punctuation
+    /// (`savvio10k4`, `Savvio-10K.4`, `archive_8tb`).
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let wanted: String = text
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .map(|c| c.to_ascii_lowercase())
+            .collect();
+        DevicePreset::ALL
+            .into_iter()
+            .find(|preset| preset.name() == wanted)
+            .ok_or_else(|| {
+                let names: Vec<&str> = DevicePreset::ALL.iter().map(|p| p.name()).collect();
+                format!(
+                    "unknown device preset {text:?}: expected one of {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
