@@ -1,6 +1,7 @@
 //! `tierd`: the one binary. Subcommands map onto the library crates; this file
 //! only parses arguments, calls them and prints.
 
+mod sim;
 mod trace;
 
 use std::process::ExitCode;
@@ -26,6 +27,10 @@ enum Command {
     /// Read, convert, characterise and generate block traces.
     #[command(subcommand)]
     Trace(trace::TraceCommand),
+    /// Replay a trace through a tier stack under several policies and compare
+    /// them in the papers' tables. With no arguments: a generated usr_1-like
+    /// spike workload on hdd-ssd, replayed x8, through none, otf-ast and atsmf.
+    Sim(sim::SimArgs),
 }
 
 /// A failure to report to the user: the message says what went wrong, where,
@@ -43,6 +48,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Trace(command) => trace::run(command),
+        Command::Sim(args) => sim::run(args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

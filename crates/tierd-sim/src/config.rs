@@ -13,6 +13,10 @@ use crate::stack::{check_segment_bytes, TierStack};
 /// ~1 GiB of memory).
 pub const MAX_SEGMENTS: u64 = 1 << 26;
 
+/// Default for [`SimConfig::max_outstanding_requests`]: Linux's default
+/// block-layer queue size (`nr_requests`).
+pub const DEFAULT_MAX_OUTSTANDING_REQUESTS: u32 = 128;
+
 /// How requests arrive.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 #[serde(tag = "mode", rename_all = "kebab-case")]
@@ -44,6 +48,10 @@ pub struct SimConfig {
     /// Statistics and policy period, in virtual (replay) time.
     pub period_ns: u64,
     pub replay: Replay,
+    /// Open loop: most user requests outstanding at once; a request due while
+    /// that many are outstanding is issued when one completes (the replayer
+    /// blocks, as btreplay does on a full block-layer queue). 0: no limit.
+    pub max_outstanding_requests: u32,
     pub window: Window,
     /// Page-cache size for the caching baselines; default: the fast tier's capacity.
     pub cache_bytes: Option<u64>,
@@ -54,8 +62,8 @@ pub struct SimConfig {
 }
 
 impl SimConfig {
-    /// Defaults: the stack's segment size, 60 s periods, open loop at speed 1,
-    /// the whole trace, seed 1.
+    /// Defaults: the stack's segment size, 60 s periods, open loop at speed 1
+    /// with at most 128 requests outstanding, the whole trace, seed 1.
     pub fn new(stack: TierStack, volume_bytes: u64) -> SimConfig {
         SimConfig {
             segment_bytes: stack.segment_bytes,
@@ -63,6 +71,7 @@ impl SimConfig {
             volume_bytes,
             period_ns: 60 * NS_PER_SECOND,
             replay: Replay::OpenLoop { speed: 1.0 },
+            max_outstanding_requests: DEFAULT_MAX_OUTSTANDING_REQUESTS,
             window: Window::default(),
             cache_bytes: None,
             seed: 1,
@@ -75,10 +84,13 @@ impl SimConfig {
         self.volume_bytes.div_ceil(self.segment_bytes)
     }
 
-    /// Capacity of tier `index` in bytes (home: the volume when not given).
+    /// Capacity of tier `index` in bytes. A home tier without a capacity
+    /// keeps its device's own size, grown to the volume when that is larger
+    /// (the volume then starts at byte 0 of the device, as a LUN on a whole disk).
     pub fn tier_capacity_bytes(&self, index: usize) -> u64 {
         let tier = &self.stack.tiers[index];
-        tier.capacity_bytes.unwrap_or(self.volume_bytes)
+        tier.capacity_bytes
+            .unwrap_or_else(|| self.volume_bytes.max(tier.device.default_capacity_bytes()))
     }
 
     /// Checks every setting; the error names the option and what is allowed.
@@ -236,6 +248,11 @@ mod tests {
         config.validate().unwrap();
         assert_eq!(config.segments(), 600);
         assert_eq!(config.tier_capacity_bytes(1), 600 << 30);
+        let small = SimConfig::new(TierStack::preset("hdd-ssd").unwrap(), 14 << 30);
+        assert_eq!(
+            small.tier_capacity_bytes(1),
+            tierd_device::DevicePreset::Savvio10k4.default_capacity_bytes()
+        );
     }
 
     #[test]

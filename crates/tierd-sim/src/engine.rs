@@ -146,11 +146,18 @@ struct ActiveMove {
     /// One bit per chunk: must be (re)copied.
     dirty: Vec<u64>,
     dirty_count: u32,
+    /// One bit per chunk: being copied now (never issued twice at once, so
+    /// an older copy cannot land after a newer one).
+    in_flight: Vec<u64>,
+    chunks_in_flight: u32,
     cursor: u32,
     passes: u32,
     phase: Phase,
-    chunk_in_flight: bool,
+    /// Bytes issued (pacing) and landed on the target.
+    issued_bytes: u64,
     copied_bytes: u64,
+    last_chunk_done_ns: Option<u64>,
+    timer_pending: bool,
     switch_start_ns: u64,
     /// Pieces held during switch-over, released to the target at the flip.
     waiting: Vec<u32>,
@@ -180,13 +187,14 @@ impl ActiveMove {
         }
     }
 
-    /// First dirty chunk at or after `from`.
-    fn next_dirty(&self, from: u32) -> Option<u32> {
+    /// First chunk at or after `from` that is dirty and not being copied.
+    fn next_copyable(&self, from: u32) -> Option<u32> {
         if from >= self.chunks {
             return None;
         }
         let mut word_index = (from / 64) as usize;
-        let mut word = self.dirty[word_index] & (u64::MAX << (from % 64));
+        let mut word =
+            self.dirty[word_index] & !self.in_flight[word_index] & (u64::MAX << (from % 64));
         loop {
             if word != 0 {
                 let chunk = (word_index as u32) * 64 + word.trailing_zeros();
@@ -196,7 +204,17 @@ impl ActiveMove {
             if word_index >= self.dirty.len() {
                 return None;
             }
-            word = self.dirty[word_index];
+            word = self.dirty[word_index] & !self.in_flight[word_index];
+        }
+    }
+
+    fn set_in_flight(&mut self, chunk: u32, on: bool) {
+        let word = &mut self.in_flight[(chunk / 64) as usize];
+        let bit = 1u64 << (chunk % 64);
+        if on {
+            *word |= bit;
+        } else {
+            *word &= !bit;
         }
     }
 }
@@ -253,6 +271,10 @@ struct Engine<'run> {
     pending: Option<(u64, Request)>,
     exhausted: bool,
     last_arrival_ns: u64,
+    last_due_ns: u64,
+    deferred_requests: u64,
+    defer_ns_total: u128,
+    defer_ns_max: u64,
     requests_read: u64,
     empty_requests: u64,
     reordered_requests: u64,
@@ -426,6 +448,10 @@ impl<'run> Engine<'run> {
             pending: None,
             exhausted: false,
             last_arrival_ns: 0,
+            last_due_ns: 0,
+            deferred_requests: 0,
+            defer_ns_total: 0,
+            defer_ns_max: 0,
             requests_read: 0,
             empty_requests: 0,
             reordered_requests: 0,
@@ -482,14 +508,24 @@ impl<'run> Engine<'run> {
                 }
             }
         }
+        let max_outstanding = match self.config.max_outstanding_requests {
+            0 => u64::MAX,
+            limit => u64::from(limit),
+        };
         let mut next_progress = PROGRESS_EVERY;
         loop {
             let arrival_ns = if open_loop {
-                self.peek_arrival()?
+                let due = self.peek_arrival()?;
+                if self.outstanding_requests >= max_outstanding {
+                    // The replayer is blocked until a request completes.
+                    None
+                } else {
+                    due.map(|due| due.max(self.now_ns))
+                }
             } else {
                 None
             };
-            if arrival_ns.is_none() && self.exhausted && self.outstanding_requests == 0 {
+            if self.pending.is_none() && self.exhausted && self.outstanding_requests == 0 {
                 break;
             }
             let (device_tier, device_ns) = self.next_device_event();
@@ -514,9 +550,15 @@ impl<'run> Engine<'run> {
                 self.advance_device(device_tier)?;
             } else if timer_ns == next_ns {
                 if let Some(Reverse((_, _, move_slot))) = self.timers.pop() {
-                    self.step_move(move_slot);
+                    self.move_timer(move_slot);
                 }
-            } else if let Some((_, request)) = self.pending.take() {
+            } else if let Some((due_ns, request)) = self.pending.take() {
+                if self.now_ns > due_ns {
+                    self.deferred_requests += 1;
+                    let late_ns = self.now_ns - due_ns;
+                    self.defer_ns_total += u128::from(late_ns);
+                    self.defer_ns_max = self.defer_ns_max.max(late_ns);
+                }
                 self.dispatch(request)?;
             }
             if self.completed >= next_progress {
@@ -615,15 +657,13 @@ impl<'run> Engine<'run> {
         } else {
             (since as f64 / speed) as u64
         };
-        // Never before "now": the devices' time only moves forward.
-        let floor = self.last_arrival_ns.max(self.now_ns);
-        if arrival < floor {
-            if arrival < self.last_arrival_ns {
-                self.reordered_requests += 1;
-            }
-            arrival = floor;
+        // Due times never go backwards (the issue time is also never before
+        // "now": see the main loop).
+        if arrival < self.last_due_ns {
+            self.reordered_requests += 1;
+            arrival = self.last_due_ns;
         }
-        self.last_arrival_ns = arrival;
+        self.last_due_ns = arrival;
         self.pending = Some((arrival, request));
         Ok(Some(arrival))
     }
@@ -632,7 +672,6 @@ impl<'run> Engine<'run> {
     fn arrive_next(&mut self) -> Result<bool, SimError> {
         match self.read_next()? {
             Some(request) => {
-                self.last_arrival_ns = self.now_ns;
                 self.dispatch(request)?;
                 Ok(true)
             }
@@ -656,6 +695,7 @@ impl<'run> Engine<'run> {
             arrival_ns: self.now_ns,
             pieces_left: 0,
         });
+        self.last_arrival_ns = self.now_ns;
         self.outstanding_requests += 1;
         match request.op {
             Op::Read => self.reads += 1,
@@ -1022,7 +1062,7 @@ impl<'run> Engine<'run> {
                             active.set_dirty(chunk);
                         }
                     }
-                    step = active.phase == Phase::SwitchOver && !active.chunk_in_flight;
+                    step = active.phase == Phase::SwitchOver;
                 }
                 if step {
                     self.step_move(move_slot);
@@ -1141,11 +1181,15 @@ impl<'run> Engine<'run> {
             chunks,
             dirty,
             dirty_count: chunks,
+            in_flight: vec![0; words],
+            chunks_in_flight: 0,
             cursor: 0,
             passes: 0,
             phase: Phase::Copying,
-            chunk_in_flight: false,
+            issued_bytes: 0,
             copied_bytes: 0,
+            last_chunk_done_ns: None,
+            timer_pending: false,
             switch_start_ns: 0,
             waiting: Vec::new(),
         };
@@ -1167,65 +1211,99 @@ impl<'run> Engine<'run> {
         self.step_move(move_slot);
     }
 
-    /// Issues the next chunk of a move, enters switch-over, or flips.
+    /// Issues chunks of a move up to `chunks_in_flight` (paced while
+    /// copying), ends a pass, enters switch-over, or flips.
     fn step_move(&mut self, move_slot: u32) {
         let config: &'run SimConfig = self.config;
         let migration = &config.stack.migration;
-        let Some(active) = self.active[move_slot as usize].as_mut() else {
-            return;
-        };
-        if active.chunk_in_flight {
-            return;
-        }
-        let segment = active.plan.segment as usize;
-        let mut next = active.next_dirty(active.cursor);
-        if active.phase == Phase::Copying && next.is_none() {
-            active.passes += 1;
-            if active.dirty_count <= migration.switch_over_dirty_chunks
-                || active.passes >= migration.max_copy_passes
-            {
-                active.phase = Phase::SwitchOver;
-                active.switch_start_ns = self.now_ns;
+        loop {
+            let now = self.now_ns;
+            let Some(active) = self.active[move_slot as usize].as_mut() else {
+                return;
+            };
+            if active.chunks_in_flight >= migration.chunks_in_flight {
+                return;
             }
-            active.cursor = 0;
-            next = active.next_dirty(0);
-        }
-        if active.phase == Phase::SwitchOver && next.is_none() {
-            // Wrap once: dirty chunks behind the cursor.
-            next = active.next_dirty(0);
-        }
-        match next {
-            Some(chunk) => {
-                active.clear_dirty(chunk);
-                active.cursor = chunk + 1;
-                active.chunk_in_flight = true;
-                let length = active.chunk_len(chunk, migration.chunk_bytes);
-                let offset = active.source_base + u64::from(chunk) * migration.chunk_bytes;
-                let from = active.plan.from as usize;
-                #[cfg(test)]
-                if let Some(shadow) = self.shadow.as_mut() {
-                    shadow.capture(move_slot, chunk, from, offset, length);
+            let segment = active.plan.segment as usize;
+            let mut next = active.next_copyable(active.cursor);
+            if next.is_none() {
+                if active.chunks_in_flight > 0 {
+                    // A pass ends when its last chunks have landed.
+                    return;
                 }
-                self.submit(
-                    from,
-                    DeviceIo {
-                        id: (KIND_MIGRATION_READ << KIND_SHIFT)
-                            | (u64::from(move_slot) << 32)
-                            | u64::from(chunk),
-                        op: Op::Read,
-                        offset_bytes: offset,
-                        length_bytes: length,
-                        background: true,
-                    },
-                );
+                if active.phase == Phase::Copying {
+                    active.passes += 1;
+                    if active.dirty_count <= migration.switch_over_dirty_chunks
+                        || active.passes >= migration.max_copy_passes
+                    {
+                        active.phase = Phase::SwitchOver;
+                        active.switch_start_ns = now;
+                    }
+                }
+                active.cursor = 0;
+                next = active.next_copyable(0);
             }
-            None => {
+            let Some(chunk) = next else {
+                // Nothing dirty and nothing in flight: flip once the user IO
+                // already at the source has drained (its completion steps
+                // the move again).
                 if active.phase == Phase::SwitchOver && self.segment_in_flight[segment] == 0 {
                     self.flip(move_slot);
                 }
-                // Otherwise in-flight user IO to the segment must drain
-                // first; its completion steps the move again.
+                return;
+            };
+            if active.phase == Phase::Copying {
+                let mut allowed_ns = active
+                    .last_chunk_done_ns
+                    .map_or(0, |done| done.saturating_add(migration.chunk_gap_ns));
+                if let Some(bandwidth) = migration.max_bandwidth_bytes_per_second {
+                    let paced = (u128::from(active.issued_bytes) * 1_000_000_000
+                        / u128::from(bandwidth))
+                    .min(u128::from(u64::MAX)) as u64;
+                    allowed_ns = allowed_ns.max(active.start_ns.saturating_add(paced));
+                }
+                if allowed_ns > now {
+                    if !active.timer_pending {
+                        active.timer_pending = true;
+                        self.timer_sequence += 1;
+                        self.timers
+                            .push(Reverse((allowed_ns, self.timer_sequence, move_slot)));
+                    }
+                    return;
+                }
             }
+            active.clear_dirty(chunk);
+            active.set_in_flight(chunk, true);
+            active.chunks_in_flight += 1;
+            active.cursor = chunk + 1;
+            let length = active.chunk_len(chunk, migration.chunk_bytes);
+            active.issued_bytes += length;
+            let offset = active.source_base + u64::from(chunk) * migration.chunk_bytes;
+            let from = active.plan.from as usize;
+            #[cfg(test)]
+            if let Some(shadow) = self.shadow.as_mut() {
+                shadow.capture(move_slot, chunk, from, offset, length);
+            }
+            self.submit(
+                from,
+                DeviceIo {
+                    id: (KIND_MIGRATION_READ << KIND_SHIFT)
+                        | (u64::from(move_slot) << 32)
+                        | u64::from(chunk),
+                    op: Op::Read,
+                    offset_bytes: offset,
+                    length_bytes: length,
+                    background: true,
+                },
+            );
+        }
+    }
+
+    /// A pacing timer fired.
+    fn move_timer(&mut self, move_slot: u32) {
+        if let Some(active) = self.active[move_slot as usize].as_mut() {
+            active.timer_pending = false;
+            self.step_move(move_slot);
         }
     }
 
@@ -1254,40 +1332,24 @@ impl<'run> Engine<'run> {
     }
 
     fn chunk_write_done(&mut self, move_slot: u32, chunk: u32) {
-        let config: &'run SimConfig = self.config;
-        let migration = &config.stack.migration;
+        let chunk_bytes = self.config.stack.migration.chunk_bytes;
         let now = self.now_ns;
         let Some(active) = self.active[move_slot as usize].as_mut() else {
             return;
         };
-        let length = active.chunk_len(chunk, migration.chunk_bytes);
-        active.chunk_in_flight = false;
+        let length = active.chunk_len(chunk, chunk_bytes);
+        active.set_in_flight(chunk, false);
+        active.chunks_in_flight -= 1;
         active.copied_bytes += length;
+        active.last_chunk_done_ns = Some(now);
         let to = active.plan.to;
         #[cfg(test)]
         if let Some(shadow) = self.shadow.as_mut() {
-            let offset = active.target_base + u64::from(chunk) * migration.chunk_bytes;
+            let offset = active.target_base + u64::from(chunk) * chunk_bytes;
             shadow.apply(move_slot, chunk, to as usize, offset);
         }
-        let mut resume_ns = now;
-        if active.phase == Phase::Copying {
-            resume_ns = now.saturating_add(migration.chunk_gap_ns);
-            if let Some(bandwidth) = migration.max_bandwidth_bytes_per_second {
-                let paced = active.start_ns.saturating_add(
-                    (u128::from(active.copied_bytes) * 1_000_000_000 / u128::from(bandwidth))
-                        .min(u128::from(u64::MAX)) as u64,
-                );
-                resume_ns = resume_ns.max(paced);
-            }
-        }
         self.monitor.record_migration_io(to, length);
-        if resume_ns > now {
-            self.timer_sequence += 1;
-            self.timers
-                .push(Reverse((resume_ns, self.timer_sequence, move_slot)));
-        } else {
-            self.step_move(move_slot);
-        }
+        self.step_move(move_slot);
     }
 
     /// Switch-over complete: the table points at the target, the source slot
@@ -1574,6 +1636,13 @@ impl<'run> Engine<'run> {
             pieces: self.pieces_total,
             empty_requests: self.empty_requests,
             reordered_requests: self.reordered_requests,
+            deferred_requests: self.deferred_requests,
+            defer_mean_us: if self.deferred_requests > 0 {
+                self.defer_ns_total as f64 / self.deferred_requests as f64 / 1e3
+            } else {
+                0.0
+            },
+            defer_max_us: self.defer_ns_max as f64 / 1e3,
             elapsed_ns,
             last_arrival_ns: self.last_arrival_ns,
             response_p50_us: to_us(self.response.quantile_ns(0.5)),
@@ -1610,6 +1679,7 @@ impl<'run> Engine<'run> {
                 seed: self.config.seed,
                 chunk_bytes: self.config.stack.migration.chunk_bytes,
                 max_concurrent_moves: self.config.stack.migration.max_concurrent_moves,
+                max_outstanding_requests: self.config.max_outstanding_requests,
                 cache_bytes: self.config.cache_bytes,
             },
         }
@@ -1795,12 +1865,14 @@ mod tests {
             let mut rng = SeededRng::new(seed);
             let dirty_threshold = rng.below(4);
             let passes = rng.range(1, 4);
+            let in_flight = rng.range(1, 5);
             let text = format!(
                 "segment_bytes = \"1MiB\"\n\
                  [[tier]]\nname = \"memory\"\ndevice = \"memory\"\ncapacity = \"2MiB\"\n\
                  [[tier]]\nname = \"ssd\"\ndevice = \"p3700\"\ncapacity = \"3MiB\"\nqueue_depth = 4\n\
                  [[tier]]\nname = \"hdd\"\ndevice = \"savvio10k4\"\nqueue_depth = 8\n\
                  [migration]\nchunk_bytes = \"64KiB\"\nmax_concurrent_moves = 2\n\
+                 chunks_in_flight = {in_flight}\n\
                  switch_over_dirty_chunks = {dirty_threshold}\nmax_copy_passes = {passes}\n"
             );
             let stack = TierStack::parse(&text, "test").unwrap();

@@ -21,6 +21,7 @@ pub mod histogram;
 pub mod result;
 pub mod runner;
 pub mod stack;
+pub mod tables;
 pub mod testing;
 
 pub use config::{Replay, SimConfig, Strategy, Window};

@@ -20,10 +20,30 @@ pub struct SimReport {
     pub trace_kind: String,
     /// Tier-stack name (preset or file).
     pub tiers: String,
+    /// Each tier's name, device and capacity, fastest first.
+    pub tier_summary: String,
     pub runs: Vec<RunResult>,
 }
 
 impl SimReport {
+    /// A report of `runs` (in the order given) with gains against `none` filled in.
+    pub fn new(
+        trace: String,
+        trace_kind: &str,
+        stack: &crate::stack::TierStack,
+        runs: Vec<RunResult>,
+    ) -> SimReport {
+        let mut report = SimReport {
+            trace,
+            trace_kind: trace_kind.to_string(),
+            tiers: stack.name.clone(),
+            tier_summary: stack.summary(),
+            runs,
+        };
+        report.compute_gains();
+        report
+    }
+
     /// Fills every run's [`RunResult::gain`] against the `none` run, when
     /// there is one.
     pub fn compute_gains(&mut self) {
@@ -90,9 +110,17 @@ pub struct RunResult {
     pub empty_requests: u64,
     /// Requests whose timestamp went backwards; replayed at the previous arrival.
     pub reordered_requests: u64,
+    /// Open loop: requests issued after their due time because
+    /// `max_outstanding_requests` were outstanding (the replay fell behind
+    /// the trace: the volume is saturated), and how late they were, µs.
+    /// Response times are measured from issue, as iostat's await is.
+    pub deferred_requests: u64,
+    pub defer_mean_us: f64,
+    pub defer_max_us: f64,
     /// Virtual time from the first arrival to the last completion.
     pub elapsed_ns: u64,
-    /// Arrival of the last request (open loop: the trace's span / speed).
+    /// Issue time of the last request (open loop: the trace's span / speed,
+    /// later when the replay fell behind).
     pub last_arrival_ns: u64,
     /// Response time percentiles, µs (bucket upper bounds, ≤ 6.25 % high).
     pub response_p50_us: f64,
@@ -142,6 +170,7 @@ pub struct RunSettings {
     pub seed: u64,
     pub chunk_bytes: u64,
     pub max_concurrent_moves: u32,
+    pub max_outstanding_requests: u32,
     pub cache_bytes: Option<u64>,
 }
 

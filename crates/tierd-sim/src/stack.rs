@@ -20,7 +20,8 @@
 //! [migration]
 //! chunk_bytes = "1MiB"
 //! max_concurrent_moves = 1
-//! chunk_gap = "0s"                # pause between chunks of one move
+//! chunks_in_flight = 4            # chunks of one move copied at once
+//! chunk_gap = "0s"                # pause after a chunk lands
 //! max_bandwidth = "200MB"         # bytes per second per move; absent = unpaced
 //! switch_over_dirty_chunks = 8
 //! max_copy_passes = 4
@@ -156,6 +157,7 @@ struct TierFile {
 struct MigrationFile {
     chunk_bytes: Option<HumanSize>,
     max_concurrent_moves: Option<u32>,
+    chunks_in_flight: Option<u32>,
     chunk_gap: Option<HumanDuration>,
     max_bandwidth: Option<HumanSize>,
     switch_over_dirty_chunks: Option<u32>,
@@ -184,7 +186,10 @@ pub struct MigrationConfig {
     pub chunk_bytes: u64,
     /// Moves copying at the same time (others wait in order).
     pub max_concurrent_moves: u32,
-    /// Pause after each chunk before the next one of the same move.
+    /// Chunks of one move being copied at the same time.
+    pub chunks_in_flight: u32,
+    /// After a chunk of a move lands, no new chunk of that move starts for
+    /// this long.
     pub chunk_gap_ns: u64,
     /// Bytes per second one move may copy; `None`: as fast as the devices go.
     pub max_bandwidth_bytes_per_second: Option<u64>,
@@ -199,6 +204,7 @@ impl Default for MigrationConfig {
         Self {
             chunk_bytes: 1 << 20,
             max_concurrent_moves: 1,
+            chunks_in_flight: 4,
             chunk_gap_ns: 0,
             max_bandwidth_bytes_per_second: None,
             switch_over_dirty_chunks: 8,
@@ -379,14 +385,18 @@ impl TierStack {
         self.tiers.len() - 1
     }
 
-    /// One line per tier, for reports: `ssd: x25e 64.00 GB; hdd: savvio10k4 (volume size)`.
+    /// Every tier on one line, for reports:
+    /// `ssd: x25e 64 GB; hdd: savvio10k4 600 GB or the volume if larger`.
     pub fn summary(&self) -> String {
         self.tiers
             .iter()
             .map(|tier| {
                 let capacity = match tier.capacity_bytes {
                     Some(bytes) => format!("{:.0} GB", bytes as f64 / 1e9),
-                    None => "sized to the volume".to_string(),
+                    None => format!(
+                        "{:.0} GB or the volume if larger",
+                        tier.device.default_capacity_bytes() as f64 / 1e9
+                    ),
                 };
                 format!("{}: {} {}", tier.name, device_name(tier.device), capacity)
             })
@@ -395,12 +405,9 @@ impl TierStack {
     }
 }
 
-/// The kebab-case name a tier file uses for `preset`.
+/// The name a tier file uses for `preset`.
 pub fn device_name(preset: DevicePreset) -> String {
-    serde_json::to_value(preset)
-        .ok()
-        .and_then(|value| value.as_str().map(str::to_string))
-        .unwrap_or_else(|| format!("{preset:?}"))
+    preset.name().to_string()
 }
 
 fn migration_config(
@@ -433,6 +440,14 @@ fn migration_config(
             "must be at least 1",
         ));
     }
+    let chunks_in_flight = file.chunks_in_flight.unwrap_or(defaults.chunks_in_flight);
+    if chunks_in_flight == 0 {
+        return Err(config_error(
+            source_name,
+            "migration.chunks_in_flight",
+            "must be at least 1",
+        ));
+    }
     let chunk_gap_ns = match &file.chunk_gap {
         Some(value) => duration(source_name, "migration.chunk_gap", value)?,
         None => defaults.chunk_gap_ns,
@@ -462,6 +477,7 @@ fn migration_config(
     Ok(MigrationConfig {
         chunk_bytes,
         max_concurrent_moves,
+        chunks_in_flight,
         chunk_gap_ns,
         max_bandwidth_bytes_per_second,
         switch_over_dirty_chunks: file

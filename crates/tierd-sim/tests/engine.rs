@@ -23,13 +23,19 @@ fn request(time_ns: u64, op: Op, offset_bytes: u64, length_bytes: u64) -> Reques
     }
 }
 
-/// Two tiers, 1 MiB segments, 256 KiB chunks; `migration` lines are appended.
+/// Two tiers, 1 MiB segments, 256 KiB chunks copied one at a time unless
+/// `migration` (appended lines) says otherwise.
 fn stack(migration: &str) -> TierStack {
+    let in_flight = if migration.contains("chunks_in_flight") {
+        ""
+    } else {
+        "chunks_in_flight = 1\n"
+    };
     let text = format!(
         "segment_bytes = \"1MiB\"\n\
          [[tier]]\nname = \"fast\"\ndevice = \"memory\"\ncapacity = \"4MiB\"\n\
          [[tier]]\nname = \"home\"\ndevice = \"savvio10k4\"\n\
-         [migration]\nchunk_bytes = \"256KiB\"\n{migration}"
+         [migration]\nchunk_bytes = \"256KiB\"\n{in_flight}{migration}"
     );
     TierStack::parse(&text, "test").unwrap()
 }
@@ -122,10 +128,10 @@ fn none() -> Controller {
 #[test]
 fn a_request_across_segments_is_split_and_completes_with_its_last_piece() {
     let volume = 8 * MIB;
-    let config = config(volume, "");
+    let settings = config(volume, "");
     // Crosses segments 0, 1 and 2: 4 KiB + 1 MiB + 4 KiB.
     let crossing = request(0, Op::Read, MIB - 4096, MIB + 8192);
-    let result = run(&config, none(), devices(volume, 0), vec![crossing]).unwrap();
+    let result = run(&settings, none(), devices(volume, 0), vec![crossing]).unwrap();
     assert_eq!(result.requests, 1);
     assert_eq!(result.pieces, 3);
     // One home server, 1 ms per piece, served one after the other.
@@ -140,7 +146,7 @@ fn a_request_across_segments_is_split_and_completes_with_its_last_piece() {
         request(5 * SECOND, Op::Read, MIB - 4096, MIB + 8192),
     ];
     let result = run(
-        &config,
+        &settings,
         policy(Scripted::promote(0, 1)),
         devices(volume, 0),
         requests,
@@ -162,6 +168,22 @@ fn a_request_across_segments_is_split_and_completes_with_its_last_piece() {
     assert_eq!(result.migrated_bytes, MIB);
     assert_eq!(result.fast_bytes_max, MIB);
     assert_eq!(result.move_mean_us, Some(4.04 * 1000.0));
+
+    // Four chunks in flight: the home disk reads them back to back, and
+    // only the last fast write is not overlapped.
+    let parallel = config(volume, "chunks_in_flight = 4\n");
+    let requests = vec![
+        request(0, Op::Read, 0, 4096),
+        request(5 * SECOND, Op::Read, 0, 4096),
+    ];
+    let result = run(
+        &parallel,
+        policy(Scripted::promote(0, 1)),
+        devices(volume, 0),
+        requests,
+    )
+    .unwrap();
+    assert_eq!(result.move_log[0].end_ns, SECOND + 4 * MS + 10_000);
 }
 
 #[test]
@@ -409,6 +431,29 @@ fn closed_loop_keeps_the_queue_depth() {
     let result = run(&config, none(), parallel, requests).unwrap();
     assert_eq!(result.elapsed_ns, 25 * MS);
     assert_eq!(result.response.max_ns(), Some(MS));
+}
+
+#[test]
+fn a_saturated_open_loop_replay_falls_behind_instead_of_queueing_without_bound() {
+    let volume = 8 * MIB;
+    let mut config = config(volume, "");
+    config.max_outstanding_requests = 2;
+    // Ten requests due at once on a 1 ms device, two outstanding at most.
+    let requests: Vec<Request> = (0..10).map(|_| request(0, Op::Read, 0, 4096)).collect();
+    let result = run(&config, none(), devices(volume, 0), requests.clone()).unwrap();
+    assert_eq!(result.elapsed_ns, 10 * MS);
+    assert_eq!(result.deferred_requests, 8);
+    // Issued when a slot frees: at 1, 2, ..., 8 ms.
+    assert_eq!(result.defer_max_us, 8_000.0);
+    assert_eq!(result.defer_mean_us, 4_500.0);
+    // Response from issue: the first two wait 1 and 2 ms, the rest 2 ms.
+    assert_eq!(result.response.max_ns(), Some(2 * MS));
+    assert_eq!(result.last_arrival_ns, 8 * MS);
+
+    config.max_outstanding_requests = 0;
+    let result = run(&config, none(), devices(volume, 0), requests).unwrap();
+    assert_eq!(result.deferred_requests, 0);
+    assert_eq!(result.response.max_ns(), Some(10 * MS));
 }
 
 #[test]

@@ -1,0 +1,359 @@
+//! `tierd sim`: replay a trace (or a generated spike workload) through a tier
+//! stack under several policies at once, and print the papers' tables.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use clap::Args;
+use tierd_common::clock::{Clock, SystemClock};
+use tierd_common::units::{parse_bytes, parse_duration_ns, NS_PER_SECOND};
+use tierd_sim::{Replay, RunResult, SimConfig, SimError, SimReport, Strategy, TierStack, Window};
+use tierd_trace::{open_trace, Format, IteratorReader, OpenOptions, TraceReader};
+
+use crate::CliError;
+
+/// The synthetic preset `tierd sim` replays when no trace is given.
+pub const DEFAULT_PRESET: &str = "usr_1";
+pub const DEFAULT_POLICIES: &str = "none,otf-ast,atsmf";
+
+#[derive(Args)]
+pub struct SimArgs {
+    /// Trace file in any format tierd reads (.gz/.bz2/.xz/.zst transparently).
+    /// Without it, a generated spike workload is replayed (see --synth).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Trace format; detected from the content when omitted.
+    #[arg(long, value_name = "FORMAT", requires = "trace")]
+    format: Option<Format>,
+    /// Keep only this volume of a multi-volume trace (MSR `hm_0`, SPC ASU, ...).
+    #[arg(long, value_name = "NAME", requires = "trace")]
+    volume: Option<String>,
+    /// Skip malformed lines instead of stopping at the first.
+    #[arg(long, requires = "trace")]
+    skip_bad_lines: bool,
+    /// Synthetic preset to replay when no --trace is given (see `tierd trace synth --list`).
+    #[arg(long, value_name = "PRESET", conflicts_with = "trace", default_value = DEFAULT_PRESET)]
+    synth: String,
+    /// Hours of the synthetic preset to generate; default: its calibrated busy window.
+    #[arg(long, conflicts_with = "trace")]
+    hours: Option<f64>,
+    /// Tier stack: a preset (hdd-ssd, ssd-mem) or a TOML file.
+    #[arg(long, value_name = "PRESET|FILE", default_value = "hdd-ssd")]
+    tiers: String,
+    /// Policies to compare, comma-separated: none, otf-ast, atsmf (tiering) and
+    /// fifo, lru, arc, s3fifo (page caches over the fast tier).
+    #[arg(long, value_name = "LIST", default_value = DEFAULT_POLICIES)]
+    policy: String,
+    /// Segment size (power of two, 1MiB-4GiB); default: the tier stack's.
+    #[arg(long, value_parser = bytes)]
+    segment_bytes: Option<u64>,
+    /// Volume size; default: the synthetic preset's LUN, or the trace's highest
+    /// offset rounded up to a segment (one extra pass over the file).
+    #[arg(long, value_parser = bytes)]
+    volume_bytes: Option<u64>,
+    /// Replay acceleration (arrival = trace time / X, like btreplay -x);
+    /// default 1 for files, the paper's factor for synthetic presets
+    /// (usr_1, web_2: 8; proj_2, proj_4: 2; others 1).
+    #[arg(long, value_name = "X")]
+    speed: Option<f64>,
+    /// Replay only from this many minutes after the trace's first request.
+    #[arg(long, value_name = "MINUTES")]
+    from_min: Option<f64>,
+    /// ... up to this many minutes after it (trace time, before --speed).
+    #[arg(long, value_name = "MINUTES")]
+    to_min: Option<f64>,
+    /// Open loop: most requests outstanding at once; a request due while this
+    /// many are outstanding is issued when one completes, as btreplay blocks
+    /// on a full queue (0: no limit).
+    #[arg(long, value_name = "N", default_value_t = tierd_sim::config::DEFAULT_MAX_OUTSTANDING_REQUESTS)]
+    max_outstanding: u32,
+    /// Closed loop: keep N requests outstanding and ignore timestamps.
+    #[arg(long, value_name = "N", conflicts_with = "speed")]
+    queue_depth: Option<u32>,
+    /// Statistics and policy period (virtual time).
+    #[arg(long, default_value = "60s", value_parser = duration_ns)]
+    period: u64,
+    /// Page-cache size for fifo/lru/arc/s3fifo; default: the fast tier's capacity.
+    #[arg(long, value_parser = bytes)]
+    cache_bytes: Option<u64>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Root seed: device models and the synthetic workload.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Runs at the same time; default: the available cores.
+    #[arg(long, value_name = "N")]
+    jobs: Option<usize>,
+}
+
+fn bytes(text: &str) -> Result<u64, String> {
+    parse_bytes(text).map_err(|error| error.to_string())
+}
+
+fn duration_ns(text: &str) -> Result<u64, String> {
+    match parse_duration_ns(text) {
+        Ok(0) => Err("must be longer than zero".to_string()),
+        Ok(value) => Ok(value),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// The acceleration the papers replayed a volume at (000 §5.1 Table 2).
+fn paper_speed(preset: &str) -> f64 {
+    match preset {
+        "usr_1" | "web_2" => 8.0,
+        "proj_2" | "proj_4" => 2.0,
+        _ => 1.0,
+    }
+}
+
+fn minutes_ns(option: &str, minutes: Option<f64>) -> Result<Option<u64>, CliError> {
+    match minutes {
+        None => Ok(None),
+        Some(value) if value.is_finite() && value >= 0.0 && value < 1e9 => {
+            Ok(Some((value * 60.0 * NS_PER_SECOND as f64).round() as u64))
+        }
+        Some(value) => Err(CliError(format!(
+            "--{option} {value} is not a number of minutes >= 0"
+        ))),
+    }
+}
+
+/// Where requests come from; each run opens its own reader.
+enum Source {
+    File {
+        path: PathBuf,
+        options: OpenOptions,
+    },
+    Synthetic {
+        preset: &'static tierd_synth::Preset,
+        seed: u64,
+        hours: f64,
+        label: String,
+    },
+}
+
+impl Source {
+    fn open(&self) -> Result<Box<dyn TraceReader>, CliError> {
+        match self {
+            Source::File { path, options } => Ok(open_trace(path, options)?),
+            Source::Synthetic {
+                preset,
+                seed,
+                hours,
+                label,
+            } => {
+                let generator = tierd_synth::Generator::new(preset, *seed, *hours)?;
+                Ok(Box::new(IteratorReader::new(
+                    generator,
+                    &[preset.volume_name],
+                    Format::Tierd,
+                    label,
+                )))
+            }
+        }
+    }
+
+    fn provenance(&self) -> (String, &'static str) {
+        match self {
+            Source::File { path, .. } => (path.display().to_string(), "file"),
+            Source::Synthetic { label, .. } => (label.clone(), "synthetic"),
+        }
+    }
+}
+
+/// The highest byte a trace touches and its request count (one pass).
+fn scan(source: &Source) -> Result<(u64, u64), CliError> {
+    let mut reader = source.open()?;
+    let mut end = 0u64;
+    let mut requests = 0u64;
+    while let Some(request) = reader.next_request()? {
+        end = end.max(request.end_bytes());
+        requests += 1;
+    }
+    Ok((end, requests))
+}
+
+pub fn run(args: SimArgs) -> Result<(), CliError> {
+    let stack = TierStack::load(&args.tiers)?;
+    let strategies = Strategy::parse_list(&args.policy)?;
+    let (source, default_speed, volume_from_source) = match &args.trace {
+        Some(path) => (
+            Source::File {
+                path: path.clone(),
+                options: OpenOptions {
+                    format: args.format,
+                    volume: args.volume.clone(),
+                    skip_bad_lines: args.skip_bad_lines,
+                    ..OpenOptions::default()
+                },
+            },
+            1.0,
+            None,
+        ),
+        None => {
+            let preset = tierd_synth::preset(&args.synth)?;
+            let hours = args.hours.unwrap_or(preset.default_hours);
+            let label = tierd_synth::label(preset, args.seed, hours);
+            (
+                Source::Synthetic {
+                    preset,
+                    seed: args.seed,
+                    hours,
+                    label,
+                },
+                paper_speed(preset.name),
+                Some(preset.volume_bytes),
+            )
+        }
+    };
+    let segment_bytes = args.segment_bytes.unwrap_or(stack.segment_bytes);
+    let volume_bytes = match (args.volume_bytes, volume_from_source) {
+        (Some(bytes), _) => bytes,
+        (None, Some(bytes)) => bytes,
+        (None, None) => {
+            let (end, requests) = scan(&source)?;
+            if requests == 0 {
+                return Err(CliError(format!(
+                    "{}: no requests to replay",
+                    source.provenance().0
+                )));
+            }
+            end.div_ceil(segment_bytes).max(1) * segment_bytes
+        }
+    };
+    let mut config = SimConfig::new(stack, volume_bytes);
+    config.segment_bytes = segment_bytes;
+    config.period_ns = args.period;
+    config.cache_bytes = args.cache_bytes;
+    config.seed = args.seed;
+    config.max_outstanding_requests = args.max_outstanding;
+    config.replay = match args.queue_depth {
+        Some(queue_depth) => Replay::ClosedLoop { queue_depth },
+        None => Replay::OpenLoop {
+            speed: args.speed.unwrap_or(default_speed),
+        },
+    };
+    config.window = Window {
+        from_ns: minutes_ns("from-min", args.from_min)?,
+        to_ns: minutes_ns("to-min", args.to_min)?,
+    };
+    config.validate().map_err(option_names)?;
+    for strategy in &strategies {
+        tierd_sim::build_controller(&config, strategy).map_err(option_names)?;
+    }
+
+    let clock = SystemClock::new();
+    let results = run_all(&config, &strategies, &source, args.jobs)?;
+    let wall_ns = clock.now_ns().max(1);
+    let requests: u64 = results.iter().map(|run| run.requests).sum();
+    eprintln!(
+        "tierd sim: {} run(s), {requests} requests in {:.2} s wall ({:.2} M requests/s over all runs)",
+        results.len(),
+        wall_ns as f64 / 1e9,
+        requests as f64 * 1e3 / wall_ns as f64
+    );
+    let (trace, kind) = source.provenance();
+    let report = SimReport::new(trace, kind, &config.stack, results);
+    if args.json {
+        let mut out = std::io::stdout().lock();
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        print!("{}", tierd_sim::tables::render_text(&report));
+    }
+    Ok(())
+}
+
+/// Settings errors name the simulator's field; say the command-line option.
+fn option_names(error: SimError) -> CliError {
+    match error {
+        SimError::Config {
+            source_name,
+            key,
+            message,
+        } if source_name == "options" => {
+            let option = match key.as_str() {
+                "segment_bytes" => "--segment-bytes",
+                "volume_bytes" => "--volume-bytes",
+                "period" => "--period",
+                "speed" => "--speed",
+                "queue_depth" => "--queue-depth",
+                "window" => "--from-min/--to-min",
+                "cache_bytes" => "--cache-bytes",
+                "policy" => "--policy",
+                other => other,
+            };
+            CliError(format!("{option}: {message}"))
+        }
+        other => CliError(other.to_string()),
+    }
+}
+
+/// Runs every strategy, `jobs` at a time, each with its own reader; results
+/// come back in the order of `strategies`.
+fn run_all(
+    config: &SimConfig,
+    strategies: &[Strategy],
+    source: &Source,
+    jobs: Option<usize>,
+) -> Result<Vec<RunResult>, CliError> {
+    let cores = std::thread::available_parallelism().map_or(1, |cores| cores.get());
+    let jobs = jobs.unwrap_or(cores).clamp(1, strategies.len().max(1));
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<Result<RunResult, CliError>>>> =
+        strategies.iter().map(|_| Mutex::new(None)).collect();
+    let done: Vec<AtomicU64> = strategies.iter().map(|_| AtomicU64::new(0)).collect();
+    let show_progress = std::io::stderr().is_terminal();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                let Some(strategy) = strategies.get(index) else {
+                    break;
+                };
+                let mut progress = |update: tierd_sim::Progress| {
+                    done[index].store(update.requests, Ordering::Relaxed);
+                    if show_progress {
+                        let total: u64 =
+                            done.iter().map(|count| count.load(Ordering::Relaxed)).sum();
+                        eprint!(
+                            "\rtierd sim: {:.2} M requests simulated over {} run(s)...",
+                            total as f64 / 1e6,
+                            strategies.len()
+                        );
+                    }
+                };
+                let outcome = source.open().and_then(|mut reader| {
+                    tierd_sim::run(config, strategy, reader.as_mut(), &mut progress)
+                        .map_err(|error| CliError(format!("policy {}: {error}", strategy.name())))
+                });
+                if let Ok(mut slot) = slots[index].lock() {
+                    *slot = Some(outcome);
+                }
+            });
+        }
+    });
+    if show_progress {
+        eprint!("\r{:72}\r", "");
+    }
+    let mut results = Vec::with_capacity(strategies.len());
+    for (slot, strategy) in slots.into_iter().zip(strategies) {
+        let outcome = slot
+            .into_inner()
+            .map_err(|_| CliError(format!("policy {}: the run panicked", strategy.name())))?;
+        match outcome {
+            Some(result) => results.push(result?),
+            None => {
+                return Err(CliError(format!(
+                    "policy {}: the run did not finish",
+                    strategy.name()
+                )))
+            }
+        }
+    }
+    Ok(results)
+}

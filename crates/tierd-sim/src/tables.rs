@@ -1,0 +1,194 @@
+//! Text tables in the papers' shapes, from a [`SimReport`].
+//!
+//! - Paper 000 (OTF-AST) Tables 4–5: average IOPS over the first hour, the
+//!   gain over home only, the fast tier's share of IO, the home disk's svctm
+//!   and %util, fast-tier GB used.
+//! - Paper 002 (ATSMF) Tables 5–6: average response time, its ratio to the
+//!   home-only run (`none`, "flash only" there), the memory (fast-tier)
+//!   access ratio, the most fast-tier memory used.
+
+use std::fmt::Write as _;
+
+use tierd_common::units::Duration;
+
+use crate::result::{RunResult, SimReport};
+
+fn gigabytes(bytes: u64) -> f64 {
+    bytes as f64 / 1e9
+}
+
+fn percent(share: f64) -> String {
+    format!("{:.1}%", share * 100.0)
+}
+
+fn signed_percent(ratio: Option<f64>) -> String {
+    match ratio {
+        Some(ratio) => format!("{:+.1}%", (ratio - 1.0) * 100.0),
+        None => "-".to_string(),
+    }
+}
+
+fn ratio(ratio: Option<f64>) -> String {
+    match ratio {
+        Some(ratio) => format!("{ratio:.2}"),
+        None => "-".to_string(),
+    }
+}
+
+/// Lays out `rows` (first row = header) in aligned columns: the first
+/// column left-aligned, the others right-aligned.
+fn columns(rows: &[Vec<String>]) -> String {
+    let count = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..count)
+        .map(|column| {
+            rows.iter()
+                .filter_map(|row| row.get(column))
+                .map(|cell| cell.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (column, cell) in row.iter().enumerate() {
+            let width = widths[column];
+            if column == 0 {
+                let _ = write!(line, "{cell:<width$}");
+            } else {
+                let _ = write!(line, "  {cell:>width$}");
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn replay_text(run: &RunResult) -> String {
+    match run.settings.replay {
+        crate::config::Replay::OpenLoop { speed } => format!("open loop x{speed}"),
+        crate::config::Replay::ClosedLoop { queue_depth } => {
+            format!("closed loop, queue depth {queue_depth}")
+        }
+    }
+}
+
+/// The whole text report: provenance, then both tables.
+pub fn render_text(report: &SimReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "trace: {} [{}]", report.trace, report.trace_kind);
+    let _ = writeln!(out, "tiers: {} ({})", report.tiers, report.tier_summary);
+    if let Some(run) = report.runs.first() {
+        let settings = &run.settings;
+        let _ = writeln!(
+            out,
+            "replay: {}, segment {}, period {}, volume {:.1} GB, {} requests, seed {}",
+            replay_text(run),
+            tierd_common::units::Bytes(settings.segment_bytes),
+            Duration(settings.period_ns),
+            gigabytes(settings.volume_bytes),
+            run.requests,
+            settings.seed
+        );
+    }
+    out.push('\n');
+    out.push_str("IOPS, as paper 000 (OTF-AST) Tables 4-5 (gain vs none = home only):\n");
+    let mut rows = vec![vec![
+        "policy".to_string(),
+        "avg iops".to_string(),
+        "1st-hour iops".to_string(),
+        "gain".to_string(),
+        "fast share".to_string(),
+        "home svctm ms".to_string(),
+        "home util".to_string(),
+        "fast GB max".to_string(),
+        "moves".to_string(),
+        "moved GB".to_string(),
+        "replay".to_string(),
+    ]];
+    for run in &report.runs {
+        rows.push(vec![
+            run.policy.clone(),
+            format!("{:.1}", run.avg_iops),
+            format!("{:.1}", run.avg_iops_first_hour),
+            signed_percent(
+                run.gain
+                    .as_ref()
+                    .and_then(|gain| gain.iops_first_hour_ratio),
+            ),
+            percent(run.fast_io_share),
+            format!("{:.2}", run.home_svctm_ms),
+            percent(run.home_util),
+            format!("{:.1}", gigabytes(run.fast_bytes_max)),
+            run.moves.to_string(),
+            format!("{:.1}", gigabytes(run.migrated_bytes)),
+            Duration(run.elapsed_ns).to_string(),
+        ]);
+    }
+    out.push_str(&columns(&rows));
+    out.push('\n');
+    out.push_str(
+        "Response time, as paper 002 (ATSMF) Tables 5-6 (ratio to none = fast tier unused):\n",
+    );
+    let mut rows = vec![vec![
+        "policy".to_string(),
+        "avg ms".to_string(),
+        "ratio".to_string(),
+        "p99 ms".to_string(),
+        "fast access ratio".to_string(),
+        "fast GB max".to_string(),
+        "% of volume".to_string(),
+        "stall max ms".to_string(),
+        "cache hit ratio".to_string(),
+    ]];
+    for run in &report.runs {
+        rows.push(vec![
+            run.policy.clone(),
+            format!("{:.4}", run.avg_response_us / 1e3),
+            ratio(run.gain.as_ref().and_then(|gain| gain.response_ratio)),
+            format!("{:.3}", run.response_p99_us / 1e3),
+            percent(run.fast_io_share),
+            format!("{:.1}", gigabytes(run.fast_bytes_max)),
+            percent(if run.settings.volume_bytes == 0 {
+                0.0
+            } else {
+                run.fast_bytes_max as f64 / run.settings.volume_bytes as f64
+            }),
+            format!("{:.2}", run.switch_over_stall_max_us / 1e3),
+            run.cache
+                .as_ref()
+                .map_or_else(|| "-".to_string(), |cache| percent(cache.hit_ratio)),
+        ]);
+    }
+    out.push_str(&columns(&rows));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_align() {
+        let rows = vec![
+            vec!["policy".to_string(), "iops".to_string()],
+            vec!["none".to_string(), "836.0".to_string()],
+            vec!["otf-ast".to_string(), "1483.0".to_string()],
+        ];
+        let text = columns(&rows);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "policy     iops");
+        assert_eq!(lines[1], "none      836.0");
+        assert_eq!(lines[2], "otf-ast  1483.0");
+    }
+
+    #[test]
+    fn gains_and_ratios_format() {
+        assert_eq!(signed_percent(Some(1.77)), "+77.0%");
+        assert_eq!(signed_percent(Some(0.99)), "-1.0%");
+        assert_eq!(signed_percent(None), "-");
+        assert_eq!(ratio(Some(0.375)), "0.38");
+        assert_eq!(percent(0.891), "89.1%");
+    }
+}
