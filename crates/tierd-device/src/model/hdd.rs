@@ -342,8 +342,16 @@ pub struct Geometry {
     cylinders: u32,
     bytes: u64,
     revolution_ns: f64,
+    revolutions_per_ns: f64,
     track_switch_ns: f64,
     skew_per_track: f64,
+}
+
+/// The fractional part of a non-negative `value` (a cast, not a libm call:
+/// the baseline x86-64 target has no rounding instruction).
+#[inline]
+fn fraction(value: f64) -> f64 {
+    value - (value as i64) as f64
 }
 
 /// Sector size used for rounding track capacities.
@@ -387,6 +395,7 @@ impl Geometry {
             cylinders,
             bytes: first_byte,
             revolution_ns,
+            revolutions_per_ns: 1.0 / revolution_ns,
             track_switch_ns,
             skew_per_track: track_switch_ns / revolution_ns,
         }
@@ -424,9 +433,9 @@ impl Geometry {
         let byte_in_track = relative % zone.track_bytes;
         let track = u64::from(zone.first_cylinder) * u64::from(self.heads) + track_in_zone;
         let cylinder = zone.first_cylinder + (track_in_zone / u64::from(self.heads)) as u32;
-        let angle = (byte_in_track as f64 / zone.track_bytes as f64
-            + track as f64 * self.skew_per_track)
-            .fract();
+        let angle = fraction(
+            byte_in_track as f64 / zone.track_bytes as f64 + track as f64 * self.skew_per_track,
+        );
         Location {
             cylinder,
             track,
@@ -525,8 +534,11 @@ impl Mechanics {
     #[inline]
     pub fn rotational_wait_ns(&self, arrival_ns: f64, angle: f64) -> f64 {
         let revolution = self.geometry.revolution_ns;
-        let platter = ((arrival_ns + self.phase_ns) / revolution).fract();
-        let mut gap = (angle - platter).rem_euclid(1.0);
+        let platter = fraction((arrival_ns + self.phase_ns) * self.geometry.revolutions_per_ns);
+        let mut gap = angle - platter;
+        if gap < 0.0 {
+            gap += 1.0;
+        }
         if gap > 1.0 - ANGLE_EPSILON {
             gap = 0.0;
         }
@@ -540,7 +552,7 @@ impl Mechanics {
         let done = start_ns
             + self.positioning_ns(start_ns, &location, op)
             + self.geometry.transfer_ns(&location, length);
-        self.park_after(offset, length);
+        self.park_after(&location, offset, length);
         done
     }
 
@@ -550,10 +562,15 @@ impl Mechanics {
         self.head_track = location.track;
     }
 
-    /// Leaves the head where a transfer of `length` bytes at `offset` ends.
-    pub fn park_after(&mut self, offset: u64, length: u64) {
-        let last = self.geometry.locate(offset + length.saturating_sub(1));
-        self.set_head(&last);
+    /// Leaves the head where a transfer of `length` bytes from `offset`
+    /// (at `location`) ends.
+    pub fn park_after(&mut self, location: &Location, offset: u64, length: u64) {
+        if location.byte_in_track + length <= location.track_bytes {
+            self.set_head(location);
+        } else {
+            let last = self.geometry.locate(offset + length - 1);
+            self.set_head(&last);
+        }
     }
 }
 
@@ -565,6 +582,12 @@ struct Segment {
     start: u64,
     end: u64,
     last_use: u64,
+}
+
+impl Segment {
+    fn is_empty(&self) -> bool {
+        self.end <= self.start
+    }
 }
 
 /// The read the head is still streaming into a segment after a read miss.
@@ -588,6 +611,11 @@ struct Stream {
 #[derive(Clone, Debug)]
 pub struct SegmentCache {
     segments: Vec<Segment>,
+    /// Flat copies of what a lookup needs, kept in step with `segments`:
+    /// the first byte (`u64::MAX` when empty) and the end a request may
+    /// reach (the stream's cap for the streaming segment).
+    lookup_starts: Vec<u64>,
+    lookup_ends: Vec<u64>,
     segment_bytes: u64,
     limit_bytes: u64,
     stream: Option<Stream>,
@@ -596,13 +624,31 @@ pub struct SegmentCache {
 
 impl SegmentCache {
     pub fn new(count: u32, segment_bytes: u64, limit_bytes: u64) -> SegmentCache {
-        let count = if segment_bytes == 0 { 0 } else { count };
+        let count = if segment_bytes == 0 {
+            0
+        } else {
+            count as usize
+        };
         SegmentCache {
-            segments: vec![Segment::default(); count as usize],
+            segments: vec![Segment::default(); count],
+            lookup_starts: vec![u64::MAX; count],
+            lookup_ends: vec![0; count],
             segment_bytes,
             limit_bytes,
             stream: None,
             uses: 0,
+        }
+    }
+
+    fn refresh(&mut self, index: usize) {
+        let segment = self.segments[index];
+        let streaming = self.stream.filter(|stream| stream.segment == index);
+        if segment.is_empty() && streaming.is_none() {
+            self.lookup_starts[index] = u64::MAX;
+            self.lookup_ends[index] = 0;
+        } else {
+            self.lookup_starts[index] = segment.start;
+            self.lookup_ends[index] = streaming.map_or(segment.end, |stream| stream.cap_byte);
         }
     }
 
@@ -611,49 +657,50 @@ impl SegmentCache {
     #[inline]
     pub fn lookup(&self, now_ns: f64, offset: u64, length: u64) -> Option<(usize, f64)> {
         let end = offset + length;
-        for (index, segment) in self.segments.iter().enumerate() {
-            if segment.start > offset {
-                continue;
-            }
-            match self.stream {
-                Some(stream) if stream.segment == index => {
-                    if end <= stream.cap_byte {
-                        let ready = if end <= stream.from_byte {
-                            now_ns
-                        } else {
-                            now_ns.max(
-                                stream.start_ns
-                                    + (end - stream.from_byte) as f64 * stream.ns_per_byte,
-                            )
-                        };
-                        return Some((index, ready));
-                    }
-                }
-                _ => {
-                    if end <= segment.end && segment.end > segment.start {
-                        return Some((index, now_ns));
-                    }
-                }
+        // Branch-free over every segment (vectorisable): SPTF asks this for
+        // each queued read at each dispatch.
+        let mut index = usize::MAX;
+        for (position, (&start, &reach)) in self
+            .lookup_starts
+            .iter()
+            .zip(&self.lookup_ends)
+            .enumerate()
+            .rev()
+        {
+            if start <= offset && end <= reach {
+                index = position;
             }
         }
-        None
+        if index == usize::MAX {
+            return None;
+        }
+        let ready = match self.stream {
+            Some(stream) if stream.segment == index && end > stream.from_byte => {
+                now_ns.max(stream.start_ns + (end - stream.from_byte) as f64 * stream.ns_per_byte)
+            }
+            _ => now_ns,
+        };
+        Some((index, ready))
     }
 
     /// Records a hit on `index`; a hit on the stream marks it sequential and
     /// keeps it reading ahead of the host.
     pub fn note_hit(&mut self, index: usize, offset: u64, length: u64) {
         self.uses += 1;
-        let uses = self.uses;
         let half = self.segment_bytes / 2;
-        let limit = self.limit_bytes;
-        let bytes = self.segment_bytes;
-        if let Some(segment) = self.segments.get_mut(index) {
-            segment.last_use = uses;
-            if let Some(stream) = self.stream.as_mut().filter(|s| s.segment == index) {
-                stream.sequential = true;
-                stream.cap_byte = stream.cap_byte.max((offset + length + half).min(limit));
-                segment.start = segment.start.max(stream.cap_byte.saturating_sub(bytes));
-            }
+        let Some(segment) = self.segments.get_mut(index) else {
+            return;
+        };
+        segment.last_use = self.uses;
+        if let Some(stream) = self.stream.as_mut().filter(|s| s.segment == index) {
+            stream.sequential = true;
+            stream.cap_byte = stream
+                .cap_byte
+                .max((offset + length + half).min(self.limit_bytes));
+            segment.start = segment
+                .start
+                .max(stream.cap_byte.saturating_sub(self.segment_bytes));
+            self.refresh(index);
         }
     }
 
@@ -668,6 +715,7 @@ impl SegmentCache {
             let end = (stream.from_byte + streamed).min(stream.cap_byte);
             if let Some(segment) = self.segments.get_mut(stream.segment) {
                 segment.end = end;
+                self.refresh(stream.segment);
             }
         }
     }
@@ -687,8 +735,7 @@ impl SegmentCache {
                 .iter()
                 .enumerate()
                 .min_by_key(|(_, segment)| segment.last_use)
-                .map(|(index, _)| index)
-                .unwrap_or(0)
+                .map_or(0, |(index, _)| index)
         });
         let cap = (end + self.segment_bytes / 2)
             .min(self.limit_bytes)
@@ -706,34 +753,33 @@ impl SegmentCache {
             ns_per_byte,
             sequential: follows.is_some(),
         });
+        self.refresh(index);
     }
 
     /// The segment whose data ends exactly at `offset` (a sequential miss).
     pub fn follows(&self, offset: u64) -> Option<usize> {
-        self.segments
+        self.lookup_ends
             .iter()
-            .enumerate()
-            .find_map(|(index, segment)| {
-                let end = match self.stream {
-                    Some(stream) if stream.segment == index => stream.cap_byte,
-                    _ => segment.end,
-                };
-                (segment.end > segment.start && end == offset).then_some(index)
-            })
+            .zip(&self.lookup_starts)
+            .position(|(&reach, &start)| reach == offset && start < reach)
     }
 
     /// A write to `[offset, offset + length)`: drops overlapping segments.
     pub fn invalidate(&mut self, now_ns: f64, offset: u64, length: u64) {
         let end = offset + length.max(1);
-        let overlaps = |segment: &Segment, top: u64| segment.start < end && offset < top;
         if let Some(stream) = self.stream {
-            if overlaps(&self.segments[stream.segment], stream.cap_byte) {
+            if self.lookup_starts[stream.segment] < end && offset < self.lookup_ends[stream.segment]
+            {
                 self.stop_stream(now_ns);
             }
         }
-        for segment in &mut self.segments {
-            if overlaps(segment, segment.end) {
-                *segment = Segment::default();
+        for index in 0..self.segments.len() {
+            if self.lookup_starts[index] < end && offset < self.lookup_ends[index] {
+                self.segments[index] = Segment {
+                    last_use: self.segments[index].last_use,
+                    ..Segment::default()
+                };
+                self.refresh(index);
             }
         }
     }
@@ -775,6 +821,41 @@ pub(crate) struct Pending {
     pub(crate) location: Location,
     /// Destage of write-cached data: no completion is reported.
     pub(crate) internal: bool,
+    /// Precomputed for SPTF, which estimates every queued request at every
+    /// dispatch: earliest media start (arrival + overhead), earliest buffer
+    /// answer (arrival + hit overhead), and the interface transfer.
+    pub(crate) ready_ns: f64,
+    pub(crate) hit_ready_ns: f64,
+    pub(crate) hit_transfer_ns: f64,
+}
+
+impl Pending {
+    pub(crate) fn new(
+        io: DeviceIo,
+        arrival_ns: u64,
+        sequence: u64,
+        location: Location,
+        timing: &CommandTiming,
+    ) -> Pending {
+        Pending {
+            io,
+            arrival_ns,
+            sequence,
+            location,
+            internal: false,
+            ready_ns: (arrival_ns + timing.overhead_ns) as i64 as f64,
+            hit_ready_ns: (arrival_ns + timing.hit_overhead_ns) as i64 as f64,
+            hit_transfer_ns: io.length_bytes as i64 as f64 * timing.interface_ns_per_byte,
+        }
+    }
+}
+
+/// Per-command controller costs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CommandTiming {
+    pub(crate) overhead_ns: u64,
+    pub(crate) hit_overhead_ns: u64,
+    pub(crate) interface_ns_per_byte: f64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -1277,9 +1358,7 @@ pub struct Hdd {
     clock_ns: u64,
     sequence: u64,
     host_queued: usize,
-    overhead_ns: u64,
-    hit_overhead_ns: u64,
-    interface_ns_per_byte: f64,
+    timing: CommandTiming,
     sequential_prefetch_bytes: u64,
     write_cache_bytes: u64,
     dirty_bytes: u64,
@@ -1324,9 +1403,11 @@ impl Hdd {
             clock_ns: 0,
             sequence: 0,
             host_queued: 0,
-            overhead_ns: ms_to_ns(config.overhead_ms) as u64,
-            hit_overhead_ns: ms_to_ns(config.cache_hit_overhead_ms) as u64,
-            interface_ns_per_byte: ns_per_byte(config.interface_rate_mb_s),
+            timing: CommandTiming {
+                overhead_ns: ms_to_ns(config.overhead_ms) as u64,
+                hit_overhead_ns: ms_to_ns(config.cache_hit_overhead_ms) as u64,
+                interface_ns_per_byte: ns_per_byte(config.interface_rate_mb_s),
+            },
             sequential_prefetch_bytes: config.sequential_prefetch_bytes,
             write_cache_bytes: if config.write_cache {
                 config.write_cache_bytes
@@ -1426,22 +1507,10 @@ impl Hdd {
             queue,
             mechanics,
             cache,
-            overhead_ns,
-            hit_overhead_ns,
-            interface_ns_per_byte,
             ..
         } = self;
-        let estimate = |pending: &Pending| {
-            estimate_ns(
-                mechanics,
-                cache,
-                *overhead_ns,
-                *hit_overhead_ns,
-                *interface_ns_per_byte,
-                now_ns,
-                pending,
-            )
-        };
+        let now = now_ns as i64 as f64;
+        let estimate = |pending: &Pending| estimate_ns(mechanics, cache, now, pending);
         let Some(pending) = queue.pop(now_ns, estimate) else {
             return;
         };
@@ -1456,13 +1525,13 @@ impl Hdd {
         let now = now_ns as f64;
         let mut done = None;
         if io.op == Op::Read {
-            let check = now.max((pending.arrival_ns + self.hit_overhead_ns) as f64);
+            let check = now.max((pending.arrival_ns + self.timing.hit_overhead_ns) as f64);
             if let Some((segment, ready)) =
                 self.cache.lookup(check, io.offset_bytes, io.length_bytes)
             {
                 self.cache
                     .note_hit(segment, io.offset_bytes, io.length_bytes);
-                let transfer = io.length_bytes as f64 * self.interface_ns_per_byte;
+                let transfer = io.length_bytes as f64 * self.timing.interface_ns_per_byte;
                 done = Some((check + transfer).max(ready));
             }
         }
@@ -1472,7 +1541,7 @@ impl Hdd {
                 (done, done)
             }
             None => {
-                let ready = now.max((pending.arrival_ns + self.overhead_ns) as f64);
+                let ready = now.max((pending.arrival_ns + self.timing.overhead_ns) as f64);
                 let sequential = io.op == Op::Read && self.cache.follows(io.offset_bytes).is_some();
                 self.cache.stop_stream(ready);
                 if io.op == Op::Write {
@@ -1486,7 +1555,8 @@ impl Hdd {
                         .mechanics
                         .geometry
                         .transfer_ns(&location, io.length_bytes);
-                self.mechanics.park_after(io.offset_bytes, io.length_bytes);
+                self.mechanics
+                    .park_after(&location, io.offset_bytes, io.length_bytes);
                 let mut free = end;
                 if io.op == Op::Read && io.length_bytes > 0 {
                     let rate = self.mechanics.geometry.streaming_ns_per_byte(&location);
@@ -1515,24 +1585,16 @@ impl Hdd {
 
 /// Estimated time to serve `pending` if started at `now_ns` (SPTF's cost):
 /// a buffer hit costs its transfer; a miss its overhead wait and positioning.
-fn estimate_ns(
-    mechanics: &Mechanics,
-    cache: &SegmentCache,
-    overhead_ns: u64,
-    hit_overhead_ns: u64,
-    interface_ns_per_byte: f64,
-    now_ns: u64,
-    pending: &Pending,
-) -> f64 {
-    let now = now_ns as f64;
+#[inline]
+fn estimate_ns(mechanics: &Mechanics, cache: &SegmentCache, now: f64, pending: &Pending) -> f64 {
     let io = &pending.io;
     if io.op == Op::Read {
-        let check = now.max((pending.arrival_ns + hit_overhead_ns) as f64);
+        let check = now.max(pending.hit_ready_ns);
         if let Some((_, ready)) = cache.lookup(check, io.offset_bytes, io.length_bytes) {
-            return (check + io.length_bytes as f64 * interface_ns_per_byte).max(ready) - now;
+            return (check + pending.hit_transfer_ns).max(ready) - now;
         }
     }
-    let ready = now.max((pending.arrival_ns + overhead_ns) as f64);
+    let ready = now.max(pending.ready_ns);
     ready - now + mechanics.positioning_ns(ready, &pending.location, io.op)
 }
 
@@ -1550,13 +1612,7 @@ impl DeviceModel for Hdd {
         let io = clamp_io(io, self.capacity_bytes);
         self.sequence += 1;
         let location = self.mechanics.geometry.locate(io.offset_bytes);
-        let pending = Pending {
-            io,
-            arrival_ns: now_ns,
-            sequence: self.sequence,
-            location,
-            internal: false,
-        };
+        let pending = Pending::new(io, now_ns, self.sequence, location, &self.timing);
         if io.op == Op::Write
             && self.write_cache_bytes > 0
             && self.dirty_bytes + io.length_bytes <= self.write_cache_bytes
@@ -1564,8 +1620,8 @@ impl DeviceModel for Hdd {
             // Write-back: done once in the buffer; the media write follows.
             self.dirty_bytes += io.length_bytes;
             let done = now_ns
-                + self.hit_overhead_ns
-                + (io.length_bytes as f64 * self.interface_ns_per_byte).ceil() as u64;
+                + self.timing.hit_overhead_ns
+                + (io.length_bytes as f64 * self.timing.interface_ns_per_byte).ceil() as u64;
             self.acknowledged.push(Reverse(Timed {
                 completion: Completion {
                     id: io.id,

@@ -38,7 +38,8 @@ use tierd_trace::Op;
 
 use super::hdd::{
     build_mechanics, clamp_io, count_completion, ms_to_ns, non_negative, ns_per_byte, positive,
-    settings, validate_seek, ConfigError, Location, Mechanics, Pending, SeekFigures, SegmentCache,
+    settings, validate_seek, CommandTiming, ConfigError, Location, Mechanics, Pending, SeekFigures,
+    SegmentCache,
 };
 use super::{Completion, DeviceCounters, DeviceIo, DeviceModel, DevicePreset};
 
@@ -260,9 +261,7 @@ pub struct Smr {
     counters: DeviceCounters,
     clock_ns: u64,
     sequence: u64,
-    overhead_ns: u64,
-    hit_overhead_ns: u64,
-    interface_ns_per_byte: f64,
+    timing: CommandTiming,
     sequential_prefetch_bytes: u64,
     media_cache_bytes: u64,
     band_bytes: u64,
@@ -316,9 +315,11 @@ impl Smr {
             counters: DeviceCounters::default(),
             clock_ns: 0,
             sequence: 0,
-            overhead_ns: ms_to_ns(config.overhead_ms) as u64,
-            hit_overhead_ns: ms_to_ns(config.cache_hit_overhead_ms) as u64,
-            interface_ns_per_byte: ns_per_byte(config.interface_rate_mb_s),
+            timing: CommandTiming {
+                overhead_ns: ms_to_ns(config.overhead_ms) as u64,
+                hit_overhead_ns: ms_to_ns(config.cache_hit_overhead_ms) as u64,
+                interface_ns_per_byte: ns_per_byte(config.interface_rate_mb_s),
+            },
             sequential_prefetch_bytes: config.sequential_prefetch_bytes,
             media_cache_bytes: config.media_cache_bytes,
             band_bytes: config.band_bytes,
@@ -539,15 +540,16 @@ impl Smr {
     fn serve_read(&mut self, pending: &Pending, now_ns: u64) -> (f64, f64) {
         let io = pending.io;
         let now = now_ns as f64;
-        let check = now.max((pending.arrival_ns + self.hit_overhead_ns) as f64);
+        let check = now.max((pending.arrival_ns + self.timing.hit_overhead_ns) as f64);
         if let Some((segment, ready)) = self.cache.lookup(check, io.offset_bytes, io.length_bytes) {
             self.cache
                 .note_hit(segment, io.offset_bytes, io.length_bytes);
             self.sequential_host = true;
-            let done = (check + io.length_bytes as f64 * self.interface_ns_per_byte).max(ready);
+            let done =
+                (check + io.length_bytes as f64 * self.timing.interface_ns_per_byte).max(ready);
             return (done, done);
         }
-        let ready = now.max((pending.arrival_ns + self.overhead_ns) as f64);
+        let ready = now.max((pending.arrival_ns + self.timing.overhead_ns) as f64);
         let sequential = self.cache.follows(io.offset_bytes).is_some();
         self.sequential_host = sequential;
         self.cache.stop_stream(ready);
@@ -595,7 +597,7 @@ impl Smr {
 
     fn serve_write(&mut self, pending: &Pending, now_ns: u64) -> (f64, f64) {
         let io = pending.io;
-        let ready = (now_ns as f64).max((pending.arrival_ns + self.overhead_ns) as f64);
+        let ready = (now_ns as f64).max((pending.arrival_ns + self.timing.overhead_ns) as f64);
         self.cache
             .invalidate(ready, io.offset_bytes, io.length_bytes);
         self.cache.stop_stream(ready);
@@ -676,7 +678,8 @@ impl Smr {
                 .mechanics
                 .geometry
                 .transfer_ns(&location, io.length_bytes);
-        self.mechanics.park_after(position, io.length_bytes);
+        self.mechanics
+            .park_after(&location, position, io.length_bytes);
         self.log_head_byte = (position + io.length_bytes) % self.media_cache_bytes;
         self.stats.media_cache_used_bytes += io.length_bytes;
         if io.length_bytes > 0 {
@@ -725,13 +728,13 @@ impl DeviceModel for Smr {
         self.run_until(now_ns);
         let io = clamp_io(io, self.capacity_bytes);
         self.sequence += 1;
-        self.queue.push_back(Pending {
+        self.queue.push_back(Pending::new(
             io,
-            arrival_ns: now_ns,
-            sequence: self.sequence,
-            location: Location::default(),
-            internal: false,
-        });
+            now_ns,
+            self.sequence,
+            Location::default(),
+            &self.timing,
+        ));
         self.try_start(now_ns);
     }
 
