@@ -64,3 +64,266 @@ impl CacheKind {
         }
     }
 }
+
+/// Bytes per cache page: the caches work on 4 KiB pages of a volume.
+pub const PAGE_BYTES: u64 = 4096;
+
+/// The pages a request of `length_bytes` at `offset_bytes` touches: every
+/// 4 KiB page that holds at least one of its bytes. Empty for a zero-length
+/// request. Never overflows (the end saturates at `u64::MAX`).
+pub fn pages_touched(offset_bytes: u64, length_bytes: u64) -> std::ops::Range<u64> {
+    if length_bytes == 0 {
+        return 0..0;
+    }
+    let first_page = offset_bytes / PAGE_BYTES;
+    let last_byte = offset_bytes.saturating_add(length_bytes - 1);
+    first_page..last_byte / PAGE_BYTES + 1
+}
+
+/// A cache of `kind` holding at most `capacity_pages` pages, with the
+/// policy's published default parameters. A capacity of 0 gives a cache
+/// that never holds anything (every access misses, nothing is evicted).
+///
+/// Panics when `capacity_pages` exceeds [`MAX_CAPACITY_PAGES`] (2^31 − 2
+/// pages, 8 TiB of 4 KiB pages): node indices are 32-bit so that the lists
+/// stay compact.
+pub fn build_cache(kind: CacheKind, capacity_pages: u64) -> Box<dyn PageCache> {
+    match kind {
+        CacheKind::Fifo => Box::new(fifo::Fifo::new(capacity_pages)),
+        CacheKind::Lru => Box::new(lru::Lru::new(capacity_pages)),
+        CacheKind::Arc => Box::new(arc::ArcCache::new(capacity_pages)),
+        CacheKind::S3fifo => Box::new(s3fifo::S3Fifo::new(capacity_pages)),
+    }
+}
+
+/// The largest capacity any cache here accepts: ARC keeps up to twice its
+/// capacity in nodes (resident pages plus ghosts) and node indices are `u32`
+/// with `u32::MAX` reserved for "none".
+pub const MAX_CAPACITY_PAGES: u64 = (u32::MAX as u64 - 1) / 2 - 1;
+
+/// What [`replay_pages`] counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CacheReplayStats {
+    pub accesses: u64,
+    pub hits: u64,
+    /// `1 − hits / accesses`; 0 when there were no accesses.
+    pub miss_ratio: f64,
+    /// Pages pushed out of the cache.
+    pub evictions: u64,
+    /// Evicted pages that were dirty (each is one page written back).
+    pub dirty_evictions: u64,
+}
+
+/// Feeds `(page, is_write)` accesses through `cache` and counts hits and
+/// evictions. The cache keeps its state afterwards (call it again to go on).
+pub fn replay_pages<C>(
+    pages: impl IntoIterator<Item = (u64, bool)>,
+    cache: &mut C,
+) -> CacheReplayStats
+where
+    C: PageCache + ?Sized,
+{
+    let mut stats = CacheReplayStats::default();
+    for (page, is_write) in pages {
+        let access = cache.access(page, is_write);
+        stats.accesses += 1;
+        stats.hits += u64::from(access.hit);
+        if let Some(evicted) = access.evicted {
+            stats.evictions += 1;
+            stats.dirty_evictions += u64::from(evicted.dirty);
+        }
+    }
+    stats.miss_ratio = if stats.accesses == 0 {
+        0.0
+    } else {
+        1.0 - stats.hits as f64 / stats.accesses as f64
+    };
+    stats
+}
+
+/// Slab-allocated nodes and intrusive doubly-linked queues over them, shared
+/// by the list-based caches (LRU, ARC, S3-FIFO): O(1) push, unlink and move
+/// with 32-bit links, and no allocation once the slab has reached its
+/// largest size.
+pub(crate) mod nodes {
+    use tierd_common::hash::FastMap;
+
+    /// "No node".
+    pub const NIL: u32 = u32::MAX;
+
+    #[derive(Clone, Copy, Debug)]
+    pub struct Node {
+        pub page: u64,
+        /// Towards the head (newer) of its queue.
+        pub prev: u32,
+        /// Towards the tail (older) of its queue.
+        pub next: u32,
+        pub dirty: bool,
+        /// Which of the owner's queues the node is on.
+        pub queue: u8,
+        /// Policy-defined counter (S3-FIFO's access frequency).
+        pub frequency: u8,
+    }
+
+    /// Nodes by index plus a page → node index. Freed nodes are reused
+    /// before the slab grows.
+    #[derive(Debug)]
+    pub struct PageNodes {
+        pub nodes: Vec<Node>,
+        free_head: u32,
+        index: FastMap<u64, u32>,
+    }
+
+    impl PageNodes {
+        /// Room for `expected` nodes before anything is reallocated.
+        pub fn with_capacity(expected: usize) -> Self {
+            let mut index = FastMap::default();
+            index.reserve(expected);
+            Self {
+                nodes: Vec::with_capacity(expected),
+                free_head: NIL,
+                index,
+            }
+        }
+
+        #[inline]
+        pub fn find(&self, page: u64) -> Option<u32> {
+            self.index.get(&page).copied()
+        }
+
+        /// A new node for `page`, which the caller guarantees is absent, not
+        /// yet on any queue.
+        #[inline]
+        pub fn insert(&mut self, page: u64, queue: u8, dirty: bool) -> u32 {
+            let node = Node {
+                page,
+                prev: NIL,
+                next: NIL,
+                dirty,
+                queue,
+                frequency: 0,
+            };
+            let id = if self.free_head != NIL {
+                let id = self.free_head;
+                self.free_head = self.nodes[id as usize].next;
+                self.nodes[id as usize] = node;
+                id
+            } else {
+                let id = u32::try_from(self.nodes.len())
+                    .ok()
+                    .filter(|id| *id != NIL)
+                    .expect(
+                        "node slab exceeds 2^32 - 1 nodes (capacity is checked at construction)",
+                    );
+                self.nodes.push(node);
+                id
+            };
+            self.index.insert(page, id);
+            id
+        }
+
+        /// Forgets node `id` (already unlinked from its queue) and its page.
+        #[inline]
+        pub fn remove(&mut self, id: u32) {
+            let page = self.nodes[id as usize].page;
+            self.index.remove(&page);
+            self.nodes[id as usize].next = self.free_head;
+            self.free_head = id;
+        }
+    }
+
+    /// A queue threaded through [`Node::prev`]/[`Node::next`]: head is the
+    /// newest (most recently inserted or used), tail the oldest.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Queue {
+        pub head: u32,
+        pub tail: u32,
+        pub len: u64,
+    }
+
+    impl Default for Queue {
+        fn default() -> Self {
+            Self {
+                head: NIL,
+                tail: NIL,
+                len: 0,
+            }
+        }
+    }
+
+    impl Queue {
+        /// Puts unlinked node `id` at the head.
+        #[inline]
+        pub fn push_head(&mut self, nodes: &mut [Node], id: u32) {
+            let old_head = self.head;
+            {
+                let node = &mut nodes[id as usize];
+                node.prev = NIL;
+                node.next = old_head;
+            }
+            if old_head == NIL {
+                self.tail = id;
+            } else {
+                nodes[old_head as usize].prev = id;
+            }
+            self.head = id;
+            self.len += 1;
+        }
+
+        /// Takes node `id`, which the caller guarantees is on this queue, off it.
+        #[inline]
+        pub fn unlink(&mut self, nodes: &mut [Node], id: u32) {
+            let (prev, next) = {
+                let node = &nodes[id as usize];
+                (node.prev, node.next)
+            };
+            if prev == NIL {
+                self.head = next;
+            } else {
+                nodes[prev as usize].next = next;
+            }
+            if next == NIL {
+                self.tail = prev;
+            } else {
+                nodes[next as usize].prev = prev;
+            }
+            self.len -= 1;
+        }
+
+        /// Moves node `id` (on this queue) to the head.
+        #[inline]
+        pub fn move_to_head(&mut self, nodes: &mut [Node], id: u32) {
+            if self.head != id {
+                self.unlink(nodes, id);
+                self.push_head(nodes, id);
+            }
+        }
+
+        /// Pages from head (newest) to tail (oldest); for tests and debugging.
+        pub fn pages(&self, nodes: &[Node]) -> Vec<u64> {
+            let mut pages = Vec::with_capacity(self.len as usize);
+            let mut id = self.head;
+            while id != NIL {
+                pages.push(nodes[id as usize].page);
+                id = nodes[id as usize].next;
+            }
+            pages
+        }
+    }
+}
+
+/// Checks a requested capacity against [`MAX_CAPACITY_PAGES`].
+pub(crate) fn checked_capacity(capacity_pages: u64) -> u64 {
+    assert!(
+        capacity_pages <= MAX_CAPACITY_PAGES,
+        "cache capacity {capacity_pages} pages exceeds the maximum of {MAX_CAPACITY_PAGES} pages"
+    );
+    capacity_pages
+}
+
+/// Nodes to reserve up front: the capacity, but no more than 1 Mi, so that a
+/// huge cache on a short trace does not allocate memory it never uses (the
+/// slab grows by doubling past that).
+pub(crate) fn initial_nodes(capacity_nodes: u64) -> usize {
+    capacity_nodes.min(1 << 20) as usize
+}
