@@ -135,7 +135,7 @@ impl SmrConfig {
             sequential_streams: 4,
             idle_clean_delay_ms: 1_000.0,
             busy_clean_spacing_ms: 130.0,
-            clean_overhead_ms: 60.0,
+            clean_overhead_ms: 20.0,
         }
     }
 
