@@ -113,7 +113,7 @@ fn paper_speed(preset: &str) -> f64 {
 fn minutes_ns(option: &str, minutes: Option<f64>) -> Result<Option<u64>, CliError> {
     match minutes {
         None => Ok(None),
-        Some(value) if value.is_finite() && value >= 0.0 && value < 1e9 => {
+        Some(value) if (0.0..1e9).contains(&value) => {
             Ok(Some((value * 60.0 * NS_PER_SECOND as f64).round() as u64))
         }
         Some(value) => Err(CliError(format!(

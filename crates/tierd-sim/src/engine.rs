@@ -159,6 +159,9 @@ struct ActiveMove {
     last_chunk_done_ns: Option<u64>,
     timer_pending: bool,
     switch_start_ns: u64,
+    /// At switch-over start: dirty chunks left, user pieces to drain.
+    switch_dirty_chunks: u32,
+    switch_in_flight: u32,
     /// Pieces held during switch-over, released to the target at the flip.
     waiting: Vec<u32>,
 }
@@ -951,6 +954,16 @@ impl<'run> Engine<'run> {
         }
     }
 
+    /// Like [`Engine::submit`], but ahead of everything waiting in the host
+    /// queue: switch-over copies, which user IO to the segment is waiting for.
+    fn submit_urgent(&mut self, tier: usize, io: DeviceIo) {
+        if self.device_outstanding[tier] < self.queue_limit[tier] {
+            self.submit(tier, io);
+        } else {
+            self.host_queues[tier].push_front(io);
+        }
+    }
+
     /// Advances one device to `now` and handles what completed.
     fn advance_device(&mut self, tier: usize) -> Result<(), SimError> {
         let mut done = std::mem::take(&mut self.completions);
@@ -1167,7 +1180,7 @@ impl<'run> Engine<'run> {
         let chunks = segment_len.div_ceil(chunk_bytes) as u32;
         let words = chunks.div_ceil(64) as usize;
         let mut dirty = vec![u64::MAX; words];
-        if chunks % 64 != 0 {
+        if !chunks.is_multiple_of(64) {
             dirty[words - 1] = (1u64 << (chunks % 64)) - 1;
         }
         let active = ActiveMove {
@@ -1191,6 +1204,8 @@ impl<'run> Engine<'run> {
             last_chunk_done_ns: None,
             timer_pending: false,
             switch_start_ns: 0,
+            switch_dirty_chunks: 0,
+            switch_in_flight: 0,
             waiting: Vec::new(),
         };
         let move_slot = match self.active.iter().position(Option::is_none) {
@@ -1238,6 +1253,8 @@ impl<'run> Engine<'run> {
                     {
                         active.phase = Phase::SwitchOver;
                         active.switch_start_ns = now;
+                        active.switch_dirty_chunks = active.dirty_count;
+                        active.switch_in_flight = self.segment_in_flight[segment];
                     }
                 }
                 active.cursor = 0;
@@ -1280,22 +1297,25 @@ impl<'run> Engine<'run> {
             active.issued_bytes += length;
             let offset = active.source_base + u64::from(chunk) * migration.chunk_bytes;
             let from = active.plan.from as usize;
+            let urgent = active.phase == Phase::SwitchOver;
             #[cfg(test)]
             if let Some(shadow) = self.shadow.as_mut() {
                 shadow.capture(move_slot, chunk, from, offset, length);
             }
-            self.submit(
-                from,
-                DeviceIo {
-                    id: (KIND_MIGRATION_READ << KIND_SHIFT)
-                        | (u64::from(move_slot) << 32)
-                        | u64::from(chunk),
-                    op: Op::Read,
-                    offset_bytes: offset,
-                    length_bytes: length,
-                    background: true,
-                },
-            );
+            let io = DeviceIo {
+                id: (KIND_MIGRATION_READ << KIND_SHIFT)
+                    | (u64::from(move_slot) << 32)
+                    | u64::from(chunk),
+                op: Op::Read,
+                offset_bytes: offset,
+                length_bytes: length,
+                background: true,
+            };
+            if urgent {
+                self.submit_urgent(from, io);
+            } else {
+                self.submit(from, io);
+            }
         }
     }
 
@@ -1316,19 +1336,22 @@ impl<'run> Engine<'run> {
         let from = active.plan.from;
         let to = active.plan.to as usize;
         let offset = active.target_base + u64::from(chunk) * chunk_bytes;
+        let urgent = active.phase == Phase::SwitchOver;
         self.monitor.record_migration_io(from, length);
-        self.submit(
-            to,
-            DeviceIo {
-                id: (KIND_MIGRATION_WRITE << KIND_SHIFT)
-                    | (u64::from(move_slot) << 32)
-                    | u64::from(chunk),
-                op: Op::Write,
-                offset_bytes: offset,
-                length_bytes: length,
-                background: true,
-            },
-        );
+        let io = DeviceIo {
+            id: (KIND_MIGRATION_WRITE << KIND_SHIFT)
+                | (u64::from(move_slot) << 32)
+                | u64::from(chunk),
+            op: Op::Write,
+            offset_bytes: offset,
+            length_bytes: length,
+            background: true,
+        };
+        if urgent {
+            self.submit_urgent(to, io);
+        } else {
+            self.submit(to, io);
+        }
     }
 
     fn chunk_write_done(&mut self, move_slot: u32, chunk: u32) {
@@ -1395,6 +1418,9 @@ impl<'run> Engine<'run> {
             bytes: active.copied_bytes,
             copy_passes: active.passes,
             stall_ns,
+            switch_over_dirty_chunks: active.switch_dirty_chunks,
+            switch_over_drained_ios: active.switch_in_flight,
+            held_pieces: active.waiting.len() as u64,
             rule: active.plan.reason.rule.clone(),
             detail: active.plan.reason.detail.clone(),
         });

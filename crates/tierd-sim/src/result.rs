@@ -238,6 +238,12 @@ pub struct MoveRecord {
     pub copy_passes: u32,
     /// Time new IO to the segment was held at switch-over.
     pub stall_ns: u64,
+    /// At switch-over start: chunks still dirty, and user IOs to the
+    /// segment already issued (they drain before the flip).
+    pub switch_over_dirty_chunks: u32,
+    pub switch_over_drained_ios: u32,
+    /// User request pieces held during the switch-over.
+    pub held_pieces: u64,
     pub rule: String,
     pub detail: String,
 }

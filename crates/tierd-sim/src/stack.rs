@@ -420,8 +420,7 @@ fn migration_config(
         Some(value) => size(source_name, "migration.chunk_bytes", value)?,
         None => defaults.chunk_bytes.min(segment_bytes),
     };
-    if !chunk_bytes.is_power_of_two() || chunk_bytes < PAGE_BYTES || chunk_bytes > MAX_SEGMENT_BYTES
-    {
+    if !chunk_bytes.is_power_of_two() || !(PAGE_BYTES..=MAX_SEGMENT_BYTES).contains(&chunk_bytes) {
         return Err(config_error(
             source_name,
             "migration.chunk_bytes",

@@ -103,16 +103,13 @@ impl DeviceModel for FixedLatencyDevice {
     }
 
     fn advance(&mut self, now_ns: u64, done: &mut Vec<Completion>) {
-        loop {
-            let Some((position, _)) = self
-                .in_service
-                .iter()
-                .enumerate()
-                .filter(|(_, entry)| entry.0 <= now_ns)
-                .min_by_key(|(_, entry)| (entry.0, entry.1))
-            else {
-                break;
-            };
+        while let Some((position, _)) = self
+            .in_service
+            .iter()
+            .enumerate()
+            .filter(|(_, entry)| entry.0 <= now_ns)
+            .min_by_key(|(_, entry)| (entry.0, entry.1))
+        {
             let (done_ns, _, start_ns, arrival_ns, io) = self.in_service.swap_remove(position);
             match io.op {
                 Op::Read => {

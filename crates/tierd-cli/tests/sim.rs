@@ -1,0 +1,269 @@
+//! `tierd sim` as a user meets it: the default run, JSON keys, trace files,
+//! tier files and the errors.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn tierd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tierd"))
+        .args(args)
+        .output()
+        .expect("run tierd")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn path_arg(path: &Path) -> &str {
+    path.to_str().expect("utf-8 temp path")
+}
+
+fn write_file(directory: &Path, name: &str, contents: &str) -> PathBuf {
+    let path = directory.join(name);
+    std::fs::write(&path, contents).unwrap();
+    path
+}
+
+/// The default run, shortened: debug builds are slow, and the arguments are
+/// otherwise exactly what `tierd sim` alone uses.
+const SHORT: &str = "0.02";
+
+#[test]
+fn the_default_run_prints_both_paper_tables_for_a_labelled_synthetic_trace() {
+    let output = tierd(&["sim", "--hours", SHORT]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        text.starts_with("trace: synthetic (tierd synth preset usr_1, seed 1"),
+        "{text}"
+    );
+    assert!(text.contains("not a real trace [synthetic]"), "{text}");
+    assert!(text.contains("tiers: hdd-ssd (ssd: x25e 64 GB"), "{text}");
+    assert!(text.contains("open loop x8"), "{text}");
+    assert!(text.contains("paper 000 (OTF-AST) Tables 4-5"), "{text}");
+    assert!(text.contains("paper 002 (ATSMF) Tables 5-6"), "{text}");
+    for policy in ["none", "otf-ast", "atsmf"] {
+        let rows = text
+            .lines()
+            .filter(|line| line.split_whitespace().next() == Some(policy))
+            .count();
+        assert_eq!(rows, 2, "{policy} rows in:\n{text}");
+    }
+    assert!(
+        stderr(&output).contains("requests in"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn json_has_the_public_keys_and_is_reproducible() {
+    let args = ["sim", "--hours", SHORT, "--json", "--policy", "none,lru"];
+    let output = tierd(&args);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let value: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(value["trace_kind"], "synthetic");
+    assert!(value["trace"]
+        .as_str()
+        .unwrap()
+        .contains("synthetic (tierd synth preset usr_1"));
+    assert_eq!(value["tiers"], "hdd-ssd");
+    let runs = value["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[0]["policy"], "none");
+    assert_eq!(runs[1]["policy"], "lru");
+    for run in runs {
+        for key in [
+            "policy",
+            "avg_iops",
+            "avg_response_us",
+            "fast_io_share",
+            "fast_bytes_max",
+            "migrated_bytes",
+            "avg_iops_first_hour",
+            "home_svctm_ms",
+            "periods",
+            "response",
+            "gain",
+        ] {
+            assert!(
+                run.get(key).is_some(),
+                "{key} missing from {}",
+                run["policy"]
+            );
+        }
+        assert!(run["avg_iops"].as_f64().unwrap() > 0.0);
+        assert!(run["requests"].as_u64().unwrap() > 1_000);
+    }
+    assert_eq!(runs[0]["fast_io_share"], 0.0);
+    assert_eq!(runs[0]["gain"]["iops_ratio"], 1.0);
+    assert!(runs[1]["cache"]["hit_ratio"].as_f64().unwrap() > 0.0);
+    assert_eq!(
+        runs[1]["fast_io_share"],
+        runs[1]["cache"]["fast_access_ratio"]
+    );
+    let again = tierd(&args);
+    assert_eq!(output.stdout, again.stdout, "same seed, same JSON");
+}
+
+const MSR_LINES: &str = "\
+128166385295514878,hm,0,Write,11855351808,512,2617
+128166385295636716,hm,0,Read,9056014336,4096,1500
+128166385296636716,hm,0,Read,9056018432,8192,1500
+128166385306636716,hm,1,Write,4096,4096,900
+";
+
+#[test]
+fn a_trace_file_is_replayed_and_named() {
+    let directory = tempfile::tempdir().unwrap();
+    let path = write_file(directory.path(), "small.csv", MSR_LINES);
+    let output = tierd(&["sim", "--trace", path_arg(&path), "--json"]);
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(
+        message.contains("hm_0") && message.contains("hm_1") && message.contains("--volume"),
+        "{message}"
+    );
+
+    let output = tierd(&[
+        "sim",
+        "--trace",
+        path_arg(&path),
+        "--volume",
+        "hm_0",
+        "--policy",
+        "none,otf-ast,fifo",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let value: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(value["trace_kind"], "file");
+    assert_eq!(value["trace"], path_arg(&path));
+    for run in value["runs"].as_array().unwrap() {
+        assert_eq!(run["requests"], 3, "{}", run["policy"]);
+        assert_eq!(run["settings"]["replay"]["speed"], 1.0);
+        // The volume: the highest byte touched, rounded up to a 1 GiB segment.
+        assert_eq!(run["settings"]["volume_bytes"], 12u64 << 30);
+    }
+
+    let output = tierd(&[
+        "sim",
+        "--trace",
+        path_arg(&path),
+        "--volume",
+        "hm_0",
+        "--policy",
+        "none",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        text.starts_with(&format!("trace: {} [file]", path.display())),
+        "{text}"
+    );
+}
+
+#[test]
+fn tier_files_and_settings_errors_name_what_is_wrong() {
+    let directory = tempfile::tempdir().unwrap();
+    let tiers = write_file(
+        directory.path(),
+        "tiers.toml",
+        "[[tier]]\nname = \"ssd\"\ndevice = \"x25e\"\ncapacity = \"8GB\"\nspeed = 3\n\
+         [[tier]]\nname = \"hdd\"\ndevice = \"savvio10k4\"\n",
+    );
+    let output = tierd(&["sim", "--hours", SHORT, "--tiers", path_arg(&tiers)]);
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(
+        message.contains("tiers.toml") && message.contains("speed"),
+        "{message}"
+    );
+
+    let output = tierd(&["sim", "--hours", SHORT, "--tiers", "hdd-sdd"]);
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(
+        message.contains("hdd-ssd") && message.contains("ssd-mem"),
+        "{message}"
+    );
+
+    let output = tierd(&["sim", "--hours", SHORT, "--segment-bytes", "3MiB"]);
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(
+        message.contains("--segment-bytes") && message.contains("power of two"),
+        "{message}"
+    );
+
+    let output = tierd(&["sim", "--hours", SHORT, "--policy", "none,lfu"]);
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(
+        message.contains("lfu") && message.contains("s3fifo"),
+        "{message}"
+    );
+
+    let output = tierd(&["sim", "--hours", SHORT, "--speed", "0"]);
+    assert!(!output.status.success());
+    assert!(stderr(&output).contains("--speed"), "{}", stderr(&output));
+
+    let output = tierd(&["sim", "--hours", SHORT, "--from-min", "5", "--to-min", "2"]);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("--from-min/--to-min"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn window_speed_and_closed_loop_options_reach_the_run() {
+    let output = tierd(&[
+        "sim",
+        "--hours",
+        "0.05",
+        "--from-min",
+        "1",
+        "--to-min",
+        "2",
+        "--speed",
+        "2",
+        "--policy",
+        "none",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let value: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let run = &value["runs"][0];
+    assert_eq!(run["settings"]["window"]["from_ns"], 60_000_000_000u64);
+    assert_eq!(run["settings"]["replay"]["speed"], 2.0);
+    // One minute of trace time at x2: the last request is due before 30 s.
+    assert!(run["last_arrival_ns"].as_u64().unwrap() <= 30_000_000_000);
+    assert!(run["requests"].as_u64().unwrap() > 1_000);
+
+    let output = tierd(&[
+        "sim",
+        "--hours",
+        SHORT,
+        "--queue-depth",
+        "4",
+        "--policy",
+        "none",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let value: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        value["runs"][0]["settings"]["replay"]["mode"],
+        "closed-loop"
+    );
+    assert_eq!(value["runs"][0]["settings"]["replay"]["queue_depth"], 4);
+}
