@@ -8,10 +8,13 @@
 //! each: bits 0–62 are the page number, bit 63 is set for a write (the
 //! format `examples/page_stream.rs` and `compare.py` write). KIND is `fifo`,
 //! `lru`, `arc` or `s3fifo`. The time covers reading the file and replaying
-//! it (libCacheSim's number likewise includes reading its binary trace).
+//! it (libCacheSim's number likewise includes reading its binary trace), as
+//! wall-clock time and, on Linux, as the thread's own CPU time
+//! (`/proc/thread-self/schedstat`), which stays meaningful on a shared, busy
+//! machine where wall-clock includes time other processes held the core.
 //!
-//! Output, one line:
-//! `policy=lru size_pages=2751 requests=5292456 hits=... miss_ratio=0.123456 dirty_evictions=0 seconds=0.2100 throughput_req_per_s=25202171`
+//! Output, one line (the `cpu_` fields only where schedstat exists):
+//! `policy=lru size_pages=2751 requests=5292456 hits=4222854 miss_ratio=0.202099 dirty_evictions=0 seconds=0.1018 throughput_req_per_s=51980733 cpu_seconds=0.0990 throughput_req_per_cpu_s=53459151`
 
 use std::fs::File;
 use std::io::Read;
@@ -75,6 +78,13 @@ fn replay<C: PageCache>(path: &str, mut cache: C) -> Result<CacheReplayStats, St
     Ok(stats)
 }
 
+/// Nanoseconds this thread has run on a CPU, from the first field of
+/// `/proc/thread-self/schedstat`; `None` where that file does not exist.
+fn thread_cpu_ns() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
 fn parse_kind(text: &str) -> Option<CacheKind> {
     match text {
         "fifo" => Some(CacheKind::Fifo),
@@ -107,6 +117,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    let cpu_start_ns = thread_cpu_ns();
     let clock = SystemClock::new();
     let result = match kind {
         CacheKind::Fifo => replay(path, Fifo::new(size_pages)),
@@ -115,11 +126,23 @@ fn main() -> ExitCode {
         CacheKind::S3fifo => replay(path, S3Fifo::new(size_pages)),
     };
     let elapsed_ns = clock.now_ns().max(1);
+    let cpu_ns = cpu_start_ns
+        .zip(thread_cpu_ns())
+        .map(|(start, end)| end.saturating_sub(start).max(1));
     match result {
         Ok(stats) => {
             let seconds = elapsed_ns as f64 / 1e9;
+            let cpu = cpu_ns
+                .map(|cpu_ns| {
+                    let cpu_seconds = cpu_ns as f64 / 1e9;
+                    format!(
+                        " cpu_seconds={cpu_seconds:.4} throughput_req_per_cpu_s={:.0}",
+                        stats.accesses as f64 / cpu_seconds
+                    )
+                })
+                .unwrap_or_default();
             println!(
-                "policy={} size_pages={size_pages} requests={} hits={} miss_ratio={:.6} dirty_evictions={} seconds={seconds:.4} throughput_req_per_s={:.0}",
+                "policy={} size_pages={size_pages} requests={} hits={} miss_ratio={:.6} dirty_evictions={} seconds={seconds:.4} throughput_req_per_s={:.0}{cpu}",
                 kind.name(),
                 stats.accesses,
                 stats.hits,

@@ -3,7 +3,10 @@
 //! reported exactly once, determinism), and the LRU stack property on the
 //! real CloudPhysics trace.
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tierd_common::hash::FastMap;
 use tierd_common::rng::{Rng, SeededRng};
@@ -15,6 +18,41 @@ use tierd_policy::cache::{
     build_cache, pages_touched, replay_pages, Access, CacheKind, Evicted, PageCache,
 };
 use tierd_trace::{open_trace, OpenOptions};
+
+/// Counts heap allocations made by a thread while it has counting switched
+/// on (other tests run in parallel threads and are not counted).
+struct CountingAllocator;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the
+// counter only reads a const-initialised thread-local (no allocation).
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.with(Cell::get) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(pointer, layout) }
+    }
+
+    unsafe fn realloc(&self, pointer: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.with(Cell::get) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        unsafe { System.realloc(pointer, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 const KINDS: [CacheKind; 4] = [
     CacheKind::Fifo,
@@ -317,6 +355,27 @@ fn a_dirty_page_is_reported_exactly_once_when_it_leaves() {
             let still_dirty = dirty.values().filter(|d| **d).count() as u64;
             assert!(still_dirty <= capacity);
         }
+    }
+}
+
+#[test]
+fn a_full_cache_allocates_nothing_per_access() {
+    let workload = random_workload(13, 40_000);
+    for kind in KINDS {
+        let mut cache = build_cache(kind, 500);
+        // Fill it, and let the ghost lists reach their sizes.
+        for &(page, is_write) in &workload[..20_000] {
+            cache.access(page, is_write);
+        }
+        assert_eq!(cache.len(), 500);
+        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        COUNTING.with(|counting| counting.set(true));
+        for &(page, is_write) in &workload[20_000..] {
+            cache.access(page, is_write);
+        }
+        COUNTING.with(|counting| counting.set(false));
+        let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+        assert_eq!(allocations, 0, "{kind:?} allocated during 20,000 accesses");
     }
 }
 

@@ -15,23 +15,22 @@
 //! - Evicting when full: from M when M holds more than its share or S is
 //!   empty, otherwise from S.
 //! - From S: the oldest page moves to M (frequency reset to 0) if it was hit
-//!   at least `move_to_main_threshold` times (default 2, the paper's
-//!   `freq > 1`), and the next oldest is examined; the first page below the
+//!   at least `move_to_main_threshold` times (default 2, as in libCacheSim),
+//!   and the next oldest is examined; the first page below the
 //!   threshold leaves the cache and its number goes to G (one-hit wonders
 //!   leave after a short stay in S). G drops its oldest entry when full.
 //! - From M: the oldest page with a non-zero frequency is reinserted at the
 //!   head with its frequency decremented (a 2-bit CLOCK); the first with
 //!   frequency 0 leaves the cache.
 //!
-//! The details follow the authors' reference implementation in libCacheSim
-//! (`libCacheSim/cache/eviction/S3FIFO.c`), so that miss ratios can be
-//! compared exactly (the version since December 2024, which the
-//! `libcachesim` 0.3.5 package runs): S's share is "soft" (S is evicted from
-//! while M holds at most its share, which keeps S near its 10% in steady
-//! state); a page moved S → M may push M past its share, and the next
-//! eviction then comes from M; the cold-start rule above keeps S at its share
-//! while the cache first fills; exactly one page leaves the cache per miss on
-//! a full cache.
+//! The details the paper leaves open follow the authors' reference
+//! implementation in libCacheSim (`libCacheSim/cache/eviction/S3FIFO.c`, the
+//! version since December 2024, which the `libcachesim` 0.3.5 package runs),
+//! so that miss ratios can be compared exactly: which queue evicts is decided
+//! by M's size; a page moved S → M may push M past its share, and the next
+//! eviction then comes from M; the cold-start rule above; exactly one page
+//! leaves the cache per miss on a full cache. `docs/policies/s3fifo.md` has
+//! the details.
 //!
 //! Layout: the three queues share one node slab and one page → node map (a
 //! ghost hit reuses the node), so every access is amortised O(1) — an
@@ -62,7 +61,7 @@ pub struct S3FifoConfig {
     /// down); 90 = as many as the main queue holds pages.
     pub ghost_share_percent: u8,
     /// Hits a page needs while in the small queue to move to the main queue
-    /// instead of leaving (1..=3; 2 is the paper's `freq > 1`).
+    /// instead of leaving (1..=3; libCacheSim's default is 2).
     pub move_to_main_threshold: u8,
 }
 
