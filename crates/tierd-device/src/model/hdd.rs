@@ -598,8 +598,6 @@ struct Stream {
     cap_byte: u64,
     start_ns: f64,
     ns_per_byte: f64,
-    /// The host has read from this stream: a sequential reader.
-    sequential: bool,
 }
 
 /// Buffer segments holding recently read data. After a read miss the head
@@ -683,8 +681,8 @@ impl SegmentCache {
         Some((index, ready))
     }
 
-    /// Records a hit on `index`; a hit on the stream marks it sequential and
-    /// keeps it reading ahead of the host.
+    /// Records a hit on `index`; a hit on the stream keeps it reading ahead
+    /// of the host.
     pub fn note_hit(&mut self, index: usize, offset: u64, length: u64) {
         self.uses += 1;
         let half = self.segment_bytes / 2;
@@ -693,7 +691,6 @@ impl SegmentCache {
         };
         segment.last_use = self.uses;
         if let Some(stream) = self.stream.as_mut().filter(|s| s.segment == index) {
-            stream.sequential = true;
             stream.cap_byte = stream
                 .cap_byte
                 .max((offset + length + half).min(self.limit_bytes));
@@ -751,7 +748,6 @@ impl SegmentCache {
             cap_byte: cap,
             start_ns: done_ns,
             ns_per_byte,
-            sequential: follows.is_some(),
         });
         self.refresh(index);
     }
@@ -782,16 +778,6 @@ impl SegmentCache {
                 self.refresh(index);
             }
         }
-    }
-
-    /// While a sequential reader's stream is still reading ahead: when it
-    /// stops (the drive counts as busy until then).
-    pub fn sequential_stream_until_ns(&self) -> Option<f64> {
-        self.stream
-            .filter(|stream| stream.sequential)
-            .map(|stream| {
-                stream.start_ns + (stream.cap_byte - stream.from_byte) as f64 * stream.ns_per_byte
-            })
     }
 }
 
