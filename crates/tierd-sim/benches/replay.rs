@@ -190,6 +190,15 @@ fn main() {
         let cpu_ns = thread_cpu_ns() - cpu_start;
         assert_eq!(result.requests as usize, requests, "{}", scenario.name);
         report(scenario.name, result.requests, wall_ns, cpu_ns);
+        let device_ios: u64 = result.tiers.iter().map(|tier| tier.counters.ios()).sum();
+        println!(
+            "{:<48} device IOs {device_ios} ({:.2} per request), {} moves, {:.1} GB moved, {:.1} h replayed",
+            "",
+            device_ios as f64 / result.requests.max(1) as f64,
+            result.moves,
+            result.migrated_bytes as f64 / 1e9,
+            result.elapsed_ns as f64 / 3.6e12
+        );
     }
 }
 
