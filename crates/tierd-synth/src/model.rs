@@ -263,6 +263,10 @@ pub enum Arrival {
     /// hands over from one hot spot to the next without a gap. The window
     /// opens inside a plateau.
     Chain,
+    /// `concurrent` spikes that start and end inside the window (start
+    /// times stratified over the room the window leaves): bursts a window
+    /// is known to contain.
+    Inside,
 }
 
 /// A kind of data spike (hot spot) and how often it happens.
@@ -277,9 +281,10 @@ pub struct SpikeClass {
     pub onset_s: Span,
     pub plateau_s: Span,
     pub decay_s: Span,
-    /// Share of all requests the spike takes at its plateau (drawn stratified).
+    /// Share of all requests the spike takes at its plateau (uniform;
+    /// stratified over a window's spikes of the class).
     pub peak_share: Span,
-    /// Width of the hot region (log-uniform, stratified).
+    /// Width of the hot region (log-uniform; stratified like the share).
     pub width_bytes: Span,
     /// Where new spikes are placed (fractions of `volume_bytes`).
     pub area: Span,

@@ -197,6 +197,12 @@ impl Plan {
         let mut spikes = Vec::new();
         for (index, class) in model.spike_classes.iter().enumerate() {
             let shapes = class_shapes(class, window_s, rng);
+            // Widths and shares stratified over the window's spikes (one per
+            // quantile slot, in random order), so a window's mix of narrow
+            // and wide, weak and strong spikes does not swing with the seed.
+            let count = shapes.len();
+            let width_order = permutation(count, rng);
+            let share_order = permutation(count, rng);
             let mut placer = Placer {
                 index,
                 class,
@@ -204,8 +210,10 @@ impl Plan {
                 window_start_s,
                 state: &mut states[index],
             };
-            for shape in shapes {
-                let spike = placer.place(shape, &spikes, rng);
+            for (slot, shape) in shapes.into_iter().enumerate() {
+                let width_fraction = (width_order[slot] as f64 + rng.next_f64()) / count as f64;
+                let share_fraction = (share_order[slot] as f64 + rng.next_f64()) / count as f64;
+                let spike = placer.place(shape, width_fraction, share_fraction, &spikes, rng);
                 spikes.push(spike);
             }
         }
@@ -235,6 +243,16 @@ fn swept_range(spike: &Spike, volume_bytes: f64) -> (f64, f64) {
         }
     }
     (low - half, high + half)
+}
+
+/// A uniformly random permutation of `0..count` (Fisher–Yates).
+fn permutation(count: usize, rng: &mut SeededRng) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..count).collect();
+    for index in (1..count).rev() {
+        let other = rng.below(index as u64 + 1) as usize;
+        order.swap(index, other);
+    }
+    order
 }
 
 /// Upper bound on one class's spikes in one window (keeps a plan small
@@ -281,6 +299,14 @@ fn class_shapes(class: &SpikeClass, window_s: f64, rng: &mut SeededRng) -> Vec<S
             }
             shapes.sort_by(|left, right| left.start_s.total_cmp(&right.start_s));
         }
+        Arrival::Inside => {
+            for slot in 0..lanes {
+                let mut shape = draw(0.0, rng);
+                let room_s = (window_s - shape.end_s()).max(0.0);
+                shape.start_s = (slot as f64 + rng.next_f64()) / lanes as f64 * room_s;
+                shapes.push(shape);
+            }
+        }
         Arrival::Stratified => {
             let life_s = class.onset_s.mean() + class.plateau_s.mean() + class.decay_s.mean();
             if life_s <= 0.0 {
@@ -310,55 +336,82 @@ struct Placer<'a> {
 }
 
 impl Placer<'_> {
-    fn place(&mut self, shape: Shape, earlier: &[Spike], rng: &mut SeededRng) -> Spike {
+    /// Places one spike; `width_fraction` and `share_fraction` are its
+    /// quantiles of the class's width and share spans.
+    fn place(
+        &mut self,
+        shape: Shape,
+        width_fraction: f64,
+        share_fraction: f64,
+        earlier: &[Spike],
+        rng: &mut SeededRng,
+    ) -> Spike {
         let class = self.class;
-        let width_bytes = class
-            .width_bytes
-            .at_log(rng.next_f64())
-            .min(self.volume_bytes);
-        let peak_share = class.peak_share.draw(rng);
-        let start_s = self.window_start_s + shape.start_s;
-        let end_s = self.window_start_s + shape.end_s();
-        let center_bytes = match class.inside_class {
-            Some(host) => self.inside(host, shape.start_s, width_bytes, earlier, rng),
-            None => self.choose_place(start_s, width_bytes, rng),
+        let mut spike = Spike {
+            shape,
+            class: self.index,
+            peak_share: class.peak_share.at(share_fraction),
+            center_bytes: 0.0,
+            width_bytes: class
+                .width_bytes
+                .at_log(width_fraction)
+                .min(self.volume_bytes),
+            drift_interval_s: 0.0,
+            drift_step_bytes: 0.0,
+            last_end_bytes: u64::MAX,
         };
         // Spikes inside a host stay put (they are bursts at one place).
         let drifts = class.inside_class.is_none()
             && ClassState::take(&mut self.state.drift_credit, class.drift_fraction);
-        let (drift_interval_s, drift_step_bytes) = if drifts {
+        if drifts {
+            spike.drift_interval_s = class.drift_interval_s.draw(rng).max(TICK_S);
             let direction = if rng.chance(0.5) { 1.0 } else { -1.0 };
-            (
-                class.drift_interval_s.draw(rng).max(TICK_S),
-                direction * class.drift_step_bytes as f64,
-            )
-        } else {
-            (0.0, 0.0)
-        };
-        let spike = Spike {
-            shape,
-            class: self.index,
-            peak_share,
-            center_bytes,
-            width_bytes,
-            drift_interval_s,
-            drift_step_bytes,
-            last_end_bytes: u64::MAX,
-        };
+            spike.drift_step_bytes = direction * class.drift_step_bytes as f64;
+        }
+        match class.inside_class {
+            Some(host) => self.inside(&mut spike, host, earlier, rng),
+            None => self.choose_place(&mut spike, rng),
+        }
         let (low_bytes, high_bytes) = swept_range(&spike, self.volume_bytes);
+        // A revisit goes where this spike was when it was first seen: the
+        // window start for a spike that began (and maybe walked) before it.
+        let seen_center_bytes = spike.center_at(shape.start_s.max(0.0), self.volume_bytes);
         self.state.remember(Visit {
-            center_bytes,
+            center_bytes: seen_center_bytes,
             low_bytes,
             high_bytes,
-            end_s,
+            end_s: self.window_start_s + shape.end_s(),
         });
         spike
     }
 
-    /// A revisit (by quota, to a place whose spike has ended by `start_s`)
-    /// or a new place.
-    fn choose_place(&mut self, start_s: f64, width_bytes: f64, rng: &mut SeededRng) -> f64 {
+    /// Sets the spike's centre at `center_bytes` and, when it drifts, turns
+    /// it away from an end of the volume it would hit going its way but not
+    /// the other (a bounce folds the walk back over the segments it left).
+    fn set_center(&self, spike: &mut Spike, center_bytes: f64) {
+        spike.center_bytes = center_bytes;
+        if spike.drift_interval_s <= 0.0 {
+            return;
+        }
+        let life_s = spike.shape.end_s() - spike.shape.start_s;
+        let travel_bytes = life_s / spike.drift_interval_s * spike.drift_step_bytes.abs();
+        let room_up = self.volume_bytes - spike.width_bytes / 2.0 - center_bytes;
+        let room_down = center_bytes - spike.width_bytes / 2.0;
+        let up = spike.drift_step_bytes > 0.0;
+        if (up && room_up < travel_bytes && room_down > room_up)
+            || (!up && room_down < travel_bytes && room_up > room_down)
+        {
+            spike.drift_step_bytes = -spike.drift_step_bytes;
+        }
+    }
+
+    /// A revisit (by quota, to where a spike that has ended by this one's
+    /// start was first seen) or a new place whose whole walk keeps
+    /// [`NEW_PLACE_DISTANCE_BYTES`] from the ranges recent spikes covered, so
+    /// that it starts a concentration of its own at a place not hot before.
+    fn choose_place(&mut self, spike: &mut Spike, rng: &mut SeededRng) {
         let class = self.class;
+        let start_s = self.window_start_s + spike.shape.start_s;
         let credit = self.state.revisit_credit + class.revisit_fraction.clamp(0.0, 1.0);
         self.state.revisit_credit = credit.min(2.0);
         if self.state.revisit_credit >= 1.0 {
@@ -371,48 +424,45 @@ impl Placer<'_> {
                 .collect();
             if !ended.is_empty() {
                 self.state.revisit_credit -= 1.0;
-                return ended[rng.below(ended.len() as u64) as usize];
+                let center = ended[rng.below(ended.len() as u64) as usize];
+                self.set_center(spike, center);
+                return;
             }
         }
-        let low = class.area.low * self.volume_bytes + width_bytes / 2.0;
-        let high = (class.area.high * self.volume_bytes - width_bytes / 2.0).max(low);
-        let mut center = low;
+        let half = spike.width_bytes / 2.0;
+        let low = class.area.low * self.volume_bytes + half;
+        let high = (class.area.high * self.volume_bytes - half).max(low);
+        let preferred_step = spike.drift_step_bytes;
         for _ in 0..NEW_PLACE_TRIES {
-            center = low + rng.next_f64() * (high - low);
-            let (low, high) = (center - width_bytes / 2.0, center + width_bytes / 2.0);
+            spike.drift_step_bytes = preferred_step;
+            self.set_center(spike, low + rng.next_f64() * (high - low));
+            let (walk_low, walk_high) = swept_range(spike, self.volume_bytes);
             let clear = self.state.history.iter().all(|visit| {
-                low >= visit.high_bytes + NEW_PLACE_DISTANCE_BYTES
-                    || high + NEW_PLACE_DISTANCE_BYTES <= visit.low_bytes
+                walk_low >= visit.high_bytes + NEW_PLACE_DISTANCE_BYTES
+                    || walk_high + NEW_PLACE_DISTANCE_BYTES <= visit.low_bytes
             });
             if clear {
-                break;
+                return;
             }
         }
-        center
     }
 
-    /// A place inside the spike of class `host` live at `time_s` (window
-    /// time): at its leading edge when it drifts (so the burst stays inside
-    /// it longest), else at its centre; a place of its own when none is live.
-    fn inside(
-        &mut self,
-        host: usize,
-        time_s: f64,
-        width_bytes: f64,
-        earlier: &[Spike],
-        rng: &mut SeededRng,
-    ) -> f64 {
-        let live = earlier.iter().find(|spike| {
-            spike.class == host && spike.shape.start_s <= time_s && time_s < spike.shape.end_s()
+    /// Puts the spike inside the spike of class `host` live at its start:
+    /// at the host's leading edge when the host drifts (so the burst stays
+    /// inside it longest), else at its centre. A spike with no live host is
+    /// placed like any other.
+    fn inside(&mut self, spike: &mut Spike, host: usize, earlier: &[Spike], rng: &mut SeededRng) {
+        let time_s = spike.shape.start_s;
+        let live = earlier.iter().find(|other| {
+            other.class == host && other.shape.start_s <= time_s && time_s < other.shape.end_s()
         });
-        match live {
-            Some(spike) => {
-                let center = spike.center_at(time_s, self.volume_bytes);
-                let room = ((spike.width_bytes - width_bytes) / 2.0).max(0.0);
-                center + spike.drift_step_bytes.signum() * room
-            }
-            None => self.choose_place(self.window_start_s + time_s, width_bytes, rng),
-        }
+        let Some(other) = live else {
+            self.choose_place(spike, rng);
+            return;
+        };
+        let center = other.center_at(time_s, self.volume_bytes);
+        let room = ((other.width_bytes - spike.width_bytes) / 2.0).max(0.0);
+        spike.center_bytes = center + other.drift_step_bytes.signum() * room;
     }
 }
 
