@@ -1236,7 +1236,10 @@ impl<'run> Engine<'run> {
             let Some(active) = self.active[move_slot as usize].as_mut() else {
                 return;
             };
-            if active.chunks_in_flight >= migration.chunks_in_flight {
+            // Switch-over copies are not limited: user IO is waiting for them.
+            if active.phase == Phase::Copying
+                && active.chunks_in_flight >= migration.chunks_in_flight
+            {
                 return;
             }
             let segment = active.plan.segment as usize;
