@@ -4,7 +4,7 @@
 //! This is flashcache's default replacement policy (Facebook flashcache,
 //! `doc/flashcache-doc.txt`: FIFO by default, LRU selectable, applied within
 //! each set of its set-associative cache), the cache baseline the papers'
-//! tiering results are measured against (paper 000 §5, paper 002 §5). tierd
+//! tiering results are measured against (paper 000 §5.4, paper 002 §5). tierd
 //! models it fully associative: one FIFO over the whole cache.
 //!
 //! Layout: a ring of `capacity` slots filled in order; once full, the hand
