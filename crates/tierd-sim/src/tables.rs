@@ -93,7 +93,26 @@ pub fn render_text(report: &SimReport) -> String {
         );
     }
     out.push('\n');
-    out.push_str("IOPS, as paper 000 (OTF-AST) Tables 4-5 (gain vs none = home only):\n");
+    out.push_str(IOPS_TABLE_TITLE);
+    out.push_str(":\n");
+    out.push_str(&columns(&iops_rows(report)));
+    out.push('\n');
+    out.push_str(RESPONSE_TABLE_TITLE);
+    out.push_str(":\n");
+    out.push_str(&columns(&response_rows(report)));
+    out
+}
+
+/// Title of [`iops_rows`]' table.
+pub const IOPS_TABLE_TITLE: &str =
+    "IOPS, as paper 000 (OTF-AST) Tables 4-5 (gain vs none = home only)";
+/// Title of [`response_rows`]' table.
+pub const RESPONSE_TABLE_TITLE: &str =
+    "Response time, as paper 002 (ATSMF) Tables 5-6 (ratio to none = fast tier unused)";
+
+/// The paper 000 Tables 4–5 table, one row per run after the header row,
+/// formatted as the text output prints it (the HTML report shows the same cells).
+pub fn iops_rows(report: &SimReport) -> Vec<Vec<String>> {
     let mut rows = vec![vec![
         "policy".to_string(),
         "avg iops".to_string(),
@@ -126,11 +145,12 @@ pub fn render_text(report: &SimReport) -> String {
             Duration(run.elapsed_ns).to_string(),
         ]);
     }
-    out.push_str(&columns(&rows));
-    out.push('\n');
-    out.push_str(
-        "Response time, as paper 002 (ATSMF) Tables 5-6 (ratio to none = fast tier unused):\n",
-    );
+    rows
+}
+
+/// The paper 002 Tables 5–6 table, one row per run after the header row,
+/// formatted as the text output prints it (the HTML report shows the same cells).
+pub fn response_rows(report: &SimReport) -> Vec<Vec<String>> {
     let mut rows = vec![vec![
         "policy".to_string(),
         "avg ms".to_string(),
@@ -161,8 +181,7 @@ pub fn render_text(report: &SimReport) -> String {
                 .map_or_else(|| "-".to_string(), |cache| percent(cache.hit_ratio)),
         ]);
     }
-    out.push_str(&columns(&rows));
-    out
+    rows
 }
 
 #[cfg(test)]
