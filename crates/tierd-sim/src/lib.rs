@@ -18,6 +18,7 @@ pub mod devices;
 pub mod engine;
 pub mod error;
 pub mod histogram;
+pub mod report;
 pub mod result;
 pub mod runner;
 pub mod stack;
