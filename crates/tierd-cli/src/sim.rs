@@ -72,15 +72,24 @@ pub struct SimArgs {
     /// Closed loop: keep N requests outstanding and ignore timestamps.
     #[arg(long, value_name = "N", conflicts_with = "speed")]
     queue_depth: Option<u32>,
-    /// Statistics and policy period (virtual time).
-    #[arg(long, default_value = "60s", value_parser = duration_ns)]
-    period: u64,
-    /// Page-cache size for fifo/lru/arc/s3fifo; default: the fast tier's capacity.
+    /// Statistics and policy period (virtual time) for every run; default:
+    /// each policy's paper period (atsmf 24s, otf-ast 60s; 60s for none and
+    /// the caches).
+    #[arg(long, value_parser = duration_ns)]
+    period: Option<u64>,
+    /// Page-cache size for fifo/lru/arc/s3fifo; default: the most fast-tier
+    /// space a tiering policy run with them used (as paper 002 sized
+    /// FlashCache to ATSMF's peak), else the fast tier's capacity.
     #[arg(long, value_parser = bytes)]
     cache_bytes: Option<u64>,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
+    /// Also write an HTML report into DIR: plots (SVG) of iops, %util per
+    /// device, fast-tier bytes, response-time CDFs and the trace's heat map,
+    /// a CSV per series, the moves (docs/report.md).
+    #[arg(long, value_name = "DIR")]
+    report: Option<PathBuf>,
     /// Root seed: device models and the synthetic workload.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -227,7 +236,8 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
     };
     let mut config = SimConfig::new(stack, volume_bytes);
     config.segment_bytes = segment_bytes;
-    config.period_ns = args.period;
+    config.period_ns = args.period.unwrap_or(tierd_sim::config::DEFAULT_PERIOD_NS);
+    config.period_per_policy = args.period.is_none();
     config.cache_bytes = args.cache_bytes;
     config.seed = args.seed;
     config.max_outstanding_requests = args.max_outstanding;
@@ -247,7 +257,42 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
     }
 
     let clock = SystemClock::new();
-    let results = run_all(&config, &strategies, &source, args.jobs)?;
+    // Tiering runs first when caches run with them: the caches are sized to
+    // the tiering runs' fast-tier use (tierd_sim::runner::cache_bytes_like_tiering).
+    let sized_later = config.cache_bytes.is_none()
+        && strategies.iter().any(|strategy| strategy.is_cache())
+        && strategies
+            .iter()
+            .any(|strategy| !strategy.is_cache() && strategy.name() != "none");
+    let mut notes = Vec::new();
+    let results = if sized_later {
+        let (caches, tiering): (Vec<_>, Vec<_>) = strategies
+            .iter()
+            .cloned()
+            .partition(|strategy| strategy.is_cache());
+        let mut tiering_runs = run_all(&config, &tiering, &source, args.jobs)?;
+        let mut cache_config = config.clone();
+        if let Some((bytes, note)) =
+            tierd_sim::runner::cache_bytes_like_tiering(&config, &tiering_runs)
+        {
+            cache_config.cache_bytes = Some(bytes);
+            notes.push(note);
+        }
+        let mut cache_runs = run_all(&cache_config, &caches, &source, args.jobs)?.into_iter();
+        let mut tiering_iter = tiering_runs.drain(..);
+        strategies
+            .iter()
+            .filter_map(|strategy| {
+                if strategy.is_cache() {
+                    cache_runs.next()
+                } else {
+                    tiering_iter.next()
+                }
+            })
+            .collect()
+    } else {
+        run_all(&config, &strategies, &source, args.jobs)?
+    };
     let wall_ns = clock.now_ns().max(1);
     let requests: u64 = results.iter().map(|run| run.requests).sum();
     eprintln!(
@@ -257,7 +302,8 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
         requests as f64 * 1e3 / wall_ns as f64
     );
     let (trace, kind) = source.provenance();
-    let report = SimReport::new(trace, kind, &config.stack, results);
+    let mut report = SimReport::new(trace, kind, &config.stack, results);
+    report.notes = notes;
     if args.json {
         let mut out = std::io::stdout().lock();
         serde_json::to_writer_pretty(&mut out, &report)?;
@@ -265,6 +311,67 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
     } else {
         print!("{}", tierd_sim::tables::render_text(&report));
     }
+    if let Some(directory) = &args.report {
+        write_report(directory, &report, &config, &source)?;
+    }
+    Ok(())
+}
+
+/// `--report DIR`. The runs keep no per-segment counts, so the heat map comes
+/// from one more pass over the trace through `tierd_analysis` (the sim crate
+/// does not depend on it): the run's window, replay time (as the other plots),
+/// segment size, and the first run's period.
+fn write_report(
+    directory: &std::path::Path,
+    report: &SimReport,
+    config: &SimConfig,
+    source: &Source,
+) -> Result<(), CliError> {
+    use tierd_sim::report::{HeatMap, HeatMapCell, ReplayTimeReader, ReportOptions};
+    let period_ns = report
+        .runs
+        .first()
+        .map_or(config.period_ns, |run| run.settings.period_ns);
+    let mut reader = ReplayTimeReader::new(source.open()?, config.window, config.replay);
+    let options = tierd_analysis::AnalyzeOptions {
+        segment_bytes: config.segment_bytes,
+        period_ns,
+        volume_bytes: Some(config.volume_bytes),
+        segment_table_rows: 0,
+        ..tierd_analysis::AnalyzeOptions::default()
+    };
+    let analysis = tierd_analysis::analyze(&mut reader, &options)?;
+    let matrix = &analysis.matrix;
+    let time_base = match config.replay {
+        Replay::OpenLoop { speed } => format!("replay time (trace time / {speed})"),
+        Replay::ClosedLoop { .. } => {
+            "trace time (closed loop ignores timestamps)".to_string()
+        }
+    };
+    let heat_map = HeatMap {
+        svg: tierd_analysis::heatmap::render_svg(&analysis),
+        segment_bytes: config.segment_bytes,
+        period_ns,
+        segments: matrix.segments,
+        periods: matrix.periods,
+        cells: matrix
+            .cells()
+            .map(|(period, cell)| HeatMapCell {
+                period,
+                segment: cell.segment,
+                io: u64::from(cell.io),
+                writes: u64::from(cell.writes),
+            })
+            .collect(),
+        note: format!(
+            "Computed by tierd_analysis over the same requests the runs replayed ({} requests); \
+             x is {time_base} from the first request, in periods of {}.",
+            analysis.requests,
+            tierd_common::units::Duration(period_ns)
+        ),
+    };
+    let index = tierd_sim::report::write(directory, report, Some(&heat_map), &ReportOptions::default())?;
+    eprintln!("tierd sim: report written to {}", index.display());
     Ok(())
 }
 

@@ -17,6 +17,10 @@ pub const MAX_SEGMENTS: u64 = 1 << 26;
 /// block-layer queue size (`nr_requests`).
 pub const DEFAULT_MAX_OUTSTANDING_REQUESTS: u32 = 128;
 
+/// Default statistics and policy period: 60 s (paper 000's, and the period
+/// of `none` and the page caches, whose periods only cut the series).
+pub const DEFAULT_PERIOD_NS: u64 = 60 * NS_PER_SECOND;
+
 /// How requests arrive.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 #[serde(tag = "mode", rename_all = "kebab-case")]
@@ -45,8 +49,14 @@ pub struct SimConfig {
     pub segment_bytes: u64,
     /// Simulated volume size; every request must lie inside it.
     pub volume_bytes: u64,
-    /// Statistics and policy period, in virtual (replay) time.
+    /// Statistics and policy period, in virtual (replay) time. With
+    /// [`SimConfig::period_per_policy`] this is only the period of the
+    /// strategies without a paper period of their own.
     pub period_ns: u64,
+    /// Each tiering policy runs at its paper's period
+    /// ([`Strategy::paper_period_ns`]: atsmf 24 s, otf-ast 60 s) instead of
+    /// `period_ns` (`tierd sim` without `--period`). Default false.
+    pub period_per_policy: bool,
     pub replay: Replay,
     /// Open loop: most user requests outstanding at once; a request due while
     /// that many are outstanding is issued when one completes (the replayer
@@ -69,13 +79,27 @@ impl SimConfig {
             segment_bytes: stack.segment_bytes,
             stack,
             volume_bytes,
-            period_ns: 60 * NS_PER_SECOND,
+            period_ns: DEFAULT_PERIOD_NS,
+            period_per_policy: false,
             replay: Replay::OpenLoop { speed: 1.0 },
             max_outstanding_requests: DEFAULT_MAX_OUTSTANDING_REQUESTS,
             window: Window::default(),
             cache_bytes: None,
             seed: 1,
             history_periods: tierd_policy::monitor::DEFAULT_HISTORY_PERIODS,
+        }
+    }
+
+    /// The settings `strategy` runs with: these, with the policy's paper
+    /// period when [`SimConfig::period_per_policy`] is set.
+    pub fn for_strategy(&self, strategy: &Strategy) -> std::borrow::Cow<'_, SimConfig> {
+        match strategy.paper_period_ns() {
+            Some(period_ns) if self.period_per_policy && period_ns != self.period_ns => {
+                let mut config = self.clone();
+                config.period_ns = period_ns;
+                std::borrow::Cow::Owned(config)
+            }
+            _ => std::borrow::Cow::Borrowed(self),
         }
     }
 
@@ -229,6 +253,20 @@ impl Strategy {
         }
     }
 
+    /// The period the policy's paper used (`atsmf`: 24 s, 002 §4.1;
+    /// `otf-ast`: 60 s, 000 §4.1.1.1); `None` for `none` and the caches.
+    pub fn paper_period_ns(&self) -> Option<u64> {
+        match self {
+            Strategy::Tiering(PolicyConfig::OtfAst(_)) => {
+                Some(tierd_policy::policies::otf_ast::PAPER_PERIOD_NS)
+            }
+            Strategy::Tiering(PolicyConfig::Atsmf(_)) => {
+                Some(tierd_policy::policies::atsmf::PAPER_PERIOD_NS)
+            }
+            Strategy::Tiering(PolicyConfig::None) | Strategy::Cache(_) => None,
+        }
+    }
+
     pub fn is_cache(&self) -> bool {
         matches!(self, Strategy::Cache(_))
     }
@@ -305,5 +343,20 @@ mod tests {
         );
         assert!(Strategy::parse_list("lru,lru").is_err());
         assert!(Strategy::parse_list("").is_err());
+    }
+
+    #[test]
+    fn each_policy_runs_at_its_papers_period_unless_told_otherwise() {
+        let mut config = config();
+        let atsmf = Strategy::parse("atsmf").unwrap();
+        let otf_ast = Strategy::parse("otf-ast").unwrap();
+        let fifo = Strategy::parse("fifo").unwrap();
+        config.period_ns = 30 * NS_PER_SECOND;
+        assert_eq!(config.for_strategy(&atsmf).period_ns, 30 * NS_PER_SECOND);
+        config.period_per_policy = true;
+        assert_eq!(config.for_strategy(&atsmf).period_ns, 24 * NS_PER_SECOND);
+        assert_eq!(config.for_strategy(&otf_ast).period_ns, 60 * NS_PER_SECOND);
+        assert_eq!(config.for_strategy(&fifo).period_ns, 30 * NS_PER_SECOND);
+        assert_eq!(Strategy::parse("none").unwrap().paper_period_ns(), None);
     }
 }

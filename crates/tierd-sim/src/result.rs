@@ -23,6 +23,10 @@ pub struct SimReport {
     /// Each tier's name, device and capacity, fastest first.
     pub tier_summary: String,
     pub runs: Vec<RunResult>,
+    /// Sentences about how the runs were set up that a reader needs (e.g.
+    /// how the page caches were sized); printed under the header.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl SimReport {
@@ -39,6 +43,7 @@ impl SimReport {
             tiers: stack.name.clone(),
             tier_summary: stack.summary(),
             runs,
+            notes: Vec::new(),
         };
         report.compute_gains();
         report

@@ -81,16 +81,27 @@ pub fn render_text(report: &SimReport) -> String {
     let _ = writeln!(out, "tiers: {} ({})", report.tiers, report.tier_summary);
     if let Some(run) = report.runs.first() {
         let settings = &run.settings;
+        let same_period = report
+            .runs
+            .iter()
+            .all(|other| other.settings.period_ns == settings.period_ns);
+        let period = if same_period {
+            Duration(settings.period_ns).to_string()
+        } else {
+            "per policy (table)".to_string()
+        };
         let _ = writeln!(
             out,
-            "replay: {}, segment {}, period {}, volume {:.1} GB, {} requests, seed {}",
+            "replay: {}, segment {}, period {period}, volume {:.1} GB, {} requests, seed {}",
             replay_text(run),
             tierd_common::units::Bytes(settings.segment_bytes),
-            Duration(settings.period_ns),
             gigabytes(settings.volume_bytes),
             run.requests,
             settings.seed
         );
+    }
+    for note in &report.notes {
+        let _ = writeln!(out, "note: {note}");
     }
     out.push('\n');
     out.push_str(IOPS_TABLE_TITLE);
@@ -124,6 +135,7 @@ pub fn iops_rows(report: &SimReport) -> Vec<Vec<String>> {
         "fast GB max".to_string(),
         "moves".to_string(),
         "moved GB".to_string(),
+        "period".to_string(),
         "replay".to_string(),
     ]];
     for run in &report.runs {
@@ -142,6 +154,7 @@ pub fn iops_rows(report: &SimReport) -> Vec<Vec<String>> {
             format!("{:.1}", gigabytes(run.fast_bytes_max)),
             run.moves.to_string(),
             format!("{:.1}", gigabytes(run.migrated_bytes)),
+            Duration(run.settings.period_ns).to_string(),
             Duration(run.elapsed_ns).to_string(),
         ]);
     }
