@@ -344,9 +344,7 @@ fn write_report(
     let matrix = &analysis.matrix;
     let time_base = match config.replay {
         Replay::OpenLoop { speed } => format!("replay time (trace time / {speed})"),
-        Replay::ClosedLoop { .. } => {
-            "trace time (closed loop ignores timestamps)".to_string()
-        }
+        Replay::ClosedLoop { .. } => "trace time (closed loop ignores timestamps)".to_string(),
     };
     let heat_map = HeatMap {
         svg: tierd_analysis::heatmap::render_svg(&analysis),
@@ -370,7 +368,12 @@ fn write_report(
             tierd_common::units::Duration(period_ns)
         ),
     };
-    let index = tierd_sim::report::write(directory, report, Some(&heat_map), &ReportOptions::default())?;
+    let index = tierd_sim::report::write(
+        directory,
+        report,
+        Some(&heat_map),
+        &ReportOptions::default(),
+    )?;
     eprintln!("tierd sim: report written to {}", index.display());
     Ok(())
 }
