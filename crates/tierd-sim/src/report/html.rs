@@ -42,7 +42,7 @@ table{border-collapse:collapse;margin:.6em 0;font-size:.9em}\
 th,td{border:1px solid #ccc;padding:3px 7px;text-align:right;vertical-align:top}\
 th:first-child,td:first-child{text-align:left}th{background:#f3f3f3}\
 table.settings td,table.settings th{text-align:left}\
-td.text{text-align:left;max-width:420px}\
+td.text,th.text{text-align:left}td.text{max-width:420px}\
 .kind{display:inline-block;padding:1px 8px;border-radius:3px;font-weight:bold}\
 .synthetic{background:#fde8c8;color:#7a3e00}.file{background:#dcecf8;color:#0b3c66}\
 figure{margin:1.2em 0}figure img{max-width:100%;border:1px solid #ddd}\
@@ -182,7 +182,7 @@ fn tiers_table(report: &SimReport) -> String {
             },
         ]);
     }
-    html_table(&rows)
+    html_table(&rows).replacen("<table>", "<table class=\"settings\">", 1)
 }
 
 fn moves_section(report: &SimReport, options: &ReportOptions) -> String {
@@ -217,11 +217,11 @@ fn moves_section(report: &SimReport, options: &ReportOptions) -> String {
                 .get(usize::from(tier))
                 .map_or_else(|| tier.to_string(), |tier| tier.name.clone())
         };
-        out.push_str("<table>\n<tr><th>#</th><th>accepted min</th><th>copy start min</th><th>flip min</th><th>segment</th><th>from → to</th><th>GB copied</th><th>stall ms</th><th>rule</th><th>detail</th></tr>\n");
+        out.push_str("<table>\n<tr><th>#</th><th>accepted min</th><th>copy start min</th><th>flip min</th><th>segment</th><th class=\"text\">from → to</th><th>GB copied</th><th>stall ms</th><th class=\"text\">rule</th><th class=\"text\">detail</th></tr>\n");
         for (number, record) in run.move_log.iter().take(shown).enumerate() {
             let _ = writeln!(
                 out,
-                "<tr><td>{number}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{}</td><td>{} → {}</td><td>{:.2}</td><td>{:.1}</td><td class=\"text\">{}</td><td class=\"text\">{}</td></tr>",
+                "<tr><td>{number}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{}</td><td class=\"text\">{} → {}</td><td>{:.2}</td><td>{:.1}</td><td class=\"text\">{}</td><td class=\"text\">{}</td></tr>",
                 record.accepted_ns as f64 / 60e9,
                 record.start_ns as f64 / 60e9,
                 record.end_ns as f64 / 60e9,
@@ -256,7 +256,7 @@ pub fn page(
     );
     out.push_str("<h1>tierd sim report</h1>\n");
     let kind = if synthetic {
-        "<span class=\"kind synthetic\">synthetic</span> a generated workload (tierd synth), not a real trace"
+        "<span class=\"kind synthetic\">synthetic</span> generated on the fly by tierd synth"
     } else {
         "<span class=\"kind file\">trace file</span>"
     };
@@ -281,6 +281,9 @@ pub fn page(
     out.push_str("<h2>Settings</h2>\n");
     out.push_str(&settings_table(report));
     out.push_str(&tiers_table(report));
+    for note in &report.notes {
+        let _ = writeln!(out, "<p>Note: {}</p>", escape(note));
+    }
     out.push_str("<p>All times are virtual (replay) time from the first issue unless marked as trace time.</p>\n");
 
     out.push_str("<h2>Tables</h2>\n");

@@ -367,15 +367,17 @@ pub fn fast_bytes(report: &SimReport) -> (Csv, Chart) {
             label: run.policy.clone(),
             colour: colour(index),
             dashed: false,
-            points: run
-                .periods
-                .iter()
-                .filter_map(|period| {
+            // Every run starts with every segment on home and empty caches
+            // (a one-tier stack's tier 0 is home: it holds the volume throughout).
+            points: (run.tiers.len() > 1)
+                .then_some((0.0, 0.0))
+                .into_iter()
+                .chain(run.periods.iter().filter_map(|period| {
                     period
                         .tiers
                         .first()
                         .map(|fast| (minutes(period.end_ns), fast.used_bytes as f64 / 1e9))
-                })
+                }))
                 .collect(),
         });
     }

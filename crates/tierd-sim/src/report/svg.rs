@@ -12,6 +12,8 @@ const PANEL_HEIGHT: f64 = 230.0;
 const PANEL_TITLE_HEIGHT: f64 = 26.0;
 const X_AXIS_HEIGHT: f64 = 48.0;
 const LEGEND_ROW_HEIGHT: f64 = 18.0;
+/// Share of a panel's height left free above and below the y range.
+const Y_INSET_FRACTION: f64 = 0.03;
 /// Average advance of a 12 px sans-serif character, for laying out legends.
 const CHARACTER_WIDTH: f64 = 7.0;
 
@@ -356,8 +358,14 @@ pub fn render(chart: &Chart) -> String {
             .fold(0.0f64, f64::max);
         let (y_low, y_high) = panel.y_range.unwrap_or((0.0, round_up(data_max)));
         let y_high = if y_high > y_low { y_high } else { y_low + 1.0 };
+        // The data span a little less than the plot's height, so a line at
+        // the bottom or the top of the range is not hidden by the frame.
+        let inset = PANEL_HEIGHT * Y_INSET_FRACTION;
         let y_of = |value: f64| {
-            plot_bottom - (value.clamp(y_low, y_high) - y_low) / (y_high - y_low) * PANEL_HEIGHT
+            plot_bottom
+                - inset
+                - (value.clamp(y_low, y_high) - y_low) / (y_high - y_low)
+                    * (PANEL_HEIGHT - 2.0 * inset)
         };
         let x_of = |value: f64| {
             axis.position(value)
@@ -411,7 +419,13 @@ pub fn render(chart: &Chart) -> String {
             escape(&panel.y_label)
         );
 
-        // Lines, clipped to the plot area.
+        // Frame, then the lines over it, clipped to the plot area. Earlier
+        // lines are drawn wider, so a line hidden under a later one with the
+        // same values still shows as a coloured edge.
+        let _ = writeln!(
+            svg,
+            r#"<rect x="{PLOT_LEFT}" y="{plot_top:.2}" width="{plot_width}" height="{PANEL_HEIGHT}" fill="none" stroke="black"/>"#
+        );
         let clip = format!("clip-{index}");
         let _ = writeln!(
             svg,
@@ -419,9 +433,11 @@ pub fn render(chart: &Chart) -> String {
         );
         let _ = writeln!(
             svg,
-            r#"<g clip-path="url(#{clip})" fill="none" stroke-width="1.8" stroke-linejoin="round">"#
+            r#"<g clip-path="url(#{clip})" fill="none" stroke-linejoin="round">"#
         );
-        for series in &panel.series {
+        let lines = panel.series.len();
+        for (number, series) in panel.series.iter().enumerate() {
+            let stroke_width = 1.6 + 0.6 * (lines - 1 - number).min(5) as f64;
             let points = thin(&series.points, MAX_POINTS_PER_LINE);
             let mut path = String::new();
             for (x, y) in points {
@@ -436,7 +452,7 @@ pub fn render(chart: &Chart) -> String {
             }
             let _ = writeln!(
                 svg,
-                r#"<polyline stroke="{}"{} points="{}"><title>{}</title></polyline>"#,
+                r#"<polyline stroke="{}" stroke-width="{stroke_width:.1}"{} points="{}"><title>{}</title></polyline>"#,
                 series.colour,
                 if series.dashed {
                     r#" stroke-dasharray="6 4""#
@@ -469,11 +485,7 @@ pub fn render(chart: &Chart) -> String {
                 plot_top + PANEL_HEIGHT / 2.0
             );
         }
-        // Frame and x tick marks (labels under the last panel only).
-        let _ = writeln!(
-            svg,
-            r#"<rect x="{PLOT_LEFT}" y="{plot_top:.2}" width="{plot_width}" height="{PANEL_HEIGHT}" fill="none" stroke="black"/>"#
-        );
+        // X tick marks (labels under the last panel only).
         let last = index + 1 == chart.panels.len();
         for value in &x_ticks {
             if let Some(x) = x_of(*value) {
