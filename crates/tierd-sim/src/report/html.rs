@@ -21,17 +21,21 @@ pub struct Figure {
 }
 
 pub const IOPS_CAPTION: &str = "User requests completed per second in each period, one line per \
-     policy: the shape of paper 000 Figs. 6-7 (IOPS per minute, HDD only vs OTF-AST). A policy \
+     policy: the shape of paper 000 Figs. 7-8 (IOPS every minute, OTF-AST against HDD only and \
+     against flashcache). A policy \
      that relieves the home disk keeps up with the trace and finishes sooner.";
 pub const UTIL_CAPTION: &str =
     "Busy share of each device in each period (iostat %util), one panel \
-     per tier, one line per policy: paper 000 Fig. 8 (HDD and SSD utilisation). Migration copies \
+     per tier, one line per policy: paper 000 Fig. 6 (%util every minute, against HDD only). \
+     Migration copies \
      count as busy time on both devices.";
 pub const FAST_BYTES_CAPTION: &str = "Bytes placed on the fast tier at each period end, one line \
-     per policy: paper 002 Figs. 8-9 (memory used over time). Tiering counts whole segments (from \
+     per policy: paper 002 Figs. 8-9 (ATSMF's memory consumption). Tiering counts whole segments (from \
      the start of their move); caches count resident 4 KiB pages.";
 pub const RESPONSE_CAPTION: &str = "Cumulative distribution of response times on a log axis: all \
-     requests (first panel), then the request pieces each tier served: paper 002 Figs. 10-14. \
+     requests (first panel), then the request pieces each tier served: paper 002 Figs. 10-14 \
+     (there one figure per strategy with its (all), (SSD) and (memory) lines and SSD only; here \
+     one panel per scope with a line per policy, none standing for SSD only). \
      Further left and higher is better.";
 pub const HEAT_MAP_CAPTION: &str = "IO count per segment (y) and period (x), log colour scale, \
      white = no IO: where the trace's hot spots are and how they move.";

@@ -6,8 +6,8 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `iops.svg`, `iops.csv` | user IOPS per period, one line per policy (paper 000 Figs. 6–7) |
-//! | `util.svg`, `util.csv` | %util (and iops, svctm, await) of every device per period (000 Fig. 8) |
+//! | `iops.svg`, `iops.csv` | user IOPS per period, one line per policy (paper 000 Figs. 7–8) |
+//! | `util.svg`, `util.csv` | %util (and iops, svctm, await) of every device per period (000 Fig. 6) |
 //! | `fast-bytes.svg`, `fast-bytes.csv` | bytes on the fast tier at each period end (002 Figs. 8–9) |
 //! | `response-cdf.svg`, `response-cdf.csv` | response-time CDFs, all requests and per tier (002 Figs. 10–14) |
 //! | `heatmap.svg`, `heatmap.csv` | IO per segment and period of the replayed trace, when given |

@@ -166,7 +166,8 @@ fn period_text(report: &SimReport) -> String {
     texts.join(" / ")
 }
 
-/// (a) user requests completed per second in each period (paper 000 Figs. 6–7).
+/// (a) user requests completed per second in each period (paper 000 Figs. 7–8:
+/// iops every minute, against HDD only and against flashcache).
 pub fn iops(report: &SimReport) -> (Csv, Chart) {
     let mut csv = Csv::new(&[
         "policy",
@@ -211,7 +212,7 @@ pub fn iops(report: &SimReport) -> (Csv, Chart) {
         });
     }
     let chart = Chart {
-        title: "IOPS over time (as paper 000 Figs. 6-7)".to_string(),
+        title: "IOPS over time (as paper 000 Figs. 7-8)".to_string(),
         subtitle: format!(
             "user requests completed per second, mean over each {} period",
             period_text(report)
@@ -233,7 +234,8 @@ pub fn iops(report: &SimReport) -> (Csv, Chart) {
     (csv, chart)
 }
 
-/// (b) %util of every device per period (paper 000 Fig. 8), one panel per tier.
+/// (b) %util of every device per period (paper 000 Fig. 6: %util every
+/// minute, against HDD only), one panel per tier.
 pub fn util(report: &SimReport) -> (Csv, Chart) {
     let columns = tier_columns(report);
     let mut header = vec![
@@ -311,7 +313,7 @@ pub fn util(report: &SimReport) -> (Csv, Chart) {
         })
         .collect();
     let chart = Chart {
-        title: "Device %util over time (as paper 000 Fig. 8)".to_string(),
+        title: "Device %util over time (as paper 000 Fig. 6)".to_string(),
         subtitle: format!(
             "busy time / period ({}), user and migration IO, iostat style",
             period_text(report)
@@ -458,7 +460,7 @@ pub fn response_cdf(report: &SimReport) -> (Csv, Chart) {
     ]);
     let tiers = report.runs.first().map_or(&[][..], |run| &run.tiers[..]);
     let mut panels = vec![Panel {
-        title: "all requests (arrival to completion of the last piece)".to_string(),
+        title: "all requests (issue to completion of the last piece)".to_string(),
         y_label: "requests at or below (%)".to_string(),
         y_range: Some((0.0, 100.0)),
         y_format: TickFormat::Number,
