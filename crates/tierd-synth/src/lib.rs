@@ -118,7 +118,7 @@ pub fn describe_targets(preset: &Preset) -> String {
     if model.recurrence_hours > model.window_hours {
         let _ = writeln!(
             out,
-            "  longer runs: the busy window recurs every {} h, background only in between at {:.1} iops",
+            "  longer runs: the busy window recurs every {} h, background only in between at {:.2} iops",
             format_hours(model.recurrence_hours),
             model.quiet_mean_iops
         );
@@ -191,6 +191,9 @@ mod tests {
                     .find(|line| line.trim_start().starts_with(metric.name()))
                     .unwrap_or_else(|| panic!("{} lacks {}:\n{text}", preset.name, metric.name()));
                 assert!(line.contains(target.source), "{line}");
+                if let Some(reason) = target.unreachable {
+                    assert!(text.contains(&format!("NOT REACHED: {reason}")), "{text}");
+                }
             }
         }
     }

@@ -35,6 +35,9 @@ pub struct Target {
     /// Paper and table (or file) the value comes from, and any conversion.
     pub source: &'static str,
     pub scope: Scope,
+    /// Why the model does not reach this target, when it does not (the
+    /// calibration test expects it to miss, and `--list` says so).
+    pub unreachable: Option<&'static str>,
 }
 
 impl Target {
@@ -43,6 +46,7 @@ impl Target {
             value,
             source,
             scope: Scope::Window,
+            unreachable: None,
         })
     }
 
@@ -51,6 +55,21 @@ impl Target {
             value,
             source,
             scope: Scope::Week,
+            unreachable: None,
+        })
+    }
+
+    /// A window target the model cannot reach, with the reason.
+    pub const fn unreachable(
+        value: f64,
+        source: &'static str,
+        reason: &'static str,
+    ) -> Option<Self> {
+        Some(Self {
+            value,
+            source,
+            scope: Scope::Window,
+            unreachable: Some(reason),
         })
     }
 }
@@ -257,5 +276,12 @@ pub(crate) fn write_target_table(out: &mut String, targets: &Targets) {
             target.scope.name(),
             target.source
         );
+        if let Some(reason) = target.unreachable {
+            let _ = writeln!(
+                out,
+                "  {:<30} {:>14}  {:<6}  NOT REACHED: {reason}",
+                "", "", ""
+            );
+        }
     }
 }
