@@ -622,3 +622,22 @@ fn writing_where_a_file_stands_names_the_path() {
         .to_string();
     assert!(error.contains("taken"), "{error}");
 }
+
+#[test]
+fn a_report_without_runs_still_renders() {
+    let stack = TierStack::preset("ssd-mem").unwrap();
+    let empty = SimReport::new("nothing".to_string(), "file", &stack, Vec::new());
+    let files = report::render(&empty, None, &ReportOptions::default()).unwrap();
+    for file in files.iter().filter(|file| file.name.ends_with(".svg")) {
+        check_xml(&file.contents).unwrap_or_else(|error| panic!("{}: {error}", file.name));
+    }
+    for file in files.iter().filter(|file| file.name.ends_with(".csv")) {
+        assert_eq!(
+            file.contents.lines().count(),
+            1,
+            "{}: header only",
+            file.name
+        );
+    }
+    assert!(files[0].contents.contains("nothing"));
+}
