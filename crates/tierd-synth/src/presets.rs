@@ -214,12 +214,14 @@ volume, with a burst at its leading edge",
         window_mean_iops: WEB_2_MEAN,
         window_peak_iops: 231.0,
         quiet_mean_iops: quiet_rate(WEB_2_WEEK, WEB_2_MEAN, WEB_2_WINDOW_H, 24.0),
+        // A short bump keeps the base rate near the mean: the band's 100 MiB
+        // chunks need well over 60 requests a minute each to stay one region.
         volume_spikes: VolumeSpikes {
             count: 1,
             start_fraction: Span::new(0.2, 0.7),
-            onset_s: Span::new(300.0, 600.0),
-            plateau_s: Span::new(300.0, 600.0),
-            decay_s: Span::new(300.0, 900.0),
+            onset_s: Span::new(120.0, 240.0),
+            plateau_s: Span::new(120.0, 240.0),
+            decay_s: Span::new(120.0, 240.0),
         },
         background: Background {
             write_fraction: WEB_2_WRITE,
@@ -232,8 +234,8 @@ volume, with a burst at its leading edge",
                 onset_s: Span::fixed(0.0),
                 plateau_s: Span::fixed(0.0),
                 decay_s: Span::fixed(0.0),
-                peak_share: Span::fixed(0.93),
-                width_bytes: Span::fixed(10.5 * GIB_F),
+                peak_share: Span::fixed(0.95),
+                width_bytes: Span::fixed(10.6 * GIB_F),
                 area: Span::new(0.05, 0.95),
                 drift_fraction: 1.0,
                 // 0.57 GiB per minute, in 128 MiB steps.
