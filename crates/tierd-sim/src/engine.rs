@@ -56,6 +56,8 @@ const KIND_MIGRATION_WRITE: u64 = 2;
 const KIND_CACHE_FILL: u64 = 3;
 const KIND_WRITEBACK_READ: u64 = 4;
 const KIND_WRITEBACK_WRITE: u64 = 5;
+/// The target half of a user write mirrored during a move.
+const KIND_MIRROR_WRITE: u64 = 6;
 
 /// `moving[segment]`: not moving.
 const NOT_MOVING: u32 = u32::MAX;
@@ -84,6 +86,50 @@ struct Piece {
     /// `fill_offset` on the fast device.
     fill_offset: u64,
     fill_bytes: u64,
+    /// Order in which pieces were sent to a device (tells a move which
+    /// writes were issued before it started).
+    route_sequence: u64,
+    /// Device halves still outstanding: 1 for a plain piece; a write
+    /// mirrored during a move adds its target half (and any re-issue).
+    parts_left: u8,
+    /// The source half (the piece's own device IO) has completed.
+    source_done: bool,
+    source_done_ns: u64,
+    /// A write mirrored by this move (slot in `Engine::active`).
+    mirror_move: Option<u32>,
+    /// Where the target half goes.
+    mirror_tier: TierId,
+    mirror_offset: u64,
+    /// Chunk copies in flight that the target half must wait for (an older
+    /// copy landing later would overwrite it).
+    target_blocked: u32,
+    /// The target half is to be (re)issued once `target_blocked` is 0.
+    target_pending: bool,
+    /// A target half was issued at least once.
+    mirrored: bool,
+}
+
+impl Piece {
+    /// Whether the piece touches chunk `chunk` of its segment (chunks of
+    /// `chunk_bytes`, segments of `segment_bytes`).
+    fn touches_chunk(&self, chunk: u32, chunk_bytes: u64, segment_bytes: u64) -> bool {
+        let (first, last) = self.chunks(chunk_bytes, segment_bytes);
+        first <= chunk && chunk <= last
+    }
+
+    /// First and last chunk of its segment the piece touches.
+    fn chunks(&self, chunk_bytes: u64, segment_bytes: u64) -> (u32, u32) {
+        let start = self.volume_offset % segment_bytes;
+        (
+            (start / chunk_bytes) as u32,
+            ((start + self.bytes - 1) / chunk_bytes) as u32,
+        )
+    }
+
+    /// Acknowledged: every half has completed and none is still to be issued.
+    fn finished(&self) -> bool {
+        self.parts_left == 0 && !self.target_pending && self.target_blocked == 0
+    }
 }
 
 /// A free-list arena: indices are reused, so steady state allocates nothing.
@@ -125,17 +171,21 @@ impl<T: Copy> Slab<T> {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
-    /// Copy passes; user IO goes to the source, writes dirty their chunks.
+    /// User writes issued before the move started are still in flight; the
+    /// copy waits for them (it must read what they wrote).
+    Starting,
+    /// Chunks are copied; writes are mirrored (see `Engine::route_piece`).
     Copying,
-    /// New IO to the segment is held; in-flight IO drains, the remaining
-    /// dirty chunks are copied, then the table flips.
-    SwitchOver,
 }
 
 struct ActiveMove {
     plan: Move,
     accepted_ns: u64,
     start_ns: u64,
+    /// Pieces routed before this sequence number predate the move.
+    start_sequence: u64,
+    /// Writes issued before the move started and not yet acknowledged.
+    pre_move_writes: u32,
     source_base: u64,
     target_base: u64,
     /// Slot taken on the target (fast tiers), `None` for home.
@@ -143,27 +193,29 @@ struct ActiveMove {
     /// Bytes of the segment (the volume's last segment may be short).
     segment_len: u64,
     chunks: u32,
-    /// One bit per chunk: must be (re)copied.
-    dirty: Vec<u64>,
-    dirty_count: u32,
-    /// One bit per chunk: being copied now (never issued twice at once, so
-    /// an older copy cannot land after a newer one).
+    /// Chunks `0..cursor` have been issued (in order; each exactly once);
+    /// those not in flight have landed on the target.
+    cursor: u32,
+    /// One bit per chunk: being copied now.
     in_flight: Vec<u64>,
     chunks_in_flight: u32,
-    cursor: u32,
-    passes: u32,
     phase: Phase,
     /// Bytes issued (pacing) and landed on the target.
     issued_bytes: u64,
     copied_bytes: u64,
     last_chunk_done_ns: Option<u64>,
     timer_pending: bool,
-    switch_start_ns: u64,
-    /// At switch-over start: dirty chunks left, user pieces to drain.
-    switch_dirty_chunks: u32,
-    switch_in_flight: u32,
-    /// Pieces held during switch-over, released to the target at the flip.
-    waiting: Vec<u32>,
+    /// User writes to the segment routed during the move and not yet
+    /// acknowledged (piece indices).
+    writes: Vec<u32>,
+    /// (chunk, piece): the piece's target half waits for that chunk's copy.
+    waiters: Vec<(u32, u32)>,
+    /// Writes mirrored to the target, target halves that waited for a chunk
+    /// copy to land, and the longest a mirrored write was acknowledged after
+    /// its source half (what the mirror cost it).
+    mirrored_writes: u64,
+    deferred_halves: u64,
+    mirror_wait_max_ns: u64,
 }
 
 impl ActiveMove {
@@ -172,43 +224,15 @@ impl ActiveMove {
         chunk_bytes.min(self.segment_len - start)
     }
 
-    fn set_dirty(&mut self, chunk: u32) {
-        let word = &mut self.dirty[(chunk / 64) as usize];
-        let bit = 1u64 << (chunk % 64);
-        if *word & bit == 0 {
-            *word |= bit;
-            self.dirty_count += 1;
-        }
+    fn is_in_flight(&self, chunk: u32) -> bool {
+        self.in_flight
+            .get((chunk / 64) as usize)
+            .is_some_and(|word| word & (1u64 << (chunk % 64)) != 0)
     }
 
-    fn clear_dirty(&mut self, chunk: u32) {
-        let word = &mut self.dirty[(chunk / 64) as usize];
-        let bit = 1u64 << (chunk % 64);
-        if *word & bit != 0 {
-            *word &= !bit;
-            self.dirty_count -= 1;
-        }
-    }
-
-    /// First chunk at or after `from` that is dirty and not being copied.
-    fn next_copyable(&self, from: u32) -> Option<u32> {
-        if from >= self.chunks {
-            return None;
-        }
-        let mut word_index = (from / 64) as usize;
-        let mut word =
-            self.dirty[word_index] & !self.in_flight[word_index] & (u64::MAX << (from % 64));
-        loop {
-            if word != 0 {
-                let chunk = (word_index as u32) * 64 + word.trailing_zeros();
-                return (chunk < self.chunks).then_some(chunk);
-            }
-            word_index += 1;
-            if word_index >= self.dirty.len() {
-                return None;
-            }
-            word = self.dirty[word_index] & !self.in_flight[word_index];
-        }
+    /// Copied to the target already (issued and no longer in flight).
+    fn has_landed(&self, chunk: u32) -> bool {
+        chunk < self.cursor && !self.is_in_flight(chunk)
     }
 
     fn set_in_flight(&mut self, chunk: u32, on: bool) {
@@ -290,9 +314,17 @@ struct Engine<'run> {
     // Tiering table.
     placement: Vec<TierId>,
     slot: Vec<u32>,
-    segment_in_flight: Vec<u32>,
+    /// User write pieces of each segment routed and not yet acknowledged.
+    segment_writes_in_flight: Vec<u32>,
+    route_sequence: u64,
+    /// Reused buffer (no allocation per chunk).
+    scratch: Vec<u32>,
     moving: Vec<u32>,
     free_slots: Vec<Vec<u32>>,
+    /// Per fast tier and slot: user IOs in flight there. A slot a segment
+    /// left is freed only when this reaches 0 (`draining` meanwhile).
+    slot_ios: Vec<Vec<u32>>,
+    draining: Vec<Vec<bool>>,
     capacity_segments: Vec<u32>,
     used_segments: Vec<u32>,
     moves_touching: Vec<u32>,
@@ -304,9 +336,10 @@ struct Engine<'run> {
     move_log: Vec<MoveRecord>,
     moves_dropped: u64,
     moved_ns_total: u128,
-    stall_ns_total: u128,
-    stall_ns_max: u64,
-    stalled_pieces: u64,
+    mirrored_writes: u64,
+    deferred_halves: u64,
+    mirror_wait_ns_total: u128,
+    mirror_wait_ns_max: u64,
 
     // Cache mode.
     fast_device_pages: u64,
@@ -421,6 +454,19 @@ impl<'run> Engine<'run> {
                 }
             })
             .collect();
+        let slot_ios: Vec<Vec<u32>> = (0..tiers)
+            .map(|tier| {
+                if tier == home || matches!(controller, Controller::Cache(_)) {
+                    Vec::new()
+                } else {
+                    vec![0; capacity_segments[tier] as usize]
+                }
+            })
+            .collect();
+        let draining = slot_ios
+            .iter()
+            .map(|slots| vec![false; slots.len()])
+            .collect();
         let mut used_segments = vec![0; tiers];
         used_segments[home] = segments as u32;
         let queue_limit = config
@@ -463,9 +509,13 @@ impl<'run> Engine<'run> {
             outstanding_requests: 0,
             placement: vec![home as TierId; segments as usize],
             slot: vec![0; segments as usize],
-            segment_in_flight: vec![0; segments as usize],
+            segment_writes_in_flight: vec![0; segments as usize],
+            route_sequence: 0,
+            scratch: Vec::new(),
             moving: vec![NOT_MOVING; segments as usize],
             free_slots,
+            slot_ios,
+            draining,
             capacity_segments,
             used_segments,
             moves_touching: vec![0; tiers],
@@ -475,9 +525,10 @@ impl<'run> Engine<'run> {
             move_log: Vec::new(),
             moves_dropped: 0,
             moved_ns_total: 0,
-            stall_ns_total: 0,
-            stall_ns_max: 0,
-            stalled_pieces: 0,
+            mirrored_writes: 0,
+            deferred_halves: 0,
+            mirror_wait_ns_total: 0,
+            mirror_wait_ns_max: 0,
             fast_device_pages,
             cache_counters: CacheCounters::default(),
             monitor: Monitor::new(config.period_ns, tiers, 0, config.history_periods),
@@ -733,8 +784,7 @@ impl<'run> Engine<'run> {
                 volume_offset: offset,
                 device_offset: 0,
                 bytes: piece_end - offset,
-                fill_offset: 0,
-                fill_bytes: 0,
+                ..Piece::default()
             };
             let piece_index = self.pieces.insert(piece);
             self.pieces_total += 1;
@@ -743,32 +793,42 @@ impl<'run> Engine<'run> {
         }
     }
 
-    /// Sends a tiering piece to the device its segment lives on, or holds it
-    /// while its segment is switching over.
+    /// Sends a tiering piece to the device its segment lives on.
+    ///
+    /// A write to a segment being moved is also *mirrored* to the target
+    /// when it touches a chunk already copied or being copied: its target
+    /// half is issued at once, or, for a chunk whose copy is in flight, as
+    /// soon as that copy has landed (an older copy must not overwrite it).
+    /// The write is acknowledged when both halves have completed.
     fn route_piece(&mut self, piece_index: u32) {
         let piece = self.pieces.items[piece_index as usize];
         let segment = piece.segment as usize;
-        let move_slot = self.moving[segment];
-        if move_slot != NOT_MOVING && move_slot != QUEUED {
-            if let Some(active) = self.active[move_slot as usize].as_mut() {
-                if active.phase == Phase::SwitchOver {
-                    active.waiting.push(piece_index);
-                    self.stalled_pieces += 1;
-                    return;
-                }
-            }
-        }
         let tier = self.placement[segment];
         let segment_bytes = self.config.segment_bytes;
+        let slot = self.slot[segment];
         let device_offset = if tier as usize == self.home {
             piece.volume_offset
         } else {
-            u64::from(self.slot[segment]) * segment_bytes + piece.volume_offset % segment_bytes
+            self.slot_ios[tier as usize][slot as usize] += 1;
+            u64::from(slot) * segment_bytes + piece.volume_offset % segment_bytes
         };
+        self.route_sequence += 1;
         let stored = self.pieces.get_mut(piece_index);
         stored.tier = tier;
         stored.device_offset = device_offset;
-        self.segment_in_flight[segment] += 1;
+        stored.route_sequence = self.route_sequence;
+        stored.parts_left = 1;
+        if piece.is_write {
+            self.segment_writes_in_flight[segment] += 1;
+            #[cfg(test)]
+            if let Some(shadow) = self.shadow.as_mut() {
+                shadow.issue_write(piece_index, piece.volume_offset, piece.bytes);
+            }
+            let move_slot = self.moving[segment];
+            if move_slot != NOT_MOVING && move_slot != QUEUED {
+                self.track_write(move_slot, piece_index);
+            }
+        }
         self.submit(
             tier as usize,
             DeviceIo {
@@ -777,6 +837,66 @@ impl<'run> Engine<'run> {
                 offset_bytes: device_offset,
                 length_bytes: piece.bytes,
                 background: false,
+            },
+        );
+    }
+
+    /// A user write routed to the source of move `move_slot`: mirror it (see
+    /// [`Engine::route_piece`]).
+    fn track_write(&mut self, move_slot: u32, piece_index: u32) {
+        let chunk_bytes = self.config.stack.migration.chunk_bytes;
+        let segment_bytes = self.config.segment_bytes;
+        let Some(active) = self.active[move_slot as usize].as_mut() else {
+            return;
+        };
+        let piece = self.pieces.get_mut(piece_index);
+        let (first, last) = piece.chunks(chunk_bytes, segment_bytes);
+        let mut needs_target = false;
+        let mut blocked = 0;
+        for chunk in first..=last.min(active.chunks.saturating_sub(1)) {
+            if active.is_in_flight(chunk) {
+                blocked += 1;
+                active.waiters.push((chunk, piece_index));
+                needs_target = true;
+            } else if active.has_landed(chunk) {
+                needs_target = true;
+            }
+        }
+        active.writes.push(piece_index);
+        piece.mirror_move = Some(move_slot);
+        piece.mirror_tier = active.plan.to;
+        piece.mirror_offset = active.target_base + piece.volume_offset % segment_bytes;
+        piece.target_blocked = blocked;
+        piece.target_pending = needs_target;
+        if needs_target {
+            if blocked > 0 {
+                active.deferred_halves += 1;
+            } else {
+                self.issue_target_half(piece_index);
+            }
+        }
+    }
+
+    /// Issues the target half of a mirrored write.
+    fn issue_target_half(&mut self, piece_index: u32) {
+        let piece = self.pieces.get_mut(piece_index);
+        if let (false, Some(move_slot)) = (piece.mirrored, piece.mirror_move) {
+            if let Some(active) = self.active[move_slot as usize].as_mut() {
+                active.mirrored_writes += 1;
+            }
+        }
+        piece.target_pending = false;
+        piece.mirrored = true;
+        piece.parts_left += 1;
+        let (tier, offset, bytes) = (piece.mirror_tier, piece.mirror_offset, piece.bytes);
+        self.submit(
+            tier as usize,
+            DeviceIo {
+                id: (KIND_MIRROR_WRITE << KIND_SHIFT) | u64::from(piece_index),
+                op: Op::Write,
+                offset_bytes: offset,
+                length_bytes: bytes,
+                background: true,
             },
         );
     }
@@ -925,6 +1045,8 @@ impl<'run> Engine<'run> {
             bytes,
             fill_offset,
             fill_bytes,
+            parts_left: 1,
+            ..Piece::default()
         });
         self.pieces_total += 1;
         self.submit(
@@ -951,16 +1073,6 @@ impl<'run> Engine<'run> {
             self.device_next_ns[tier] = self.devices[tier].next_event_ns().unwrap_or(u64::MAX);
         } else {
             self.host_queues[tier].push_back(io);
-        }
-    }
-
-    /// Like [`Engine::submit`], but ahead of everything waiting in the host
-    /// queue: switch-over copies, which user IO to the segment is waiting for.
-    fn submit_urgent(&mut self, tier: usize, io: DeviceIo) {
-        if self.device_outstanding[tier] < self.queue_limit[tier] {
-            self.submit(tier, io);
-        } else {
-            self.host_queues[tier].push_front(io);
         }
     }
 
@@ -992,7 +1104,8 @@ impl<'run> Engine<'run> {
     fn on_completion(&mut self, tier: usize, completion: &Completion) -> Result<(), SimError> {
         let payload = completion.id & PAYLOAD_MASK;
         match completion.id >> KIND_SHIFT {
-            KIND_USER => self.complete_piece(payload as u32, completion.done_ns)?,
+            KIND_USER => self.source_half_done(payload as u32, completion.done_ns)?,
+            KIND_MIRROR_WRITE => self.target_half_done(tier, payload as u32, completion.done_ns)?,
             KIND_MIGRATION_READ => self.chunk_read_done((payload >> 32) as u32, payload as u32),
             KIND_MIGRATION_WRITE => self.chunk_write_done((payload >> 32) as u32, payload as u32),
             KIND_CACHE_FILL => {
@@ -1024,6 +1137,66 @@ impl<'run> Engine<'run> {
         Ok(())
     }
 
+    /// A piece's own device IO (for a mirrored write: its source half) completed.
+    fn source_half_done(&mut self, piece_index: u32, done_ns: u64) -> Result<(), SimError> {
+        let policy_mode = matches!(self.controller, Controller::Policy(_));
+        let segment_bytes = self.config.segment_bytes;
+        let piece = self.pieces.get_mut(piece_index);
+        piece.parts_left = piece.parts_left.saturating_sub(1);
+        piece.source_done = true;
+        piece.source_done_ns = done_ns;
+        let piece = *piece;
+        #[cfg(test)]
+        if let (true, Some(shadow)) = (piece.is_write, self.shadow.as_mut()) {
+            shadow.device_write(
+                piece_index,
+                piece.tier as usize,
+                piece.device_offset,
+                piece.bytes,
+            );
+        }
+        if policy_mode && piece.tier as usize != self.home {
+            let tier = piece.tier as usize;
+            let slot = (piece.device_offset / segment_bytes) as usize;
+            if let Some(count) = self.slot_ios[tier].get_mut(slot) {
+                *count -= 1;
+                if *count == 0 && self.draining[tier][slot] {
+                    // The segment left this slot; its last IO there is done.
+                    self.draining[tier][slot] = false;
+                    self.free_slots[tier].push(slot as u32);
+                    self.start_moves();
+                }
+            }
+        }
+        if piece.finished() {
+            self.complete_piece(piece_index, done_ns)?;
+        }
+        Ok(())
+    }
+
+    /// The target half of a mirrored write completed on `tier`.
+    fn target_half_done(
+        &mut self,
+        tier: usize,
+        piece_index: u32,
+        done_ns: u64,
+    ) -> Result<(), SimError> {
+        let piece = self.pieces.get_mut(piece_index);
+        piece.parts_left = piece.parts_left.saturating_sub(1);
+        let piece = *piece;
+        self.monitor
+            .record_migration_io(tier as TierId, piece.bytes);
+        #[cfg(test)]
+        if let Some(shadow) = self.shadow.as_mut() {
+            shadow.device_write(piece_index, tier, piece.mirror_offset, piece.bytes);
+        }
+        if piece.finished() {
+            self.complete_piece(piece_index, done_ns)?;
+        }
+        Ok(())
+    }
+
+    /// Every half of the piece has completed: it is acknowledged.
     fn complete_piece(&mut self, piece_index: u32, done_ns: u64) -> Result<(), SimError> {
         let piece = self.pieces.take(piece_index);
         let request = *self.requests.get_mut(piece.request);
@@ -1031,7 +1204,7 @@ impl<'run> Engine<'run> {
         let tier = piece.tier as usize;
         #[cfg(test)]
         if let (true, Some(shadow)) = (piece.is_write, self.shadow.as_mut()) {
-            shadow.user_write(tier, piece.device_offset, piece.volume_offset, piece.bytes);
+            shadow.ack_write(piece_index, piece.volume_offset, piece.bytes);
         }
         self.tier_response[tier].record(response_ns);
         self.tier_bytes[tier] += piece.bytes;
@@ -1056,31 +1229,8 @@ impl<'run> Engine<'run> {
                 },
             );
         }
-        if matches!(self.controller, Controller::Policy(_)) {
-            let segment = piece.segment as usize;
-            self.segment_in_flight[segment] -= 1;
-            let move_slot = self.moving[segment];
-            if move_slot != NOT_MOVING && move_slot != QUEUED {
-                let chunk_bytes = self.config.stack.migration.chunk_bytes;
-                let segment_bytes = self.config.segment_bytes;
-                let mut step = false;
-                if let Some(active) = self.active[move_slot as usize].as_mut() {
-                    if piece.is_write && piece.tier == active.plan.from {
-                        // Acknowledged on the source after (or while) its
-                        // chunks were read: they must be copied again.
-                        let start = piece.volume_offset % segment_bytes;
-                        let first = (start / chunk_bytes) as u32;
-                        let last = ((start + piece.bytes - 1) / chunk_bytes) as u32;
-                        for chunk in first..=last.min(active.chunks - 1) {
-                            active.set_dirty(chunk);
-                        }
-                    }
-                    step = active.phase == Phase::SwitchOver;
-                }
-                if step {
-                    self.step_move(move_slot);
-                }
-            }
+        if piece.is_write && matches!(self.controller, Controller::Policy(_)) {
+            self.write_acknowledged(piece_index, &piece, done_ns);
         }
         let state = self.requests.get_mut(piece.request);
         state.pieces_left -= 1;
@@ -1089,6 +1239,51 @@ impl<'run> Engine<'run> {
             self.finish_request(request.arrival_ns, done_ns)?;
         }
         Ok(())
+    }
+
+    /// Bookkeeping of a tiering write's acknowledgement: the move that
+    /// mirrored it forgets it, and a move waiting for the writes issued
+    /// before it started may begin copying.
+    fn write_acknowledged(&mut self, piece_index: u32, piece: &Piece, done_ns: u64) {
+        let segment = piece.segment as usize;
+        self.segment_writes_in_flight[segment] -= 1;
+        if let Some(move_slot) = piece.mirror_move {
+            if let Some(active) = self.active[move_slot as usize].as_mut() {
+                if active.plan.segment == piece.segment {
+                    if let Some(position) = active.writes.iter().position(|w| *w == piece_index) {
+                        active.writes.swap_remove(position);
+                    }
+                }
+            }
+            if piece.mirrored {
+                let wait_ns = done_ns.saturating_sub(piece.source_done_ns);
+                self.mirrored_writes += 1;
+                self.mirror_wait_ns_total += u128::from(wait_ns);
+                self.mirror_wait_ns_max = self.mirror_wait_ns_max.max(wait_ns);
+                if let Some(active) = self.active[move_slot as usize].as_mut() {
+                    if active.plan.segment == piece.segment {
+                        active.mirror_wait_max_ns = active.mirror_wait_max_ns.max(wait_ns);
+                    }
+                }
+            }
+        }
+        let move_slot = self.moving[segment];
+        if move_slot == NOT_MOVING || move_slot == QUEUED {
+            return;
+        }
+        let mut begin = false;
+        if let Some(active) = self.active[move_slot as usize].as_mut() {
+            if active.phase == Phase::Starting && piece.route_sequence < active.start_sequence {
+                active.pre_move_writes -= 1;
+                if active.pre_move_writes == 0 {
+                    active.phase = Phase::Copying;
+                    begin = true;
+                }
+            }
+        }
+        if begin {
+            self.step_move(move_slot);
+        }
     }
 
     fn finish_request(&mut self, arrival_ns: u64, done_ns: u64) -> Result<(), SimError> {
@@ -1179,34 +1374,35 @@ impl<'run> Engine<'run> {
         };
         let chunks = segment_len.div_ceil(chunk_bytes) as u32;
         let words = chunks.div_ceil(64) as usize;
-        let mut dirty = vec![u64::MAX; words];
-        if !chunks.is_multiple_of(64) {
-            dirty[words - 1] = (1u64 << (chunks % 64)) - 1;
-        }
+        let pre_move_writes = self.segment_writes_in_flight[segment];
         let active = ActiveMove {
             plan: queued.plan,
             accepted_ns: queued.accepted_ns,
             start_ns: self.now_ns,
+            start_sequence: self.route_sequence + 1,
+            pre_move_writes,
             source_base,
             target_base,
             target_slot,
             segment_len,
             chunks,
-            dirty,
-            dirty_count: chunks,
+            cursor: 0,
             in_flight: vec![0; words],
             chunks_in_flight: 0,
-            cursor: 0,
-            passes: 0,
-            phase: Phase::Copying,
+            phase: if pre_move_writes > 0 {
+                Phase::Starting
+            } else {
+                Phase::Copying
+            },
             issued_bytes: 0,
             copied_bytes: 0,
             last_chunk_done_ns: None,
             timer_pending: false,
-            switch_start_ns: 0,
-            switch_dirty_chunks: 0,
-            switch_in_flight: 0,
-            waiting: Vec::new(),
+            writes: Vec::new(),
+            waiters: Vec::new(),
+            mirrored_writes: 0,
+            deferred_halves: 0,
+            mirror_wait_max_ns: 0,
         };
         let move_slot = match self.active.iter().position(Option::is_none) {
             Some(free) => {
@@ -1226,99 +1422,85 @@ impl<'run> Engine<'run> {
         self.step_move(move_slot);
     }
 
-    /// Issues chunks of a move up to `chunks_in_flight` (paced while
-    /// copying), ends a pass, enters switch-over, or flips.
+    /// Issues chunks of a move in order, up to `chunks_in_flight` (paced),
+    /// and flips once every chunk has landed.
     fn step_move(&mut self, move_slot: u32) {
         let config: &'run SimConfig = self.config;
         let migration = &config.stack.migration;
+        let segment_bytes = config.segment_bytes;
         loop {
             let now = self.now_ns;
             let Some(active) = self.active[move_slot as usize].as_mut() else {
                 return;
             };
-            // Switch-over copies are not limited: user IO is waiting for them.
-            if active.phase == Phase::Copying
-                && active.chunks_in_flight >= migration.chunks_in_flight
+            if active.phase == Phase::Starting
+                || active.chunks_in_flight >= migration.chunks_in_flight
             {
                 return;
             }
-            let segment = active.plan.segment as usize;
-            let mut next = active.next_copyable(active.cursor);
-            if next.is_none() {
-                if active.chunks_in_flight > 0 {
-                    // A pass ends when its last chunks have landed.
-                    return;
-                }
-                if active.phase == Phase::Copying {
-                    active.passes += 1;
-                    if active.dirty_count <= migration.switch_over_dirty_chunks
-                        || active.passes >= migration.max_copy_passes
-                    {
-                        active.phase = Phase::SwitchOver;
-                        active.switch_start_ns = now;
-                        active.switch_dirty_chunks = active.dirty_count;
-                        active.switch_in_flight = self.segment_in_flight[segment];
-                    }
-                }
-                active.cursor = 0;
-                next = active.next_copyable(0);
-            }
-            let Some(chunk) = next else {
-                // Nothing dirty and nothing in flight: flip once the user IO
-                // already at the source has drained (its completion steps
-                // the move again).
-                if active.phase == Phase::SwitchOver && self.segment_in_flight[segment] == 0 {
+            if active.cursor >= active.chunks {
+                if active.chunks_in_flight == 0 {
                     self.flip(move_slot);
                 }
                 return;
-            };
-            if active.phase == Phase::Copying {
-                let mut allowed_ns = active
-                    .last_chunk_done_ns
-                    .map_or(0, |done| done.saturating_add(migration.chunk_gap_ns));
-                if let Some(bandwidth) = migration.max_bandwidth_bytes_per_second {
-                    let paced = (u128::from(active.issued_bytes) * 1_000_000_000
-                        / u128::from(bandwidth))
-                    .min(u128::from(u64::MAX)) as u64;
-                    allowed_ns = allowed_ns.max(active.start_ns.saturating_add(paced));
-                }
-                if allowed_ns > now {
-                    if !active.timer_pending {
-                        active.timer_pending = true;
-                        self.timer_sequence += 1;
-                        self.timers
-                            .push(Reverse((allowed_ns, self.timer_sequence, move_slot)));
-                    }
-                    return;
-                }
             }
-            active.clear_dirty(chunk);
+            let mut allowed_ns = active
+                .last_chunk_done_ns
+                .map_or(0, |done| done.saturating_add(migration.chunk_gap_ns));
+            if let Some(bandwidth) = migration.max_bandwidth_bytes_per_second {
+                let paced = (u128::from(active.issued_bytes) * 1_000_000_000
+                    / u128::from(bandwidth))
+                .min(u128::from(u64::MAX)) as u64;
+                allowed_ns = allowed_ns.max(active.start_ns.saturating_add(paced));
+            }
+            if allowed_ns > now {
+                if !active.timer_pending {
+                    active.timer_pending = true;
+                    self.timer_sequence += 1;
+                    self.timers
+                        .push(Reverse((allowed_ns, self.timer_sequence, move_slot)));
+                }
+                return;
+            }
+            let chunk = active.cursor;
+            active.cursor += 1;
             active.set_in_flight(chunk, true);
             active.chunks_in_flight += 1;
-            active.cursor = chunk + 1;
             let length = active.chunk_len(chunk, migration.chunk_bytes);
             active.issued_bytes += length;
             let offset = active.source_base + u64::from(chunk) * migration.chunk_bytes;
             let from = active.plan.from as usize;
-            let urgent = active.phase == Phase::SwitchOver;
+            // Writes whose source half is still in flight may be missing from
+            // what this read returns: their target half goes (again) after
+            // the copy has landed.
+            for index in 0..active.writes.len() {
+                let piece_index = active.writes[index];
+                let piece = self.pieces.get_mut(piece_index);
+                if !piece.source_done
+                    && piece.touches_chunk(chunk, migration.chunk_bytes, segment_bytes)
+                {
+                    piece.target_blocked += 1;
+                    piece.target_pending = true;
+                    active.waiters.push((chunk, piece_index));
+                    active.deferred_halves += 1;
+                }
+            }
             #[cfg(test)]
             if let Some(shadow) = self.shadow.as_mut() {
                 shadow.capture(move_slot, chunk, from, offset, length);
             }
-            let io = DeviceIo {
-                id: (KIND_MIGRATION_READ << KIND_SHIFT)
-                    | (u64::from(move_slot) << 32)
-                    | u64::from(chunk),
-                op: Op::Read,
-                offset_bytes: offset,
-                length_bytes: length,
-                background: true,
-            };
-            if urgent {
-                self.submit_urgent(from, io);
-            } else {
-                self.submit(from, io);
-            }
+            self.submit(
+                from,
+                DeviceIo {
+                    id: (KIND_MIGRATION_READ << KIND_SHIFT)
+                        | (u64::from(move_slot) << 32)
+                        | u64::from(chunk),
+                    op: Op::Read,
+                    offset_bytes: offset,
+                    length_bytes: length,
+                    background: true,
+                },
+            );
         }
     }
 
@@ -1339,24 +1521,22 @@ impl<'run> Engine<'run> {
         let from = active.plan.from;
         let to = active.plan.to as usize;
         let offset = active.target_base + u64::from(chunk) * chunk_bytes;
-        let urgent = active.phase == Phase::SwitchOver;
         self.monitor.record_migration_io(from, length);
-        let io = DeviceIo {
-            id: (KIND_MIGRATION_WRITE << KIND_SHIFT)
-                | (u64::from(move_slot) << 32)
-                | u64::from(chunk),
-            op: Op::Write,
-            offset_bytes: offset,
-            length_bytes: length,
-            background: true,
-        };
-        if urgent {
-            self.submit_urgent(to, io);
-        } else {
-            self.submit(to, io);
-        }
+        self.submit(
+            to,
+            DeviceIo {
+                id: (KIND_MIGRATION_WRITE << KIND_SHIFT)
+                    | (u64::from(move_slot) << 32)
+                    | u64::from(chunk),
+                op: Op::Write,
+                offset_bytes: offset,
+                length_bytes: length,
+                background: true,
+            },
+        );
     }
 
+    /// A chunk landed on the target: target halves waiting for it go now.
     fn chunk_write_done(&mut self, move_slot: u32, chunk: u32) {
         let chunk_bytes = self.config.stack.migration.chunk_bytes;
         let now = self.now_ns;
@@ -1374,21 +1554,47 @@ impl<'run> Engine<'run> {
             let offset = active.target_base + u64::from(chunk) * chunk_bytes;
             shadow.apply(move_slot, chunk, to as usize, offset);
         }
+        let mut ready = std::mem::take(&mut self.scratch);
+        ready.clear();
+        active.waiters.retain(|&(waited_chunk, piece_index)| {
+            if waited_chunk == chunk {
+                ready.push(piece_index);
+                false
+            } else {
+                true
+            }
+        });
         self.monitor.record_migration_io(to, length);
+        for &piece_index in &ready {
+            let piece = self.pieces.get_mut(piece_index);
+            piece.target_blocked -= 1;
+            if piece.target_blocked == 0 && piece.target_pending {
+                self.issue_target_half(piece_index);
+            }
+        }
+        self.scratch = ready;
         self.step_move(move_slot);
     }
 
-    /// Switch-over complete: the table points at the target, the source slot
-    /// is freed, held IO is released to the target.
+    /// Switch-over: every chunk has landed and nothing is being copied. The
+    /// table points at the target, new IO goes there; IO already issued to
+    /// the source finishes there (a fast-tier source slot is freed when the
+    /// last of it completes). Nothing is held.
     fn flip(&mut self, move_slot: u32) {
         let Some(active) = self.active[move_slot as usize].take() else {
             return;
         };
+        debug_assert!(active.waiters.is_empty());
         let segment = active.plan.segment as usize;
         let from = active.plan.from as usize;
         let to = active.plan.to as usize;
         if from != self.home {
-            self.free_slots[from].push(self.slot[segment]);
+            let slot = self.slot[segment] as usize;
+            if self.slot_ios[from][slot] > 0 {
+                self.draining[from][slot] = true;
+            } else {
+                self.free_slots[from].push(slot as u32);
+            }
         }
         if let Some(slot) = active.target_slot {
             self.slot[segment] = slot;
@@ -1406,10 +1612,11 @@ impl<'run> Engine<'run> {
         self.active_count -= 1;
         self.moves_touching[from] -= 1;
         self.moves_touching[to] -= 1;
-        let stall_ns = self.now_ns - active.switch_start_ns;
-        self.stall_ns_total += u128::from(stall_ns);
-        self.stall_ns_max = self.stall_ns_max.max(stall_ns);
+        // The flip holds no IO: the stall is 0 by construction (kept in the
+        // results so runs under older rules compare).
+        let stall_ns = 0;
         self.moved_ns_total += u128::from(self.now_ns - active.start_ns);
+        self.deferred_halves += active.deferred_halves;
         self.period_counters.moves_finished += 1;
         self.move_log.push(MoveRecord {
             segment: active.plan.segment,
@@ -1419,17 +1626,15 @@ impl<'run> Engine<'run> {
             start_ns: active.start_ns,
             end_ns: self.now_ns,
             bytes: active.copied_bytes,
-            copy_passes: active.passes,
+            copy_passes: 1,
             stall_ns,
-            switch_over_dirty_chunks: active.switch_dirty_chunks,
-            switch_over_drained_ios: active.switch_in_flight,
-            held_pieces: active.waiting.len() as u64,
+            mirrored_writes: active.mirrored_writes,
+            deferred_target_halves: active.deferred_halves,
+            mirror_wait_max_ns: active.mirror_wait_max_ns,
+            held_pieces: 0,
             rule: active.plan.reason.rule.clone(),
             detail: active.plan.reason.detail.clone(),
         });
-        for piece_index in active.waiting {
-            self.route_piece(piece_index);
-        }
         self.start_moves();
     }
 
@@ -1685,13 +1890,32 @@ impl<'run> Engine<'run> {
             moves,
             moves_unfinished: u64::from(self.active_count) + self.queued.len() as u64,
             moves_dropped: self.moves_dropped,
-            switch_over_stall_max_us: self.stall_ns_max as f64 / 1e3,
+            switch_over_stall_max_us: self
+                .move_log
+                .iter()
+                .map(|record| record.stall_ns)
+                .max()
+                .unwrap_or(0) as f64
+                / 1e3,
             switch_over_stall_mean_us: if moves > 0 {
-                self.stall_ns_total as f64 / moves as f64 / 1e3
+                self.move_log
+                    .iter()
+                    .map(|record| record.stall_ns as f64)
+                    .sum::<f64>()
+                    / moves as f64
+                    / 1e3
             } else {
                 0.0
             },
-            stalled_pieces: self.stalled_pieces,
+            stalled_pieces: self.move_log.iter().map(|record| record.held_pieces).sum(),
+            mirrored_writes: self.mirrored_writes,
+            deferred_target_halves: self.deferred_halves,
+            mirror_wait_max_us: self.mirror_wait_ns_max as f64 / 1e3,
+            mirror_wait_mean_us: if self.mirrored_writes > 0 {
+                self.mirror_wait_ns_total as f64 / self.mirrored_writes as f64 / 1e3
+            } else {
+                0.0
+            },
             move_mean_us: (moves > 0).then(|| self.moved_ns_total as f64 / moves as f64 / 1e3),
             tiers: tier_results,
             cache,
@@ -1735,10 +1959,15 @@ fn ratio_ms(total_ns: u128, count: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     //! Data-consistency check of the migration rules: every device carries
-    //! shadow block contents (a stamp per 4 KiB block), user writes stamp the
-    //! block where they were served, chunk copies carry the stamps the source
-    //! held when the chunk read was *issued* (the most adversarial moment),
-    //! and at every flip the target must hold the latest write of every block.
+    //! shadow block contents (a stamp per 4 KiB block). A user write gets a
+    //! stamp when it is issued; each of its halves (the source, and the
+    //! target when mirrored) stamps its device when *that half* completes;
+    //! chunk copies carry the stamps the source held when the chunk read was
+    //! *issued* (the most adversarial moment) and stamp the target when they
+    //! land. At every flip, and at the end, the segment's location must hold
+    //! for every block the last acknowledged write, or one of the writes
+    //! still in flight to it; writes to a block that overlapped in time are
+    //! unordered (as on any block device), so any of them is accepted.
 
     use super::*;
     use crate::stack::TierStack;
@@ -1750,9 +1979,22 @@ mod tests {
 
     const BLOCK: u64 = 4096;
 
+    #[derive(Default)]
+    struct BlockState {
+        /// Acknowledged values a read may return (several when writes to
+        /// the block overlapped in time).
+        acked: Vec<u64>,
+        /// Writes issued and not yet acknowledged.
+        pending: Vec<u64>,
+        /// The next acknowledgement starts a new group (no write was in
+        /// flight when the first of the pending ones was issued).
+        fresh: bool,
+    }
+
     pub(super) struct Shadow {
         content: Vec<FastMap<u64, u64>>,
-        latest: FastMap<u64, u64>,
+        blocks: FastMap<u64, BlockState>,
+        stamps: FastMap<u32, u64>,
         captured: FastMap<(u32, u32), Vec<u64>>,
         next_stamp: u64,
         flips: std::cell::Cell<u64>,
@@ -1762,27 +2004,51 @@ mod tests {
         fn new(tiers: usize) -> Self {
             Self {
                 content: (0..tiers).map(|_| FastMap::default()).collect(),
-                latest: FastMap::default(),
+                blocks: FastMap::default(),
+                stamps: FastMap::default(),
                 captured: FastMap::default(),
                 next_stamp: 0,
                 flips: std::cell::Cell::new(0),
             }
         }
 
-        pub(super) fn user_write(
+        pub(super) fn issue_write(&mut self, piece: u32, volume_offset: u64, bytes: u64) {
+            self.next_stamp += 1;
+            let stamp = self.next_stamp;
+            assert!(self.stamps.insert(piece, stamp).is_none());
+            for block in volume_offset / BLOCK..=(volume_offset + bytes - 1) / BLOCK {
+                let state = self.blocks.entry(block).or_default();
+                if state.pending.is_empty() {
+                    state.fresh = true;
+                }
+                state.pending.push(stamp);
+            }
+        }
+
+        pub(super) fn device_write(
             &mut self,
+            piece: u32,
             tier: usize,
             device_offset: u64,
-            volume_offset: u64,
             bytes: u64,
         ) {
-            self.next_stamp += 1;
-            let first = volume_offset / BLOCK;
-            let last = (volume_offset + bytes - 1) / BLOCK;
-            let device_first = device_offset / BLOCK;
-            for (index, block) in (first..=last).enumerate() {
-                self.content[tier].insert(device_first + index as u64, self.next_stamp);
-                self.latest.insert(block, self.next_stamp);
+            let stamp = self.stamps[&piece];
+            for index in 0..bytes.div_ceil(BLOCK) {
+                self.content[tier].insert(device_offset / BLOCK + index, stamp);
+            }
+        }
+
+        pub(super) fn ack_write(&mut self, piece: u32, volume_offset: u64, bytes: u64) {
+            let stamp = self.stamps.remove(&piece).expect("write was issued");
+            for block in volume_offset / BLOCK..=(volume_offset + bytes - 1) / BLOCK {
+                let state = self.blocks.get_mut(&block).expect("issued");
+                state.pending.retain(|pending| *pending != stamp);
+                if state.fresh {
+                    state.acked = vec![stamp];
+                    state.fresh = false;
+                } else {
+                    state.acked.push(stamp);
+                }
             }
         }
 
@@ -1818,12 +2084,25 @@ mod tests {
             self.flips.set(self.flips.get() + 1);
             for index in 0..segment_len / BLOCK {
                 let block = segment_start / BLOCK + index;
-                let expected = self.latest.get(&block).copied().unwrap_or(0);
                 let actual = self.content[tier]
                     .get(&(base / BLOCK + index))
                     .copied()
                     .unwrap_or(0);
-                assert_eq!(actual, expected, "volume block {block} on tier {tier}");
+                let state = self.blocks.get(&block);
+                let acceptable = match state {
+                    None => actual == 0,
+                    Some(state) => {
+                        state.pending.contains(&actual)
+                            || state.acked.contains(&actual)
+                            || (state.acked.is_empty() && actual == 0)
+                    }
+                };
+                assert!(
+                    acceptable,
+                    "volume block {block} on tier {tier} holds write {actual}; acknowledged {:?}, in flight {:?}",
+                    state.map(|state| &state.acked),
+                    state.map(|state| &state.pending)
+                );
             }
         }
     }
@@ -1892,8 +2171,6 @@ mod tests {
     fn moves_never_lose_a_write() {
         for seed in 1..=6u64 {
             let mut rng = SeededRng::new(seed);
-            let dirty_threshold = rng.below(4);
-            let passes = rng.range(1, 4);
             let in_flight = rng.range(1, 5);
             let text = format!(
                 "segment_bytes = \"1MiB\"\n\
@@ -1901,8 +2178,7 @@ mod tests {
                  [[tier]]\nname = \"ssd\"\ndevice = \"p3700\"\ncapacity = \"3MiB\"\nqueue_depth = 4\n\
                  [[tier]]\nname = \"hdd\"\ndevice = \"savvio10k4\"\nqueue_depth = 8\n\
                  [migration]\nchunk_bytes = \"64KiB\"\nmax_concurrent_moves = 2\n\
-                 chunks_in_flight = {in_flight}\n\
-                 switch_over_dirty_chunks = {dirty_threshold}\nmax_copy_passes = {passes}\n"
+                 chunks_in_flight = {in_flight}\n"
             );
             let stack = TierStack::parse(&text, "test").unwrap();
             let volume_bytes = 8 << 20;
@@ -1954,12 +2230,237 @@ mod tests {
             assert!(result.moves >= 20, "seed {seed}: {} moves", result.moves);
             assert!(shadow.flips.get() >= result.moves);
             assert!(result.moves_dropped > 0, "seed {seed}");
-            let recopied = result.move_log.iter().any(|record| record.bytes > 1 << 20);
-            assert!(recopied, "seed {seed}: no chunk was ever re-copied");
-            assert!(
-                result.stalled_pieces > 0 || dirty_threshold == 0,
-                "seed {seed}"
-            );
+            // Every chunk copied once; writes mirrored, some of them into
+            // chunks being copied; nothing ever held.
+            assert!(result.move_log.iter().all(|record| record.bytes == 1 << 20));
+            assert!(result.mirrored_writes > 0, "seed {seed}");
+            assert!(result.deferred_target_halves > 0, "seed {seed}");
+            assert_eq!(result.stalled_pieces, 0);
+            assert_eq!(result.switch_over_stall_max_us, 0.0);
         }
+    }
+
+    /// Promotes segment `segment` at the end of period `period`.
+    struct PromoteOnce {
+        period: u64,
+        segment: SegmentId,
+    }
+
+    impl Policy for PromoteOnce {
+        fn name(&self) -> &'static str {
+            "promote-once"
+        }
+
+        fn plan(&mut self, view: &View) -> Plan {
+            let mut plan = Plan::default();
+            if view.latest().map(|period| period.index) == Some(self.period) {
+                plan.moves.push(Move {
+                    segment: self.segment,
+                    from: view.home_tier(),
+                    to: 0,
+                    reason: MoveReason {
+                        rule: "test:promote".to_string(),
+                        detail: String::new(),
+                    },
+                });
+            }
+            plan
+        }
+    }
+
+    #[test]
+    fn a_segment_written_all_the_time_flips_without_a_stall_on_a_saturated_disk() {
+        // hdd-ssd's real models: the Savvio takes ~3,000 random reads/s over
+        // 1 GiB far beyond what it serves, so the replay runs against a full
+        // queue, while segment 3 (16 MiB) is written 500 times a second, also
+        // while it is copied to the SSD.
+        let mut stack = TierStack::preset("hdd-ssd").unwrap();
+        stack.segment_bytes = 16 << 20;
+        let volume_bytes: u64 = 1 << 30;
+        let mut config = SimConfig::new(stack, volume_bytes);
+        config.period_ns = 1_000_000_000;
+        let devices = crate::devices::build_devices(&config).unwrap();
+        let mut rng = SeededRng::new(7);
+        let segment: SegmentId = 3;
+        let segment_start = u64::from(segment) * config.segment_bytes;
+        let mut requests = Vec::new();
+        let mut time_ns = 0u64;
+        while time_ns < 5_000_000_000 {
+            time_ns += rng.exponential(1e9 / 3_500.0) as u64;
+            let (op, offset) = if rng.chance(1.0 / 7.0) {
+                let block = rng.below(config.segment_bytes / BLOCK);
+                (Op::Write, segment_start + block * BLOCK)
+            } else {
+                (Op::Read, rng.below(volume_bytes / BLOCK) * BLOCK)
+            };
+            requests.push(Request {
+                time_ns,
+                volume: 0,
+                op,
+                offset_bytes: offset,
+                length_bytes: BLOCK,
+                response_ns: None,
+            });
+        }
+        let count = requests.len() as u64;
+        let mut reader =
+            IteratorReader::new(requests.into_iter(), &["test"], Format::Tierd, "saturated");
+        let policy = PromoteOnce { period: 0, segment };
+        let mut engine = Engine::new(
+            &config,
+            Controller::Policy(Box::new(policy)),
+            devices,
+            &mut reader,
+        );
+        engine.shadow = Some(Shadow::new(2));
+        engine.run(&mut |_| {}).unwrap();
+        let shadow = engine.shadow.take().unwrap();
+        assert_eq!(engine.placement[segment as usize], 0);
+        let base = u64::from(engine.slot[segment as usize]) * config.segment_bytes;
+        shadow.verify(0, base, segment_start, config.segment_bytes);
+        let result = engine.finish("promote-once");
+        assert_eq!(result.requests, count);
+        // The disk was saturated: the replay fell behind the trace.
+        assert!(result.home_util > 0.95, "home util {}", result.home_util);
+        assert!(result.deferred_requests > 0);
+        let record = &result.move_log[0];
+        assert!(record.mirrored_writes > 50, "{record:?}");
+        assert!(record.deferred_target_halves > 0, "{record:?}");
+        // The brief's bound is 10 ms; the flip holds nothing at all.
+        assert!(record.stall_ns <= 10_000_000);
+        assert_eq!(record.stall_ns, 0);
+        assert_eq!(result.stalled_pieces, 0);
+        // A mirrored write waits for its SSD half only when it went into a
+        // chunk being copied (the half follows the copy): less, on average,
+        // than a request waits for the saturated disk.
+        assert!(result.mirror_wait_mean_us < result.avg_response_us);
+        eprintln!(
+            "saturated: move {:.1} ms, {} mirrored writes ({} waited for a chunk), mirror wait max {:.3} ms mean {:.3} ms, home util {:.3}, mean response {:.1} ms",
+            (record.end_ns - record.start_ns) as f64 / 1e6,
+            record.mirrored_writes,
+            record.deferred_target_halves,
+            result.mirror_wait_max_us / 1e3,
+            result.mirror_wait_mean_us / 1e3,
+            result.home_util,
+            result.avg_response_us / 1e3
+        );
+    }
+
+    /// Emits `moves[i].1` at the end of period `moves[i].0`.
+    struct Script {
+        moves: Vec<(u64, SegmentId, TierId, TierId)>,
+    }
+
+    impl Policy for Script {
+        fn name(&self) -> &'static str {
+            "script"
+        }
+
+        fn plan(&mut self, view: &View) -> Plan {
+            let index = view.latest().map_or(0, |period| period.index);
+            Plan {
+                moves: self
+                    .moves
+                    .iter()
+                    .filter(|planned| planned.0 == index)
+                    .map(|&(_, segment, from, to)| Move {
+                        segment,
+                        from,
+                        to,
+                        reason: MoveReason {
+                            rule: "test:script".to_string(),
+                            detail: String::new(),
+                        },
+                    })
+                    .collect(),
+            }
+        }
+    }
+
+    #[test]
+    fn a_slot_is_reused_only_after_the_io_still_going_to_it_has_landed() {
+        // One fast slot. Segment 1 is promoted, then demoted while a slow
+        // 1 MiB write to it is still landing in the slot; segment 2 waits
+        // for the slot until that write is done, so it cannot overwrite
+        // segment 2's freshly copied chunks.
+        let text = "segment_bytes = \"1MiB\"\n\
+             [[tier]]\nname = \"fast\"\ndevice = \"memory\"\ncapacity = \"1MiB\"\n\
+             [[tier]]\nname = \"home\"\ndevice = \"savvio10k4\"\n\
+             [migration]\nchunk_bytes = \"256KiB\"\nchunks_in_flight = 4\n";
+        let stack = TierStack::parse(text, "test").unwrap();
+        let volume_bytes = 4 << 20;
+        let mut config = SimConfig::new(stack, volume_bytes);
+        config.period_ns = 1_000_000_000;
+        let devices: Vec<Box<dyn DeviceModel>> = vec![
+            Box::new(
+                FixedLatencyDevice::new("fast", 1 << 20, 10_000, 20_000_000)
+                    .with_bandwidth(10_000_000)
+                    .with_servers(8),
+            ),
+            Box::new(
+                FixedLatencyDevice::new("home", volume_bytes, 1_000, 1_000)
+                    .with_bandwidth(100_000_000_000),
+            ),
+        ];
+        let write_at = 3_001_000_000;
+        let requests = vec![
+            Request {
+                time_ns: 0,
+                volume: 0,
+                op: Op::Read,
+                offset_bytes: 0,
+                length_bytes: BLOCK,
+                response_ns: None,
+            },
+            Request {
+                time_ns: write_at,
+                volume: 0,
+                op: Op::Write,
+                offset_bytes: 1 << 20,
+                length_bytes: 1 << 20,
+                response_ns: None,
+            },
+            Request {
+                time_ns: 5_000_000_000,
+                volume: 0,
+                op: Op::Read,
+                offset_bytes: 2 << 20,
+                length_bytes: BLOCK,
+                response_ns: None,
+            },
+        ];
+        let mut reader =
+            IteratorReader::new(requests.into_iter(), &["test"], Format::Tierd, "slots");
+        let policy = Script {
+            moves: vec![(0, 1, 1, 0), (2, 1, 0, 1), (2, 2, 1, 0)],
+        };
+        let mut engine = Engine::new(
+            &config,
+            Controller::Policy(Box::new(policy)),
+            devices,
+            &mut reader,
+        );
+        engine.shadow = Some(Shadow::new(2));
+        engine.run(&mut |_| {}).unwrap();
+        let shadow = engine.shadow.take().unwrap();
+        for segment in 0..4usize {
+            let start = segment as u64 * config.segment_bytes;
+            let tier = engine.placement[segment] as usize;
+            let base = if tier == engine.home {
+                start
+            } else {
+                u64::from(engine.slot[segment]) * config.segment_bytes
+            };
+            shadow.verify(tier, base, start, config.segment_bytes);
+        }
+        let result = engine.finish("script");
+        assert_eq!(result.moves, 3);
+        let demotion = &result.move_log[1];
+        let promotion = &result.move_log[2];
+        assert_eq!((demotion.segment, promotion.segment), (1, 2));
+        // The write's fast half: 20 ms + 1 MiB at 10 MB/s.
+        let write_lands = write_at + 20_000_000 + 104_857_600;
+        assert!(demotion.end_ns < write_lands, "{demotion:?}");
+        assert_eq!(promotion.start_ns, write_lands);
     }
 }

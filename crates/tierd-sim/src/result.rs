@@ -142,12 +142,20 @@ pub struct RunResult {
     pub moves: u64,
     pub moves_unfinished: u64,
     pub moves_dropped: u64,
-    /// Switch-over stalls (IO to the segment held while the last dirty chunks
-    /// are copied and the table flips), over completed moves, µs.
+    /// Switch-over stalls (time IO to a moving segment was held at the
+    /// flip), over completed moves, µs. 0: the flip holds nothing (writes
+    /// during a move are mirrored; `docs/sim.md`).
     pub switch_over_stall_max_us: f64,
     pub switch_over_stall_mean_us: f64,
-    /// Request pieces that waited for a switch-over.
+    /// Request pieces that waited for a switch-over (0).
     pub stalled_pieces: u64,
+    /// User writes mirrored to a move's target, target halves that waited
+    /// for a chunk copy to land first, and how long mirrored writes were
+    /// acknowledged after their source half (the cost of mirroring), µs.
+    pub mirrored_writes: u64,
+    pub deferred_target_halves: u64,
+    pub mirror_wait_max_us: f64,
+    pub mirror_wait_mean_us: f64,
     /// Mean move duration (start of copy to flip), µs; ATSMF's AveMgTime.
     pub move_mean_us: Option<f64>,
     pub tiers: Vec<TierResult>,
@@ -238,16 +246,22 @@ pub struct MoveRecord {
     pub accepted_ns: u64,
     pub start_ns: u64,
     pub end_ns: u64,
-    /// Bytes copied (dirty chunks re-copied count again).
+    /// Bytes copied (every chunk exactly once).
     pub bytes: u64,
+    /// Copy passes over the segment: 1 (writes during the copy are
+    /// mirrored, so no chunk is copied again).
     pub copy_passes: u32,
-    /// Time new IO to the segment was held at switch-over.
+    /// Time new IO to the segment was held at switch-over: 0 (the flip
+    /// holds nothing; see `docs/sim.md`).
     pub stall_ns: u64,
-    /// At switch-over start: chunks still dirty, and user IOs to the
-    /// segment already issued (they drain before the flip).
-    pub switch_over_dirty_chunks: u32,
-    pub switch_over_drained_ios: u32,
-    /// User request pieces held during the switch-over.
+    /// User writes during the move that were also written to the target,
+    /// and target halves that waited for a chunk copy to land first.
+    pub mirrored_writes: u64,
+    pub deferred_target_halves: u64,
+    /// Longest a mirrored write was acknowledged after its source half
+    /// completed (what the mirror cost it), ns.
+    pub mirror_wait_max_ns: u64,
+    /// User request pieces held during the switch-over: 0.
     pub held_pieces: u64,
     pub rule: String,
     pub detail: String,

@@ -23,8 +23,6 @@
 //! chunks_in_flight = 4            # chunks of one move copied at once
 //! chunk_gap = "0s"                # pause after a chunk lands
 //! max_bandwidth = "200MB"         # bytes per second per move; absent = unpaced
-//! switch_over_dirty_chunks = 8
-//! max_copy_passes = 4
 //! ```
 //!
 //! Every key is checked: an unknown key, a bad unit or an out-of-range value
@@ -160,8 +158,6 @@ struct MigrationFile {
     chunks_in_flight: Option<u32>,
     chunk_gap: Option<HumanDuration>,
     max_bandwidth: Option<HumanSize>,
-    switch_over_dirty_chunks: Option<u32>,
-    max_copy_passes: Option<u32>,
 }
 
 /// One tier of a validated stack.
@@ -193,10 +189,6 @@ pub struct MigrationConfig {
     pub chunk_gap_ns: u64,
     /// Bytes per second one move may copy; `None`: as fast as the devices go.
     pub max_bandwidth_bytes_per_second: Option<u64>,
-    /// Switch over once a copy pass leaves at most this many dirty chunks.
-    pub switch_over_dirty_chunks: u32,
-    /// ... or after this many passes, whatever is still dirty.
-    pub max_copy_passes: u32,
 }
 
 impl Default for MigrationConfig {
@@ -207,8 +199,6 @@ impl Default for MigrationConfig {
             chunks_in_flight: 4,
             chunk_gap_ns: 0,
             max_bandwidth_bytes_per_second: None,
-            switch_over_dirty_chunks: 8,
-            max_copy_passes: 4,
         }
     }
 }
@@ -465,24 +455,12 @@ fn migration_config(
         }
         None => None,
     };
-    let max_copy_passes = file.max_copy_passes.unwrap_or(defaults.max_copy_passes);
-    if max_copy_passes == 0 {
-        return Err(config_error(
-            source_name,
-            "migration.max_copy_passes",
-            "must be at least 1",
-        ));
-    }
     Ok(MigrationConfig {
         chunk_bytes,
         max_concurrent_moves,
         chunks_in_flight,
         chunk_gap_ns,
         max_bandwidth_bytes_per_second,
-        switch_over_dirty_chunks: file
-            .switch_over_dirty_chunks
-            .unwrap_or(defaults.switch_over_dirty_chunks),
-        max_copy_passes,
     })
 }
 

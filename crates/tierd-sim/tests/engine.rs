@@ -187,21 +187,19 @@ fn a_request_across_segments_is_split_and_completes_with_its_last_piece() {
 }
 
 #[test]
-fn a_write_during_a_move_is_copied_again_before_the_flip() {
+fn writes_during_a_promotion_are_mirrored_and_no_chunk_is_copied_twice() {
     let volume = 8 * MIB;
-    // 10 MB/s home: a 256 KiB chunk read takes 1 ms + 26.2144 ms.
-    let chunk_read = MS + 26_214_400;
-    // No dirty chunk may remain at switch-over: a second pass copies it.
-    let config = config(
-        volume,
-        "switch_over_dirty_chunks = 0\nmax_copy_passes = 4\n",
-    );
+    // 10 MB/s home: a 256 KiB chunk read takes 1 ms + 26.2144 ms, a 4 KiB
+    // write 1 ms + 0.4096 ms; the fast tier takes 10 µs per IO.
+    let config = config(volume, "");
     let requests = vec![
         request(0, Op::Read, 0, 4096),
-        // Into chunk 0 of segment 1, after chunk 0 was copied.
+        // Into chunk 0 of segment 1, after chunk 0 has landed: mirrored at once.
         request(SECOND + 40 * MS, Op::Write, MIB, 4096),
         // A read during the copy: served by the source (home).
         request(SECOND + 50 * MS, Op::Read, MIB + 8192, 4096),
+        // Into chunk 2 while it is being copied: the target half waits for it.
+        request(SECOND + 60 * MS, Op::Write, MIB + 512 * 1024, 4096),
         // Long after the move: served by the fast tier.
         request(3 * SECOND, Op::Read, MIB, 4096),
     ];
@@ -214,68 +212,86 @@ fn a_write_during_a_move_is_copied_again_before_the_flip() {
     .unwrap();
     assert_eq!(result.moves, 1);
     let record = &result.move_log[0];
-    assert_eq!(record.copy_passes, 2);
-    assert_eq!(record.bytes, MIB + 256 * 1024);
-    assert!(record.end_ns > record.start_ns + 5 * chunk_read);
+    assert_eq!(record.copy_passes, 1);
+    assert_eq!(record.bytes, MIB);
     assert_eq!(record.stall_ns, 0);
+    assert_eq!(record.held_pieces, 0);
+    assert_eq!(record.mirrored_writes, 2);
+    assert_eq!(record.deferred_target_halves, 1);
+    // Home, FIFO, in µs from 1 s: chunk 0 read 0-27214.4 (lands +10);
+    // chunk 1 read 27224.4-54438.8; the first write's source half waits
+    // behind it, 54438.8-55848.4, then the read at 50 ms, 55848.4-57258;
+    // chunk 2 (issued when chunk 1 landed) read 57258-84472.4 (lands
+    // 84482.4); the second write, queued at 60 ms, 84472.4-85882; chunk 3
+    // read 85882-113096.4, lands 113106.4: the flip.
+    let chunk_read = MS + 26_214_400;
+    let small_write = MS + 409_600;
+    let chunk_2_read_start = SECOND + 2 * chunk_read + 10_000 + 2 * small_write;
+    assert_eq!(
+        record.end_ns,
+        chunk_2_read_start + chunk_read + small_write + chunk_read + 10_000
+    );
+    // Both writes are acknowledged by their (slower) home half: the mirror
+    // cost them nothing.
+    assert_eq!(result.mirrored_writes, 2);
+    assert_eq!(result.mirror_wait_max_us, 0.0);
     assert_eq!(result.tiers[0].user_ios, 1);
-    assert_eq!(result.tiers[1].user_ios, 3);
+    assert_eq!(result.tiers[1].user_ios, 4);
+    // Target halves are migration IO on the fast tier: 4 chunks + 2 halves.
+    assert_eq!(result.tiers[0].counters.writes, 6);
 }
 
 #[test]
-fn switch_over_holds_new_io_only_while_the_last_dirty_chunks_are_copied() {
+fn writes_during_a_demotion_wait_for_their_slow_target_half() {
     let volume = 8 * MIB;
-    let chunk_copy = MS + 26_214_400 + 10_000;
-    // Up to 2 dirty chunks are left for the switch-over.
-    let config = config(
-        volume,
-        "switch_over_dirty_chunks = 2\nmax_copy_passes = 4\n",
-    );
-    let mut requests = vec![request(0, Op::Read, 0, 4096)];
-    // Writes into chunk 0 then chunk 1 of segment 1 while pass 1 runs, then
-    // reads of the segment every 10 ms right through the switch-over (rare
-    // enough that no backlog builds up on the home device).
-    requests.push(request(SECOND + 30 * MS, Op::Write, MIB, 4096));
-    requests.push(request(SECOND + 60 * MS, Op::Write, MIB + 256 * 1024, 4096));
-    for step in 0..40 {
-        requests.push(request(
-            SECOND + 100 * MS + step * 10 * MS,
-            Op::Read,
-            MIB + 4096,
-            4096,
-        ));
-    }
+    let config = config(volume, "");
+    let mut demotion = promotion(1);
+    demotion.from = 0;
+    demotion.to = 1;
+    let script = vec![(0, promotion(1)), (2, demotion)];
+    let requests = vec![
+        request(0, Op::Read, 0, 4096),
+        // During the demotion (from 3 s): into chunk 1 while it is copied,
+        // then into chunk 0, already copied.
+        request(3 * SECOND + 30 * MS, Op::Write, MIB + 256 * 1024, 4096),
+        request(3 * SECOND + 40 * MS, Op::Write, MIB, 4096),
+        request(5 * SECOND, Op::Read, MIB, 4096),
+    ];
     let result = run(
         &config,
-        policy(Scripted::promote(0, 1)),
+        policy(Scripted { script }),
         devices(volume, 10_000_000),
         requests,
     )
     .unwrap();
-    let record = &result.move_log[0];
-    assert_eq!(record.copy_passes, 1);
-    assert_eq!(record.bytes, MIB + 2 * 256 * 1024);
-    // Two chunks re-copied while IO waits, plus the reads already queued on
-    // the home device ahead of them: at most 3 (one every 10 ms during a
-    // 27 ms chunk read), 1.41 ms each.
-    let read_ns = MS + 409_600;
-    assert!(record.stall_ns >= 2 * chunk_copy, "{}", record.stall_ns);
-    assert!(
-        record.stall_ns <= 2 * chunk_copy + 3 * read_ns,
-        "{}",
-        record.stall_ns
-    );
-    assert!(result.stalled_pieces > 0);
+    assert_eq!(result.moves, 2);
+    let record = &result.move_log[1];
+    assert_eq!((record.from, record.to), (0, 1));
+    assert_eq!(record.start_ns, 3 * SECOND);
     assert_eq!(
-        result.switch_over_stall_max_us,
-        record.stall_ns as f64 / 1e3
+        (record.mirrored_writes, record.deferred_target_halves),
+        (2, 1)
     );
-    // Held reads are served by the target after the flip.
-    let switch_start = record.end_ns - record.stall_ns;
-    let reads_after_switch_start = (0..40u64)
-        .filter(|step| SECOND + 100 * MS + step * 10 * MS >= switch_start)
-        .count() as u64;
-    assert_eq!(result.tiers[0].user_ios, reads_after_switch_start);
+    // Home, in µs from 3 s: chunk 0 written 10-27224.4; chunk 1 written
+    // 27234.4-54448.8; then the second write's target half (queued at 40 ms)
+    // to 55858.4, the first write's (issued when chunk 1 landed) to 57268,
+    // chunk 2 to 84482.4; chunk 3 read from fast then written to 111706.8.
+    let chunk_write = MS + 26_214_400;
+    let small_write = MS + 409_600;
+    let chunk_1_landed = 3 * SECOND + 2 * (10_000 + chunk_write);
+    let first_write_acked = chunk_1_landed + 2 * small_write;
+    assert_eq!(
+        record.end_ns,
+        first_write_acked + chunk_write + 10_000 + chunk_write
+    );
+    // The first write's source half finished 10 µs after it was issued; it
+    // was acknowledged when its target half reached home.
+    let first_wait = first_write_acked - (3 * SECOND + 30 * MS + 10_000);
+    assert_eq!(record.mirror_wait_max_ns, first_wait);
+    assert_eq!(result.mirror_wait_max_us, first_wait as f64 / 1e3);
+    assert_eq!(result.switch_over_stall_max_us, 0.0);
+    // The last read finds the segment home again.
+    assert_eq!(result.tiers[1].user_ios, 2);
 }
 
 #[test]
