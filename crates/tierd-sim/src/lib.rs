@@ -10,7 +10,8 @@
 //! The policy code is the live engine's: the simulator feeds completed IOs to
 //! a [`tierd_policy::monitor::Monitor`], hands the policy the same
 //! [`tierd_policy::View`] the engine builds, and executes its plan with the
-//! same migration rules (chunked copy, dirty re-copy, bounded switch-over).
+//! same migration rules (chunked copy, writes mirrored to the target, a flip
+//! that holds no IO).
 //! `docs/sim.md` describes the model and every reported figure.
 
 pub mod config;
