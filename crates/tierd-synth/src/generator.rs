@@ -46,7 +46,8 @@ struct LiveSpike {
 /// to `hours`.
 ///
 /// Guarantees: the same preset, seed and hours give the same stream, byte
-/// for byte, on every platform with IEEE-754 doubles; a shorter run is a
+/// for byte, from the same build (across platforms, `ln` and `powf` of the
+/// system math library may differ in the last bit); a shorter run is a
 /// prefix of a longer one with the same seed; every request has volume 0,
 /// a 512 B-aligned offset and `offset + length <= volume_bytes`; memory does
 /// not grow with `hours` (one window's plan at a time).
