@@ -44,7 +44,20 @@ impl<E: std::error::Error> From<E> for CliError {
     }
 }
 
+/// Restores the default SIGPIPE action, so `tierd ... | head` ends quietly
+/// when the reader goes away (Rust ignores SIGPIPE, which turns every later
+/// `println!` into a "broken pipe" panic).
+fn die_quietly_on_closed_pipe() {
+    #[cfg(unix)]
+    // SAFETY: called first thing in main, before any thread exists; setting a
+    // signal's disposition to SIG_DFL has no other precondition.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    die_quietly_on_closed_pipe();
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Trace(command) => trace::run(command),

@@ -339,3 +339,27 @@ fn analyze_with_no_file_runs_the_embedded_default_and_says_it_is_synthetic() {
         value["top1_share"]
     );
 }
+
+#[test]
+fn a_closed_output_pipe_ends_the_command_quietly() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tierd"))
+        .args(["trace", "synth", "--list"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tierd");
+    // Close the read end at once (microseconds after exec, long before tierd
+    // has parsed its arguments), so its first write meets a closed pipe.
+    drop(child.stdout.take());
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    child.wait().unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
