@@ -84,6 +84,14 @@ impl Monitor {
         }
     }
 
+    /// Adds `busy_ns` of user-IO-outstanding time on `tier` to the current
+    /// period ([`TierPeriodStats::user_busy_ns`]).
+    pub fn record_user_busy(&mut self, tier: TierId, busy_ns: u64) {
+        if let Some(tier_stats) = self.tiers.get_mut(tier as usize) {
+            tier_stats.user_busy_ns += busy_ns;
+        }
+    }
+
     /// A migration IO completed on `tier`.
     pub fn record_migration_io(&mut self, tier: TierId, bytes: u64) {
         if let Some(tier_stats) = self.tiers.get_mut(tier as usize) {

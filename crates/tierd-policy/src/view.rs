@@ -38,6 +38,12 @@ pub struct TierPeriodStats {
     pub bytes: u64,
     /// Busy time in the period (user + background).
     pub busy_ns: u64,
+    /// Time in the period during which at least one user IO was outstanding
+    /// at the device (queued in front of it or in it): iostat's %util
+    /// counted over user IO alone, without migration copies. 0 from a
+    /// producer that does not measure it.
+    #[serde(default)]
+    pub user_busy_ns: u64,
     /// Sum of user IO response times (await × ios).
     pub response_ns_total: u64,
     /// User IOs that completed while a migration touched this tier, and the

@@ -299,6 +299,81 @@ fn otf_ast_demotes_the_coldest_until_util_would_pass_mid() {
 }
 
 #[test]
+fn otf_ast_judges_home_load_by_user_io_not_by_migration_copies() {
+    // Home busy the whole window, but users had IO outstanding only 5 % of
+    // it (a segment copy kept the disk busy): not an overload, no promotion
+    // (the copies would otherwise cause more copies).
+    let copying = |user_busy_fraction: f64| {
+        let mut lab = Lab::new(32, &[10, 32], MINUTE_NS);
+        for _ in 0..2 {
+            let mut home = device(MINUTE_NS, 10.0, 1.0, 5_000.0);
+            home.user_busy_ns = (user_busy_fraction * MINUTE_NS as f64) as u64;
+            home.migration_ios = 6_000;
+            lab.push(
+                &[per_minute(0, 6.0), per_minute(1, 4.0)],
+                vec![idle(), home],
+            );
+        }
+        lab
+    };
+    let plan = copying(0.05).plan(&mut OtfAst::new(no_persistence()));
+    assert!(plan.moves.is_empty(), "{plan:?}");
+    // Users waiting on it 90 % of the time: an overload, whatever copies ran.
+    // 0.9 %util per iops × 6 iops = 5.4 % per step: promotes the hottest.
+    let plan = copying(0.9).plan(&mut OtfAst::new(no_persistence()));
+    assert_eq!(moves(&plan)[0], (0, 1, 0, "otf-ast:util-above-up"));
+    assert!(plan.moves[0].reason.detail.contains("home util 90.0%"));
+}
+
+#[test]
+fn otf_ast_low_rule_spares_segments_the_persistent_rule_would_bring_back() {
+    // Home idle (5 %); on the fast tier segment 0 had IO 3 periods ago,
+    // segment 1 none for 10 periods, segment 2 IO every other period.
+    let mut lab = Lab::new(16, &[8, 16], MINUTE_NS);
+    for segment in 0..3 {
+        lab.place(segment, 0);
+    }
+    for period in 0..10u64 {
+        let mut segments = vec![per_minute(9, 10.0)];
+        if period == 6 {
+            segments.push(per_minute(0, 1.0));
+        }
+        if period % 2 == 0 {
+            segments.push(per_minute(2, 1.0));
+        }
+        lab.push(
+            &segments,
+            vec![
+                device(MINUTE_NS, 1.0, 0.01, 50.0),
+                device(MINUTE_NS, 10.0, 0.05, 5_000.0),
+            ],
+        );
+    }
+    // (Segment 9, at home with IO in every period, is promoted by §5.4.)
+    let plan = lab.plan(&mut OtfAst::new(OtfAstConfig::default()));
+    assert_eq!(
+        moves(&plan),
+        [
+            (1, 0, 1, "otf-ast:util-below-low"),
+            (9, 1, 0, "otf-ast:persistent-io")
+        ]
+    );
+    // The paper's rule alone (no hysteresis) demotes all three.
+    let config = OtfAstConfig {
+        demote_idle_periods: 0,
+        ..OtfAstConfig::default()
+    };
+    let plan = lab.plan(&mut OtfAst::new(config));
+    let demoted: Vec<SegmentId> = plan
+        .moves
+        .iter()
+        .filter(|step| step.to == 1)
+        .map(|step| step.segment)
+        .collect();
+    assert_eq!(demoted, [0, 1, 2]);
+}
+
+#[test]
 fn otf_ast_never_demotes_into_an_overload() {
     // Segment 2 at 150 iops would add 75 % → 83.5 % > up: not demoted.
     let mut lab = idle_home(150.0);
@@ -630,52 +705,124 @@ fn atsmf_does_not_move_a_concentration_predicted_to_end_now() {
     // It lasts: A = 2 has no sample, so the prior (1.2 periods) moves it.
     concentration_period(&mut lab, &[70]);
     let plan = lab.plan(&mut policy);
-    assert_eq!(moves(&plan), [(70, 1, 0, "atsmf:benefit")]);
+    let promoted: Vec<_> = moves(&plan)
+        .into_iter()
+        .filter(|step| step.3 != "atsmf:ended")
+        .collect();
+    assert_eq!(promoted, [(70, 1, 0, "atsmf:benefit")]);
+}
+
+/// Defaults with a demotion grace of `periods`.
+fn grace(periods: u32) -> AtsmfConfig {
+    AtsmfConfig {
+        demotion_grace_periods: periods,
+        ..AtsmfConfig::default()
+    }
 }
 
 #[test]
 fn atsmf_prefetches_ahead_of_a_moving_concentration() {
-    let mut policy = Atsmf::new(AtsmfConfig::default());
+    let mut policy = Atsmf::new(grace(5));
     let mut lab = atsmf_lab();
     concentration_period(&mut lab, &[10]);
     let plan = lab.plan(&mut policy);
     assert_eq!(moves(&plan), [(10, 1, 0, "atsmf:benefit")]);
     lab.apply(&plan);
-    // Walks to 11: speed 1 segment/period, rest 0.6 × 2 = 1.2 periods →
-    // ceil(1.2) = 2 segments ahead (12, 13); 10 is left behind and goes home.
+    // Walks to 11, off its first range: speed 1 segment/period over its
+    // life, rest 0.6 × 2 = 1.2 periods → it reaches floor(1.2) = 1 segment
+    // ahead (12). 10, left behind, stays for the grace (5 periods).
     concentration_period(&mut lab, &[11]);
     let plan = lab.plan(&mut policy);
     assert_eq!(
         moves(&plan),
-        [
-            (10, 0, 1, "atsmf:ended"),
-            (11, 1, 0, "atsmf:benefit"),
-            (12, 1, 0, "atsmf:prefetch"),
-            (13, 1, 0, "atsmf:prefetch"),
-        ]
+        [(11, 1, 0, "atsmf:benefit"), (12, 1, 0, "atsmf:prefetch")]
     );
-    assert!(plan.moves[2]
+    assert!(plan.moves[1]
         .reason
         .detail
-        .contains("moves +1.00 segments/period; rest 1.20 periods → 2 segments ahead"));
+        .contains("moves +1.00 segments/period; rest 1.20 periods → 1 segments ahead"));
     lab.apply(&plan);
-    // At 12 (already in memory): rest 1.8 → 2 ahead: 13 (there) and 14.
+    // At 12 (already in memory), period 2: rest 1.8 → 13 prefetched.
     concentration_period(&mut lab, &[12]);
     let plan = lab.plan(&mut policy);
+    assert_eq!(moves(&plan), [(13, 1, 0, "atsmf:prefetch")]);
+    lab.apply(&plan);
+    // Periods 3, 4 at 13, 14: A = 4, 5 → rest 2.4, 3.0 → 2 and 3 ahead.
+    for (at, expected) in [(13, vec![14, 15]), (14, vec![16, 17])] {
+        concentration_period(&mut lab, &[at]);
+        let plan = lab.plan(&mut policy);
+        let prefetched: Vec<_> = plan.moves.iter().map(|step| step.segment).collect();
+        assert_eq!(prefetched, expected, "{plan:?}");
+        lab.apply(&plan);
+    }
+    // Period 5: 10 was last covered in period 0 — the grace is over.
+    concentration_period(&mut lab, &[15]);
+    let plan = lab.plan(&mut policy);
+    assert_eq!(moves(&plan)[0], (10, 0, 1, "atsmf:ended"));
+    assert!(plan.moves[0]
+        .reason
+        .detail
+        .contains("has covered segment 10 since period 0 (grace 5 periods)"));
+    assert!(plan.moves.iter().all(|step| step.segment != 11));
+}
+
+#[test]
+fn atsmf_does_not_prefetch_for_a_concentration_whose_edges_jitter() {
+    // 002 §3.4 type (a): the same sub-LUNs, its range widening and
+    // shrinking by one segment. Never off its first range: no prefetch,
+    // and its edge segments are not moved back and forth.
+    let mut policy = Atsmf::new(AtsmfConfig::default());
+    let mut lab = atsmf_lab();
+    let mut moved = Vec::new();
+    for step in 0..30 {
+        let hot: &[SegmentId] = match step % 3 {
+            0 => &[40],
+            1 => &[40, 41],
+            _ => &[39, 40],
+        };
+        concentration_period(&mut lab, hot);
+        let plan = lab.plan(&mut policy);
+        moved.extend(
+            plan.moves
+                .iter()
+                .map(|step| (step.segment, step.from, step.to, step.reason.rule.clone())),
+        );
+        lab.apply(&plan);
+    }
+    moved.sort();
+    let benefit = "atsmf:benefit".to_string();
     assert_eq!(
-        moves(&plan),
-        [(11, 0, 1, "atsmf:ended"), (14, 1, 0, "atsmf:prefetch")]
+        moved,
+        [
+            (39, 1, 0, benefit.clone()),
+            (40, 1, 0, benefit.clone()),
+            (41, 1, 0, benefit)
+        ]
     );
 }
 
 #[test]
 fn atsmf_demotes_after_the_end_and_holds_while_migration_response_is_high() {
-    let mut policy = Atsmf::new(AtsmfConfig::default());
+    let mut policy = Atsmf::new(grace(5));
     let mut lab = atsmf_lab();
     concentration_period(&mut lab, &[10, 11]);
     let plan = lab.plan(&mut policy);
     lab.apply(&plan);
-    // The concentration is over, but the SSD answered its IO during a
+    // The concentration moves to 60-61 (a new one, promoted too); 10-11
+    // stay in memory for the grace: periods 1-4.
+    for _ in 1..5 {
+        lab.push(&[(60, 40), (61, 10)], ssd_period(50));
+        let plan = lab.plan(&mut policy);
+        assert!(
+            plan.moves
+                .iter()
+                .all(|step| step.reason.rule != "atsmf:ended"),
+            "{plan:?}"
+        );
+        lab.apply(&plan);
+    }
+    assert_eq!(lab.placement[10], 0);
+    // Period 5, the grace is over, but the SSD answered its IO during a
     // migration in 500 µs > 2 × 60 µs: hold.
     let mut tiers = ssd_period(50);
     tiers[1].ios_during_migration = 10;
@@ -684,13 +831,7 @@ fn atsmf_demotes_after_the_end_and_holds_while_migration_response_is_high() {
     tiers[1].response_ns_total += 10 * 500_000;
     lab.push(&[(60, 40), (61, 10)], tiers);
     let plan = lab.plan(&mut policy);
-    assert!(
-        plan.moves
-            .iter()
-            .all(|step| step.reason.rule != "atsmf:ended"),
-        "{plan:?}"
-    );
-    assert_eq!(lab.placement[10], 0);
+    assert!(plan.moves.is_empty(), "{plan:?}");
     // Migration response back at 100 µs ≤ 120 µs: demote both.
     let mut tiers = ssd_period(50);
     tiers[1].ios_during_migration = 10;
@@ -699,18 +840,54 @@ fn atsmf_demotes_after_the_end_and_holds_while_migration_response_is_high() {
     tiers[1].response_ns_total += 10 * 100_000;
     lab.push(&[(60, 40), (61, 10)], tiers);
     let plan = lab.plan(&mut policy);
-    let ended: Vec<_> = moves(&plan)
-        .into_iter()
-        .filter(|step| step.3 == "atsmf:ended")
-        .collect();
     assert_eq!(
-        ended,
+        moves(&plan),
         [(10, 0, 1, "atsmf:ended"), (11, 0, 1, "atsmf:ended")]
     );
     assert!(plan.moves[0]
         .reason
         .detail
         .contains("100.0 µs ≤ hold 120.0 µs"));
+}
+
+#[test]
+fn atsmf_keeps_a_top_segment_that_m_percent_did_not_need() {
+    // Segment 10 holds 1000 of 1550 IOs (64.5 % ≥ M = 60 %): the only
+    // concentration. Segment 50 (500 IOs, on the fast tier) is still among
+    // the top N — in a sub-LUN group, just not needed to reach M — so even
+    // without a grace it stays; segment 51 (idle, on the fast tier) goes.
+    let mut lab = atsmf_lab();
+    lab.place(50, 0);
+    lab.place(51, 0);
+    let mut segments = vec![(10, 1000), (50, 500)];
+    segments.extend((100..150).map(|segment| (segment, 1)));
+    lab.push(&segments, ssd_period(1550));
+    let plan = lab.plan(&mut Atsmf::new(grace(0)));
+    assert_eq!(
+        moves(&plan),
+        [(51, 0, 1, "atsmf:ended"), (10, 1, 0, "atsmf:benefit")]
+    );
+}
+
+#[test]
+fn atsmf_moves_nothing_when_the_top_segments_hold_too_little_io() {
+    // Spread IO: 150 segments with 10 IO each; the top 30 hold 20 % < 60 %.
+    // Not a concentration (002 §4.2 step 4, §3): nothing moves, however
+    // long it lasts.
+    let mut policy = Atsmf::new(AtsmfConfig::default());
+    let mut lab = atsmf_lab();
+    for _ in 0..20 {
+        let spread: Vec<(SegmentId, u32)> = (0..150).map(|segment| (segment, 10)).collect();
+        lab.push(&spread, ssd_period(1500));
+        assert!(lab.plan(&mut policy).moves.is_empty());
+    }
+    assert!(policy.concentrations().is_empty());
+    // The paper's step 4 read as "take what there is" moves the top groups.
+    let mut taking_all = Atsmf::new(AtsmfConfig {
+        require_share: false,
+        ..AtsmfConfig::default()
+    });
+    assert!(!lab.plan(&mut taking_all).moves.is_empty());
 }
 
 #[test]

@@ -59,6 +59,13 @@ const KIND_WRITEBACK_WRITE: u64 = 5;
 /// The target half of a user write mirrored during a move.
 const KIND_MIRROR_WRITE: u64 = 6;
 
+/// User IO (a piece, or the target half of a mirrored write): counts in
+/// the user-busy time the policies see (`TierPeriodStats::user_busy_ns`).
+#[inline]
+fn is_user_io(id: u64) -> bool {
+    matches!(id >> KIND_SHIFT, KIND_USER | KIND_MIRROR_WRITE)
+}
+
 /// `moving[segment]`: not moving.
 const NOT_MOVING: u32 = u32::MAX;
 /// `moving[segment]`: accepted, waiting for a move slot.
@@ -286,6 +293,11 @@ struct Engine<'run> {
     devices: Vec<Box<dyn DeviceModel>>,
     device_next_ns: Vec<u64>,
     device_outstanding: Vec<usize>,
+    /// User IOs submitted and not completed per tier, since when at least
+    /// one has been, and the user-busy time gathered this period.
+    user_outstanding: Vec<u32>,
+    user_busy_since_ns: Vec<u64>,
+    user_busy_ns: Vec<u64>,
     queue_limit: Vec<usize>,
     host_queues: Vec<VecDeque<DeviceIo>>,
     completions: Vec<Completion>,
@@ -486,6 +498,9 @@ impl<'run> Engine<'run> {
             segments,
             device_next_ns: vec![u64::MAX; tiers],
             device_outstanding: vec![0; tiers],
+            user_outstanding: vec![0; tiers],
+            user_busy_since_ns: vec![0; tiers],
+            user_busy_ns: vec![0; tiers],
             queue_limit,
             host_queues: (0..tiers).map(|_| VecDeque::new()).collect(),
             devices,
@@ -1067,6 +1082,12 @@ impl<'run> Engine<'run> {
     /// `queue_depth` IOs already.
     #[inline]
     fn submit(&mut self, tier: usize, io: DeviceIo) {
+        if is_user_io(io.id) {
+            if self.user_outstanding[tier] == 0 {
+                self.user_busy_since_ns[tier] = self.now_ns;
+            }
+            self.user_outstanding[tier] += 1;
+        }
         if self.device_outstanding[tier] < self.queue_limit[tier] {
             self.device_outstanding[tier] += 1;
             self.devices[tier].submit(self.now_ns, io);
@@ -1103,6 +1124,13 @@ impl<'run> Engine<'run> {
 
     fn on_completion(&mut self, tier: usize, completion: &Completion) -> Result<(), SimError> {
         let payload = completion.id & PAYLOAD_MASK;
+        if is_user_io(completion.id) {
+            self.user_outstanding[tier] -= 1;
+            if self.user_outstanding[tier] == 0 {
+                let since = self.user_busy_since_ns[tier];
+                self.user_busy_ns[tier] += completion.done_ns.saturating_sub(since);
+            }
+        }
         match completion.id >> KIND_SHIFT {
             KIND_USER => self.source_half_done(payload as u32, completion.done_ns)?,
             KIND_MIRROR_WRITE => self.target_half_done(tier, payload as u32, completion.done_ns)?,
@@ -1676,6 +1704,16 @@ impl<'run> Engine<'run> {
             .map(|(now, before)| now.since(before))
             .collect();
         let busy: Vec<u64> = deltas.iter().map(|delta| delta.busy_ns).collect();
+        let mut user_busy = vec![0u64; tiers];
+        for (tier, user_busy) in user_busy.iter_mut().enumerate() {
+            if self.user_outstanding[tier] > 0 {
+                let since = self.user_busy_since_ns[tier];
+                self.user_busy_ns[tier] += self.now_ns.saturating_sub(since);
+                self.user_busy_since_ns[tier] = self.now_ns;
+            }
+            *user_busy = std::mem::take(&mut self.user_busy_ns[tier]);
+            self.monitor.record_user_busy(tier as TierId, *user_busy);
+        }
         let start_ns = self.monitor.period_end_ns() - self.config.period_ns;
         let closed = self.monitor.close_period(&busy);
         let index = closed.index;
@@ -1702,6 +1740,7 @@ impl<'run> Engine<'run> {
                 device_ios,
                 iops: device_ios as f64 * 1e9 / duration_ns as f64,
                 util: (delta.busy_ns as f64 / duration_ns as f64).min(1.0),
+                user_util: (user_busy[tier] as f64 / duration_ns as f64).min(1.0),
                 svctm_ms: ratio_ms(u128::from(delta.busy_ns), device_ios),
                 await_ms: ratio_ms(u128::from(delta.response_ns_total), device_ios),
                 used_bytes,

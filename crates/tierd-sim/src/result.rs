@@ -293,6 +293,10 @@ pub struct TierPeriod {
     pub iops: f64,
     /// Busy fraction (iostat %util / 100).
     pub util: f64,
+    /// Fraction of the period during which at least one user IO was
+    /// outstanding at the device: %util of user IO alone, without migration
+    /// copies (what `otf-ast` controls; `TierPeriodStats::user_busy_ns`).
+    pub user_util: f64,
     /// iostat svctm: busy time / IOs.
     pub svctm_ms: f64,
     /// iostat await: response time / IOs.

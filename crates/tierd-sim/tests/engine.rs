@@ -504,6 +504,7 @@ fn periods_report_iostat_figures() {
     assert_eq!(period.tiers[1].user_ios, 100);
     assert_eq!(period.tiers[1].device_ios, 100);
     assert!((period.tiers[1].util - 0.1).abs() < 1e-9);
+    assert!((period.tiers[1].user_util - 0.1).abs() < 1e-9);
     assert!((period.tiers[1].svctm_ms - 1.0).abs() < 1e-9);
     assert!((period.tiers[1].iops - 100.0).abs() < 1e-9);
     assert_eq!(period.tiers[0].used_bytes, 0);
@@ -511,6 +512,32 @@ fn periods_report_iostat_figures() {
     let last = result.periods.last().unwrap();
     assert_eq!(last.end_ns, result.elapsed_ns);
     assert_eq!(result.fast_io_share, 0.0);
+}
+
+#[test]
+fn user_util_leaves_out_the_copies_a_move_keeps_the_disk_busy_with() {
+    let volume = 8 * MIB;
+    let config = config(volume, "");
+    // 10 MB/s home: segment 1 takes 4 × 27.2 ms to copy in period 1 while
+    // one 4 KiB read (1.41 ms) is all the user IO there.
+    let requests = vec![
+        request(0, Op::Read, 0, 4096),
+        request(SECOND + 500 * MS, Op::Read, 2 * MIB, 4096),
+        request(2 * SECOND + 500 * MS, Op::Read, 0, 4096),
+    ];
+    let result = run(
+        &config,
+        policy(Scripted::promote(0, 1)),
+        devices(volume, 10_000_000),
+        requests,
+    )
+    .unwrap();
+    let period = &result.periods[1].tiers[1];
+    let copy_ns = 4 * (MS + 26_214_400);
+    let read_ns = MS + 409_600;
+    assert_eq!(period.migration_ios, 4);
+    assert!((period.util - (copy_ns + read_ns) as f64 / SECOND as f64).abs() < 1e-9);
+    assert!((period.user_util - read_ns as f64 / SECOND as f64).abs() < 1e-9);
 }
 
 #[test]

@@ -65,6 +65,13 @@ pub struct OtfAstConfig {
     /// least this many times the demoted segment's iops (hysteresis against
     /// ping-pong). Ratio ≥ 1. Default 2.
     pub swap_iops_ratio: f64,
+    /// Hysteresis between the §5.4 rule and the low rule (ours): while
+    /// `promote_persistent` is on, the low rule demotes only fast-tier
+    /// segments without IO in the last this many periods. A segment with
+    /// more recent IO is on its way to the m periods that promote it again
+    /// (§5.4 expects such IO to go on; §4.2 chose `low` to avoid moving a
+    /// segment back and forth). Count of periods; 0 = off. Default 8 (= m).
+    pub demote_idle_periods: u32,
 }
 
 impl Default for OtfAstConfig {
@@ -79,6 +86,7 @@ impl Default for OtfAstConfig {
             persistent_periods: 8,
             swap_when_full: true,
             swap_iops_ratio: 2.0,
+            demote_idle_periods: 8,
         }
     }
 }
@@ -195,6 +203,17 @@ fn persistent_segments(history: &[PeriodStats], periods: usize) -> FastSet<Segme
     persistent
 }
 
+/// Segments with IO in any of the last `periods` periods.
+fn active_segments(history: &[PeriodStats], periods: usize) -> FastSet<SegmentId> {
+    let recent = &history[history.len().saturating_sub(periods)..];
+    recent
+        .iter()
+        .flat_map(|period| period.segments.iter())
+        .filter(|stats| stats.ios() > 0)
+        .map(|stats| stats.segment)
+        .collect()
+}
+
 impl Policy for OtfAst {
     fn name(&self) -> &'static str {
         "otf-ast"
@@ -219,13 +238,24 @@ impl Policy for OtfAst {
         }
         let window_s = window_ns as f64 / 1e9;
 
-        // Home device over the window (iostat -x means).
-        let (home_busy_ns, home_ios) = window
-            .iter()
-            .filter_map(|period| period.tiers.get(home as usize))
-            .fold((0u64, 0u64), |(busy, ios), tier| {
-                (busy + tier.busy_ns, ios + tier.ios)
-            });
+        // Home device over the window (iostat -x means), counting the time
+        // user IO was outstanding, not the migration copies: a copy keeps
+        // the disk busy without any user load to relieve, and counting it
+        // made moves cause more moves (see the doc page). A producer that
+        // does not measure user-busy time (all 0) gives device busy time.
+        let home_stats = || {
+            window
+                .iter()
+                .filter_map(|period| period.tiers.get(home as usize))
+        };
+        let user_busy_ns: u64 = home_stats().map(|tier| tier.user_busy_ns).sum();
+        let device_busy_ns: u64 = home_stats().map(|tier| tier.busy_ns).sum();
+        let home_ios: u64 = home_stats().map(|tier| tier.ios).sum();
+        let home_busy_ns = if user_busy_ns > 0 {
+            user_busy_ns
+        } else {
+            device_busy_ns
+        };
         let util_percent = (home_busy_ns as f64 * 100.0 / window_ns as f64).min(100.0);
         if home_ios > 0 {
             self.state.util_per_iops_basis = Some((home_busy_ns, home_ios));
@@ -370,12 +400,18 @@ impl Policy for OtfAst {
                 }
             }
         } else if util_percent < config.util_low_percent {
+            let recently_active = if config.promote_persistent {
+                active_segments(view.history, config.demote_idle_periods as usize)
+            } else {
+                FastSet::default()
+            };
             let mut candidates: Vec<Candidate> = (0..view.placement.len())
                 .filter_map(|index| {
                     let segment = SegmentId::try_from(index).ok()?;
                     (tier_of(segment) == Some(fast)
                         && !moving.contains(&segment)
-                        && !persistent.contains(&segment))
+                        && !persistent.contains(&segment)
+                        && !recently_active.contains(&segment))
                     .then(|| Candidate {
                         segment,
                         iops: iops_of(segment),

@@ -101,7 +101,9 @@ pub struct Concentration {
     pub periods: u64,
     /// Range in its first period.
     pub first_range: (SegmentId, SegmentId),
-    /// Took a segment outside its first range (002 §3.4 type (b)).
+    /// Has been entirely outside its first range (002 §3.4 type (b): it
+    /// walked to other sub-LUNs). A range that only widens or jitters at
+    /// its edges around where it started is not moving.
     pub moving: bool,
     /// IO of its group in the latest period.
     pub ios: u64,
@@ -119,14 +121,20 @@ impl Concentration {
     }
 
     /// Moving speed in segments per period (positive = towards higher
-    /// segments): centre displacement between the oldest kept position and
-    /// the latest, over the periods between them. `None` with one position.
+    /// segments): centre displacement from its first range to its latest
+    /// position, over the periods between them — its whole life, so edge
+    /// jitter of ±1 segment fades as it lasts instead of reading as a walk.
+    /// `None` before a second period.
     pub fn speed_segments_per_period(&self) -> Option<f64> {
-        let oldest = self.positions.first()?;
         let latest = self.positions.last()?;
-        let periods = latest.period.checked_sub(oldest.period)?;
+        let first = Position {
+            period: self.start_period,
+            first_segment: self.first_range.0,
+            last_segment: self.first_range.1,
+        };
+        let periods = latest.period.checked_sub(first.period)?;
         (periods > 0).then(|| {
-            (latest.centre_doubled() - oldest.centre_doubled()) as f64 / 2.0 / periods as f64
+            (latest.centre_doubled() - first.centre_doubled()) as f64 / 2.0 / periods as f64
         })
     }
 }
@@ -194,7 +202,7 @@ impl Tracker {
                     concentration.periods += 1;
                     concentration.ios = group.ios;
                     let (first, last) = concentration.first_range;
-                    if group.first_segment < first || group.last_segment > last {
+                    if group.last_segment < first || group.first_segment > last {
                         concentration.moving = true;
                     }
                     concentration.positions.push(Position {
@@ -310,7 +318,7 @@ mod tests {
     }
 
     #[test]
-    fn positions_are_bounded_and_speed_uses_the_oldest_kept() {
+    fn positions_are_bounded_and_speed_spans_the_whole_life() {
         let mut tracker = Tracker::default();
         for period in 0..6u64 {
             let segment = (period as SegmentId) * 2;
@@ -319,7 +327,22 @@ mod tests {
         let walker = &tracker.alive[0];
         assert_eq!(walker.positions.len(), 3);
         assert_eq!(walker.positions[0].period, 3);
-        // Centres 6.5 → 10.5 over 2 periods.
+        // Centres 0.5 (first range, period 0) → 10.5 (period 5).
         assert_eq!(walker.speed_segments_per_period(), Some(2.0));
+        assert!(walker.moving);
+    }
+
+    #[test]
+    fn edges_that_jitter_around_the_first_range_are_not_a_walk() {
+        let mut tracker = Tracker::default();
+        let ranges = [(10, 10), (10, 11), (9, 11), (10, 10), (10, 11), (9, 10)];
+        for (period, &(first, last)) in ranges.iter().enumerate() {
+            tracker.observe(period as u64, &[group(first, last)], 3);
+        }
+        let jitter = &tracker.alive[0];
+        assert_eq!(jitter.periods, 6);
+        assert!(!jitter.moving);
+        // Centre 10 → 9.5 over 5 periods.
+        assert_eq!(jitter.speed_segments_per_period(), Some(-0.1));
     }
 }
