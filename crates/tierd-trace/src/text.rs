@@ -9,7 +9,10 @@ use crate::error::{excerpt, Result, TraceError};
 use crate::format::Format;
 use crate::input::Input;
 use crate::reader::TraceReader;
-use crate::request::{Request, VolumeTable};
+use crate::request::{Request, VolumeId, VolumeTable};
+
+#[cfg(test)]
+pub(crate) mod test_support;
 
 /// What one line of a text trace holds.
 pub enum Parsed {
@@ -301,6 +304,91 @@ pub fn parse_scaled(field: &[u8], scale: u32, name: &str) -> Result<u64, LineErr
         .ok_or_else(|| LineError(format!("field {name} {:?} is too large", excerpt(field))))
 }
 
+/// `value * factor`: a count in the file's unit (sectors, pages, seconds)
+/// turned into bytes or nanoseconds. Fails naming the field `name`, its value
+/// and the target `unit` when the product does not fit in a u64.
+#[inline]
+pub fn scale(value: u64, factor: u64, name: &str, unit: &str) -> Result<u64, LineError> {
+    value
+        .checked_mul(factor)
+        .ok_or_else(|| LineError(format!("{name} {value} is too large to hold in {unit}")))
+}
+
+/// The volume of the previous line, so that a run of lines on one volume
+/// looks its name up once. A hit compares bytes and allocates nothing; a miss
+/// reuses the cached key's buffer and interns the name.
+#[derive(Default)]
+pub struct VolumeCache {
+    last_key: Vec<u8>,
+    last_id: Option<VolumeId>,
+}
+
+impl VolumeCache {
+    /// The id of the volume named `key`, interned in `volumes` on a miss.
+    /// The caller MUST pass the same `volumes` on every call.
+    #[inline]
+    pub fn id(&mut self, key: &[u8], volumes: &mut VolumeTable) -> VolumeId {
+        match self.last_id {
+            Some(id) if self.last_key == key => id,
+            _ => {
+                self.last_key.clear();
+                self.last_key.extend_from_slice(key);
+                self.remember(volumes)
+            }
+        }
+    }
+
+    /// Like [`id`](Self::id) for a name made of `parts` joined by
+    /// `separator` (MSR's `host_disk`). The name is built only on a miss.
+    #[inline]
+    pub fn id_with(
+        &mut self,
+        parts: &[&[u8]],
+        separator: u8,
+        volumes: &mut VolumeTable,
+    ) -> VolumeId {
+        match self.last_id {
+            Some(id) if self.is_last_key(parts, separator) => id,
+            _ => {
+                self.last_key.clear();
+                for (index, part) in parts.iter().enumerate() {
+                    if index > 0 {
+                        self.last_key.push(separator);
+                    }
+                    self.last_key.extend_from_slice(part);
+                }
+                self.remember(volumes)
+            }
+        }
+    }
+
+    /// Whether the cached key equals `parts` joined by `separator`.
+    #[inline]
+    fn is_last_key(&self, parts: &[&[u8]], separator: u8) -> bool {
+        let mut rest = self.last_key.as_slice();
+        for (index, part) in parts.iter().enumerate() {
+            if index > 0 {
+                match rest.split_first() {
+                    Some((first, tail)) if *first == separator => rest = tail,
+                    _ => return false,
+                }
+            }
+            match rest.strip_prefix(*part) {
+                Some(tail) => rest = tail,
+                None => return false,
+            }
+        }
+        rest.is_empty()
+    }
+
+    #[cold]
+    fn remember(&mut self, volumes: &mut VolumeTable) -> VolumeId {
+        let id = volumes.intern_bytes(&self.last_key);
+        self.last_id = Some(id);
+        id
+    }
+}
+
 fn bad_number(field: &[u8], name: &str) -> LineError {
     LineError(format!("field {name} {:?} is not a number", excerpt(field)))
 }
@@ -335,6 +423,38 @@ mod tests {
         assert!(parse_scaled(b".", 3, "t").is_err());
         assert!(parse_scaled(b"1.2.3", 3, "t").is_err());
         assert!(parse_scaled(b"1e5", 3, "t").is_err());
+    }
+
+    #[test]
+    fn scale_names_the_field_on_overflow() {
+        assert_eq!(scale(3, 512, "lba", "bytes").unwrap(), 1_536);
+        let LineError(reason) = scale(u64::MAX, 2, "lba", "bytes").unwrap_err();
+        assert_eq!(
+            reason,
+            "lba 18446744073709551615 is too large to hold in bytes"
+        );
+    }
+
+    #[test]
+    fn volume_cache_interns_each_run_once() {
+        let mut volumes = VolumeTable::new();
+        let mut cache = VolumeCache::default();
+        let first = cache.id(b"14", &mut volumes);
+        assert_eq!(cache.id(b"14", &mut volumes), first);
+        let second = cache.id(b"3", &mut volumes);
+        assert_ne!(first, second);
+        assert_eq!(cache.id(b"14", &mut volumes), first);
+        assert_eq!(volumes.names(), ["14", "3"]);
+
+        let mut cache = VolumeCache::default();
+        let hm_0 = cache.id_with(&[b"hm", b"0"], b'_', &mut volumes);
+        assert_eq!(cache.id_with(&[b"hm", b"0"], b'_', &mut volumes), hm_0);
+        let hm_1 = cache.id_with(&[b"hm", b"1"], b'_', &mut volumes);
+        let h_m0 = cache.id_with(&[b"h", b"m0"], b'_', &mut volumes);
+        assert_eq!(cache.id_with(&[b"hm", b"0"], b'_', &mut volumes), hm_0);
+        assert_ne!(hm_0, hm_1);
+        assert_ne!(hm_0, h_m0);
+        assert_eq!(volumes.names(), ["14", "3", "hm_0", "hm_1", "h_m0"]);
     }
 
     #[test]

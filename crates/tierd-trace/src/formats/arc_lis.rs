@@ -14,7 +14,7 @@ use crate::open::OpenOptions;
 use crate::reader::TraceReader;
 use crate::request::{Op, Request, VolumeId, VolumeTable};
 use crate::text::{
-    field, head_lines, no_more_fields, parse_u64, split_whitespace, try_lines, LineError,
+    field, head_lines, no_more_fields, parse_u64, scale, split_whitespace, try_lines, LineError,
     LineFormat, Parsed, TextReader,
 };
 
@@ -40,12 +40,8 @@ impl LineFormat for ArcLis {
         parse_u64(field(&mut fields, "request_number")?, "request_number")?;
         no_more_fields(&mut fields, 4)?;
 
-        let offset_bytes = start_block
-            .checked_mul(BLOCK_BYTES)
-            .ok_or_else(|| LineError::new("start_block is too large to hold in bytes"))?;
-        let length_bytes = count
-            .checked_mul(BLOCK_BYTES)
-            .ok_or_else(|| LineError::new("count is too large to hold in bytes"))?;
+        let offset_bytes = scale(start_block, BLOCK_BYTES, "start_block", "bytes")?;
+        let length_bytes = scale(count, BLOCK_BYTES, "count", "bytes")?;
         let volume = *self
             .volume
             .get_or_insert_with(|| volumes.intern(VOLUME_NAME));
@@ -79,39 +75,19 @@ pub fn sniff(head: &[u8]) -> std::result::Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
     use std::path::Path;
 
     use super::*;
     use crate::open::open_trace;
+    use crate::text::test_support::{self, options};
 
     fn parse(line: &str) -> Result<Request, String> {
-        let mut volumes = VolumeTable::new();
-        match ArcLis::default().parse_line(line.as_bytes(), &mut volumes) {
-            Ok(Parsed::Request(request)) => Ok(request),
-            Ok(Parsed::Skip) => Err("skipped".into()),
-            Err(LineError(reason)) => Err(reason),
-        }
-    }
-
-    fn temp_trace(text: &str) -> tempfile::NamedTempFile {
-        let mut file = tempfile::NamedTempFile::new().unwrap();
-        file.write_all(text.as_bytes()).unwrap();
-        file.flush().unwrap();
-        file
-    }
-
-    fn options(skip_bad_lines: bool) -> OpenOptions {
-        OpenOptions {
-            format: Some(Format::ArcLis),
-            skip_bad_lines,
-            ..Default::default()
-        }
+        test_support::parse(ArcLis::default(), line)
     }
 
     /// (requests, blocks) of a whole file read as ARC `.lis`; fails on a write.
     fn count(path: &Path) -> (u64, u64) {
-        let mut reader = open_trace(path, &options(false)).unwrap();
+        let mut reader = open_trace(path, &options(Format::ArcLis, false)).unwrap();
         let (mut requests, mut blocks) = (0, 0);
         while let Some(request) = reader.next_request().unwrap() {
             assert_eq!(request.op, Op::Read);
@@ -164,27 +140,25 @@ mod tests {
 
     #[test]
     fn a_bad_line_names_the_file_the_line_and_the_text() {
-        let file = temp_trace("230027 8 0 0\n1842745 64 0 1\n216082 eight 0 2\n");
-        let mut reader = open_trace(file.path(), &options(false)).unwrap();
-        assert!(reader.next_request().unwrap().is_some());
-        assert!(reader.next_request().unwrap().is_some());
-        let error = reader.next_request().unwrap_err().to_string();
-        assert!(
-            error.contains(&file.path().display().to_string()),
-            "{error}"
+        test_support::assert_bad_line_reported(
+            Format::ArcLis,
+            "230027 8 0 0\n1842745 64 0 1\n216082 eight 0 2\n",
+            Some(2),
+            3,
+            "216082 eight 0 2",
         );
-        assert!(error.contains(":3:"), "{error}");
-        assert!(error.contains("216082 eight 0 2"), "{error}");
     }
 
     #[test]
     fn skip_bad_lines_counts_the_skipped_line() {
-        let file = temp_trace("230027 8 0 0\n1842745 64 0 1\n216082 eight 0 2\n216082 8 0 3\n");
-        let mut reader = open_trace(file.path(), &options(true)).unwrap();
-        let mut offsets = Vec::new();
-        while let Some(request) = reader.next_request().unwrap() {
-            offsets.push(request.offset_bytes / 512);
-        }
+        let (requests, reader) = test_support::read_skipping(
+            Format::ArcLis,
+            "230027 8 0 0\n1842745 64 0 1\n216082 eight 0 2\n216082 8 0 3\n",
+        );
+        let offsets: Vec<_> = requests
+            .iter()
+            .map(|request| request.offset_bytes / 512)
+            .collect();
         assert_eq!(offsets, vec![230_027, 1_842_745, 216_082]);
         assert_eq!(reader.skipped_lines(), 1);
     }

@@ -47,7 +47,8 @@ use crate::open::{BlkparseEvent, OpenOptions};
 use crate::reader::TraceReader;
 use crate::request::{Op, Request, VolumeId, VolumeTable};
 use crate::text::{
-    field, head_lines, parse_scaled, parse_u64, LineError, LineFormat, Parsed, TextReader,
+    field, head_lines, parse_scaled, parse_u64, scale, LineError, LineFormat, Parsed, TextReader,
+    VolumeCache,
 };
 use tierd_common::hash::FastMap;
 
@@ -89,8 +90,7 @@ const DISCARDED_NOTE: &[u8] =
 /// allocation per line) and, in `C` mode, the pending `D` events.
 pub struct Blkparse {
     event: BlkparseEvent,
-    last_device: Vec<u8>,
-    last_volume: Option<VolumeId>,
+    volume: VolumeCache,
     pending: PendingDispatches,
 }
 
@@ -104,23 +104,13 @@ impl Blkparse {
     pub fn with_pending_limit(event: BlkparseEvent, limit: usize) -> Self {
         Self {
             event,
-            last_device: Vec::new(),
-            last_volume: None,
+            volume: VolumeCache::default(),
             pending: PendingDispatches::new(limit),
         }
     }
 
     fn volume(&mut self, device: &[u8], volumes: &mut VolumeTable) -> VolumeId {
-        match self.last_volume {
-            Some(id) if self.last_device == device => id,
-            _ => {
-                let id = volumes.intern_bytes(device);
-                self.last_device.clear();
-                self.last_device.extend_from_slice(device);
-                self.last_volume = Some(id);
-                id
-            }
-        }
+        self.volume.id(device, volumes)
     }
 }
 
@@ -410,12 +400,8 @@ impl Blkparse {
                 lossy(tail)
             )));
         }
-        let offset_bytes = sector
-            .checked_mul(SECTOR_BYTES)
-            .ok_or_else(|| LineError::new("sector is too large"))?;
-        let length_bytes = sectors
-            .checked_mul(SECTOR_BYTES)
-            .ok_or_else(|| LineError::new("sectors is too large"))?;
+        let offset_bytes = scale(sector, SECTOR_BYTES, "sector", "bytes")?;
+        let length_bytes = scale(sectors, SECTOR_BYTES, "sectors", "bytes")?;
         let volume = self.volume(device, volumes);
         let key = (volume, sector, sectors);
         if remember_dispatch {

@@ -20,8 +20,8 @@ use crate::open::OpenOptions;
 use crate::reader::TraceReader;
 use crate::request::{Op, Request, VolumeId, VolumeTable};
 use crate::text::{
-    field, head_lines, no_more_fields, parse_hex_u64, parse_u64, split, trim_line_end, try_lines,
-    LineError, LineFormat, Parsed, TextReader,
+    field, head_lines, no_more_fields, parse_hex_u64, parse_u64, scale, split, trim_line_end,
+    try_lines, LineError, LineFormat, Parsed, TextReader,
 };
 
 /// The header line, matched exactly.
@@ -69,12 +69,8 @@ impl LineFormat for CloudPhysicsCsv {
                 String::from_utf8_lossy(opcode_text)
             ))
         })?;
-        let time_ns = time_us
-            .checked_mul(NS_PER_US)
-            .ok_or_else(|| LineError::new("time is too large to hold in nanoseconds"))?;
-        let offset_bytes = lbn
-            .checked_mul(SECTOR_BYTES)
-            .ok_or_else(|| LineError::new("lbn is too large to hold in bytes"))?;
+        let time_ns = scale(time_us, NS_PER_US, "time", "nanoseconds")?;
+        let offset_bytes = scale(lbn, SECTOR_BYTES, "lbn", "bytes")?;
         let volume = *self
             .volume
             .get_or_insert_with(|| volumes.intern(VOLUME_NAME));
@@ -113,33 +109,13 @@ pub fn sniff(head: &[u8]) -> std::result::Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
 
     use super::*;
     use crate::open::open_trace;
+    use crate::text::test_support::{self, options};
 
     fn parse(line: &str) -> Result<Request, String> {
-        let mut volumes = VolumeTable::new();
-        match CloudPhysicsCsv::default().parse_line(line.as_bytes(), &mut volumes) {
-            Ok(Parsed::Request(request)) => Ok(request),
-            Ok(Parsed::Skip) => Err("skipped".into()),
-            Err(LineError(reason)) => Err(reason),
-        }
-    }
-
-    fn temp_trace(text: &str) -> tempfile::NamedTempFile {
-        let mut file = tempfile::NamedTempFile::new().unwrap();
-        file.write_all(text.as_bytes()).unwrap();
-        file.flush().unwrap();
-        file
-    }
-
-    fn options(skip_bad_lines: bool) -> OpenOptions {
-        OpenOptions {
-            format: Some(Format::CloudPhysicsCsv),
-            skip_bad_lines,
-            ..Default::default()
-        }
+        test_support::parse(CloudPhysicsCsv::default(), line)
     }
 
     #[test]
@@ -222,29 +198,26 @@ mod tests {
 
     #[test]
     fn a_bad_line_names_the_file_the_line_and_the_text() {
-        let file =
-            temp_trace("version,time,op,size,lbn\n1,10,28,512,8\n1,11,35,512,9\n1,12,2a,512,10\n");
-        let mut reader = open_trace(file.path(), &options(false)).unwrap();
-        assert!(reader.next_request().unwrap().is_some());
-        let error = reader.next_request().unwrap_err().to_string();
-        assert!(
-            error.contains(&file.path().display().to_string()),
-            "{error}"
+        let mut reader = test_support::assert_bad_line_reported(
+            Format::CloudPhysicsCsv,
+            "version,time,op,size,lbn\n1,10,28,512,8\n1,11,35,512,9\n1,12,2a,512,10\n",
+            Some(1),
+            3,
+            "1,11,35,512,9",
         );
-        assert!(error.contains(":3:"), "{error}");
-        assert!(error.contains("1,11,35,512,9"), "{error}");
         assert!(reader.next_request().unwrap().is_none());
     }
 
     #[test]
     fn skip_bad_lines_counts_the_skipped_line() {
-        let file =
-            temp_trace("version,time,op,size,lbn\n1,10,28,512,8\n1,11,35,512,9\n1,12,2a,512,10\n");
-        let mut reader = open_trace(file.path(), &options(true)).unwrap();
-        let mut offsets = Vec::new();
-        while let Some(request) = reader.next_request().unwrap() {
-            offsets.push(request.offset_bytes);
-        }
+        let (requests, reader) = test_support::read_skipping(
+            Format::CloudPhysicsCsv,
+            "version,time,op,size,lbn\n1,10,28,512,8\n1,11,35,512,9\n1,12,2a,512,10\n",
+        );
+        let offsets: Vec<_> = requests
+            .iter()
+            .map(|request| request.offset_bytes)
+            .collect();
         assert_eq!(offsets, vec![8 * 512, 10 * 512]);
         assert_eq!(reader.skipped_lines(), 1);
         assert_eq!(reader.ignored_lines(), 1);
@@ -263,7 +236,7 @@ mod tests {
             sniff(&head[..head.len().min(crate::open::DETECT_BYTES)]),
             Ok(())
         );
-        let mut reader = open_trace(&path, &options(false)).unwrap();
+        let mut reader = open_trace(&path, &options(Format::CloudPhysicsCsv, false)).unwrap();
         let (mut reads, mut writes) = (0u64, 0u64);
         let (mut first_ns, mut last_ns) = (None, 0);
         while let Some(request) = reader.next_request().unwrap() {

@@ -15,18 +15,17 @@ use crate::format::Format;
 use crate::input::Input;
 use crate::open::OpenOptions;
 use crate::reader::TraceReader;
-use crate::request::{Op, Request, VolumeId, VolumeTable};
+use crate::request::{Op, Request, VolumeTable};
 use crate::text::{
-    field, head_lines, no_more_fields, parse_u64, try_lines, LineError, LineFormat, Parsed,
-    TextReader,
+    field, head_lines, no_more_fields, parse_u64, scale, try_lines, LineError, LineFormat, Parsed,
+    TextReader, VolumeCache,
 };
 
 pub const SECTOR_BYTES: u64 = 512;
 
 #[derive(Default)]
 pub struct DiskSim {
-    last_device: Vec<u8>,
-    last_volume: Option<VolumeId>,
+    volume: VolumeCache,
 }
 
 impl LineFormat for DiskSim {
@@ -68,23 +67,10 @@ impl LineFormat for DiskSim {
         }
         let time_ns = parse_u64(time_text, "time")?;
         parse_u64(device, "device")?;
-        let offset_bytes = lba
-            .checked_mul(SECTOR_BYTES)
-            .ok_or_else(|| LineError::new("lba is too large to hold in bytes"))?;
-        let length_bytes = size_sectors
-            .checked_mul(SECTOR_BYTES)
-            .ok_or_else(|| LineError::new("size is too large to hold in bytes"))?;
+        let offset_bytes = scale(lba, SECTOR_BYTES, "lba", "bytes")?;
+        let length_bytes = scale(size_sectors, SECTOR_BYTES, "size", "bytes")?;
 
-        let volume = match self.last_volume {
-            Some(id) if self.last_device == device => id,
-            _ => {
-                let id = volumes.intern_bytes(device);
-                self.last_device.clear();
-                self.last_device.extend_from_slice(device);
-                self.last_volume = Some(id);
-                id
-            }
-        };
+        let volume = self.volume.id(device, volumes);
 
         Ok(Parsed::Request(Request {
             time_ns,
@@ -114,47 +100,12 @@ pub fn sniff(head: &[u8]) -> std::result::Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
-    use std::path::Path;
 
     use super::*;
-    use crate::open::open_trace;
+    use crate::text::test_support::{self, count};
 
     fn parse(line: &str) -> Result<Request, String> {
-        let mut volumes = VolumeTable::new();
-        match DiskSim::default().parse_line(line.as_bytes(), &mut volumes) {
-            Ok(Parsed::Request(request)) => Ok(request),
-            Ok(Parsed::Skip) => Err("skipped".into()),
-            Err(LineError(reason)) => Err(reason),
-        }
-    }
-
-    fn temp_trace(text: &str) -> tempfile::NamedTempFile {
-        let mut file = tempfile::NamedTempFile::new().unwrap();
-        file.write_all(text.as_bytes()).unwrap();
-        file.flush().unwrap();
-        file
-    }
-
-    fn options(skip_bad_lines: bool) -> OpenOptions {
-        OpenOptions {
-            format: Some(Format::DiskSim),
-            skip_bad_lines,
-            ..Default::default()
-        }
-    }
-
-    /// (requests, reads, writes) of a whole file read as DiskSim.
-    fn count(path: &Path) -> (u64, u64, u64) {
-        let mut reader = open_trace(path, &options(false)).unwrap();
-        let (mut reads, mut writes) = (0, 0);
-        while let Some(request) = reader.next_request().unwrap() {
-            match request.op {
-                Op::Read => reads += 1,
-                Op::Write => writes += 1,
-            }
-        }
-        (reads + writes, reads, writes)
+        test_support::parse(DiskSim::default(), line)
     }
 
     #[test]
@@ -232,32 +183,23 @@ mod tests {
 
     #[test]
     fn a_bad_line_names_the_file_the_line_and_the_text() {
-        let file = temp_trace(
+        let mut reader = test_support::assert_bad_line_reported(
+            Format::DiskSim,
             "0 0 303567 7 0\n0 1 55590 6 0\n26214000 0 303574 7 5\n9581546875 14 591867 6 0\n",
+            Some(2),
+            3,
+            "26214000 0 303574 7 5",
         );
-        let mut reader = open_trace(file.path(), &options(false)).unwrap();
-        assert!(reader.next_request().unwrap().is_some());
-        assert!(reader.next_request().unwrap().is_some());
-        let error = reader.next_request().unwrap_err().to_string();
-        assert!(
-            error.contains(&file.path().display().to_string()),
-            "{error}"
-        );
-        assert!(error.contains(":3:"), "{error}");
-        assert!(error.contains("26214000 0 303574 7 5"), "{error}");
         assert!(reader.next_request().unwrap().is_none());
     }
 
     #[test]
     fn skip_bad_lines_counts_the_skipped_line() {
-        let file = temp_trace(
+        let (requests, reader) = test_support::read_skipping(
+            Format::DiskSim,
             "0 0 303567 7 0\n0 1 55590 6 0\n26214000 0 303574 7 5\n9581546875 14 591867 6 1\n",
         );
-        let mut reader = open_trace(file.path(), &options(true)).unwrap();
-        let mut times = Vec::new();
-        while let Some(request) = reader.next_request().unwrap() {
-            times.push(request.time_ns);
-        }
+        let times: Vec<_> = requests.iter().map(|request| request.time_ns).collect();
         assert_eq!(times, vec![0, 0, 9_581_546_875]);
         assert_eq!(reader.skipped_lines(), 1);
         assert_eq!(reader.volumes().names(), ["0", "1", "14"]);
@@ -271,11 +213,11 @@ mod tests {
         };
         // example.ascii ends without a newline: its last line must still count.
         assert_eq!(
-            count(&traces.join("umass_spc/example.ascii")),
+            count(Format::DiskSim, &traces.join("umass_spc/example.ascii")),
             (10_000, 4_077, 5_923)
         );
         assert_eq!(
-            count(&traces.join("tpcc/tpcc-small.trace")),
+            count(Format::DiskSim, &traces.join("tpcc/tpcc-small.trace")),
             (6_999, 4_381, 2_618)
         );
         for sample in ["umass_spc/example.ascii", "tpcc/tpcc-small.trace"] {

@@ -30,8 +30,8 @@ use crate::open::OpenOptions;
 use crate::reader::TraceReader;
 use crate::request::{Op, Request, VolumeId, VolumeTable};
 use crate::text::{
-    field, head_lines, no_more_fields, parse_u64, split_whitespace, try_lines, LineError,
-    LineFormat, Parsed, TextReader,
+    field, head_lines, no_more_fields, parse_u64, scale, split_whitespace, try_lines, LineError,
+    LineFormat, Parsed, TextReader, VolumeCache,
 };
 
 pub const HEADER_VERSION_2: &[u8] = b"fio version 2 iolog";
@@ -49,8 +49,7 @@ pub enum Version {
 #[derive(Default)]
 pub struct FioIolog {
     version: Option<Version>,
-    last_file: Vec<u8>,
-    last_volume: Option<VolumeId>,
+    volume: VolumeCache,
 }
 
 impl FioIolog {
@@ -60,16 +59,7 @@ impl FioIolog {
     }
 
     fn volume(&mut self, file: &[u8], volumes: &mut VolumeTable) -> VolumeId {
-        match self.last_volume {
-            Some(id) if self.last_file == file => id,
-            _ => {
-                let id = volumes.intern_bytes(file);
-                self.last_file.clear();
-                self.last_file.extend_from_slice(file);
-                self.last_volume = Some(id);
-                id
-            }
-        }
+        self.volume.id(file, volumes)
     }
 }
 
@@ -106,9 +96,10 @@ impl LineFormat for FioIolog {
         let mut fields = split_whitespace(text);
         let time_ns = match version {
             Version::Two => 0,
-            Version::Three => parse_u64(field(&mut fields, "timestamp")?, "timestamp")?
-                .checked_mul(NS_PER_US)
-                .ok_or_else(|| LineError::new("timestamp is too large"))?,
+            Version::Three => {
+                let time_us = parse_u64(field(&mut fields, "timestamp")?, "timestamp")?;
+                scale(time_us, NS_PER_US, "timestamp", "nanoseconds")?
+            }
         };
         let file = field(&mut fields, "filename")?;
         let action = field(&mut fields, "action")?;

@@ -15,7 +15,9 @@ use crate::input::Input;
 use crate::open::OpenOptions;
 use crate::reader::TraceReader;
 use crate::request::{Op, Request, VolumeId, VolumeTable};
-use crate::text::{head_lines, parse_u64, try_lines, LineError, LineFormat, Parsed, TextReader};
+use crate::text::{
+    head_lines, parse_u64, scale, try_lines, LineError, LineFormat, Parsed, TextReader,
+};
 
 pub const SECTOR_BYTES: u64 = 512;
 /// Digits of the largest u64: the longest device number text.
@@ -94,12 +96,8 @@ impl LineFormat for Fiu {
                 String::from_utf8_lossy(&md5[..md5.len().min(64)])
             )));
         }
-        let offset_bytes = lba
-            .checked_mul(SECTOR_BYTES)
-            .ok_or_else(|| LineError::new("lba is too large to hold in bytes"))?;
-        let length_bytes = size_sectors
-            .checked_mul(SECTOR_BYTES)
-            .ok_or_else(|| LineError::new("size is too large to hold in bytes"))?;
+        let offset_bytes = scale(lba, SECTOR_BYTES, "lba", "bytes")?;
+        let length_bytes = scale(size_sectors, SECTOR_BYTES, "size", "bytes")?;
 
         let volume = match self.last_device {
             Some(device) if device == (major, minor) => self.last_volume,
@@ -145,10 +143,9 @@ pub fn sniff(head: &[u8]) -> std::result::Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
 
     use super::*;
-    use crate::open::open_trace;
+    use crate::text::test_support;
 
     /// Lines in the shape of the published homes/web-vm/mail traces.
     const SAMPLE: &str = "89966385035968 4868 syslogd 3256216 8 W 6 0 2c9a5b4ac2e3f7ecb5a6ba2fa4b23d95\n\
@@ -156,27 +153,7 @@ mod tests {
                           89968195799001 20782 gzip 283193192 8 R 6 0 9e107d9d372bb6826bd81d3542a419d6\n";
 
     fn parse(line: &str) -> Result<Request, String> {
-        let mut volumes = VolumeTable::new();
-        match Fiu::default().parse_line(line.as_bytes(), &mut volumes) {
-            Ok(Parsed::Request(request)) => Ok(request),
-            Ok(Parsed::Skip) => Err("skipped".into()),
-            Err(LineError(reason)) => Err(reason),
-        }
-    }
-
-    fn temp_trace(text: &str) -> tempfile::NamedTempFile {
-        let mut file = tempfile::NamedTempFile::new().unwrap();
-        file.write_all(text.as_bytes()).unwrap();
-        file.flush().unwrap();
-        file
-    }
-
-    fn options(skip_bad_lines: bool) -> OpenOptions {
-        OpenOptions {
-            format: Some(Format::Fiu),
-            skip_bad_lines,
-            ..Default::default()
-        }
+        test_support::parse(Fiu::default(), line)
     }
 
     #[test]
@@ -287,19 +264,12 @@ mod tests {
 
     #[test]
     fn a_bad_line_names_the_file_the_line_and_the_text() {
-        let file = temp_trace(&SAMPLE.replace("283193192 8 R", "283193192 8 D"));
-        let mut reader = open_trace(file.path(), &options(false)).unwrap();
-        assert!(reader.next_request().unwrap().is_some());
-        assert!(reader.next_request().unwrap().is_some());
-        let error = reader.next_request().unwrap_err().to_string();
-        assert!(
-            error.contains(&file.path().display().to_string()),
-            "{error}"
-        );
-        assert!(error.contains(":3:"), "{error}");
-        assert!(
-            error.contains("89968195799001 20782 gzip 283193192 8 D 6 0"),
-            "{error}"
+        test_support::assert_bad_line_reported(
+            Format::Fiu,
+            &SAMPLE.replace("283193192 8 R", "283193192 8 D"),
+            Some(2),
+            3,
+            "89968195799001 20782 gzip 283193192 8 D 6 0",
         );
     }
 
@@ -309,12 +279,8 @@ mod tests {
             "{}1 2 p 100 8 W 8 16 ab\n",
             SAMPLE.replace("283193192 8 R", "283193192 8 D")
         );
-        let file = temp_trace(&text);
-        let mut reader = open_trace(file.path(), &options(true)).unwrap();
-        let mut times = Vec::new();
-        while let Some(request) = reader.next_request().unwrap() {
-            times.push(request.time_ns);
-        }
+        let (requests, reader) = test_support::read_skipping(Format::Fiu, &text);
+        let times: Vec<_> = requests.iter().map(|request| request.time_ns).collect();
         assert_eq!(times, vec![89_966_385_035_968, 89_968_195_792_462, 1]);
         assert_eq!(reader.skipped_lines(), 1);
         assert_eq!(reader.volumes().names(), ["6:0", "8:16"]);

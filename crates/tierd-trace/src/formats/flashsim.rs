@@ -14,10 +14,10 @@ use crate::format::Format;
 use crate::input::Input;
 use crate::open::OpenOptions;
 use crate::reader::TraceReader;
-use crate::request::{Op, Request, VolumeId, VolumeTable};
+use crate::request::{Op, Request, VolumeTable};
 use crate::text::{
-    field, head_lines, no_more_fields, parse_scaled, parse_u64, try_lines, LineError, LineFormat,
-    Parsed, TextReader,
+    field, head_lines, no_more_fields, parse_scaled, parse_u64, scale, try_lines, LineError,
+    LineFormat, Parsed, TextReader, VolumeCache,
 };
 
 pub const SECTOR_BYTES: u64 = 512;
@@ -27,8 +27,7 @@ const MS_TO_NS_DIGITS: u32 = 6;
 
 #[derive(Default)]
 pub struct FlashSim {
-    last_device: Vec<u8>,
-    last_volume: Option<VolumeId>,
+    volume: VolumeCache,
 }
 
 impl LineFormat for FlashSim {
@@ -62,23 +61,10 @@ impl LineFormat for FlashSim {
         no_more_fields(&mut fields, 5)?;
 
         parse_u64(device, "device")?;
-        let offset_bytes = lba
-            .checked_mul(SECTOR_BYTES)
-            .ok_or_else(|| LineError::new("lba is too large to hold in bytes"))?;
-        let length_bytes = size_pages
-            .checked_mul(PAGE_BYTES)
-            .ok_or_else(|| LineError::new("size is too large to hold in bytes"))?;
+        let offset_bytes = scale(lba, SECTOR_BYTES, "lba", "bytes")?;
+        let length_bytes = scale(size_pages, PAGE_BYTES, "size", "bytes")?;
 
-        let volume = match self.last_volume {
-            Some(id) if self.last_device == device => id,
-            _ => {
-                let id = volumes.intern_bytes(device);
-                self.last_device.clear();
-                self.last_device.extend_from_slice(device);
-                self.last_volume = Some(id);
-                id
-            }
-        };
+        let volume = self.volume.id(device, volumes);
 
         Ok(Parsed::Request(Request {
             time_ns,
@@ -109,47 +95,12 @@ pub fn sniff(head: &[u8]) -> std::result::Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
-    use std::path::Path;
 
     use super::*;
-    use crate::open::open_trace;
+    use crate::text::test_support::{self, count};
 
     fn parse(line: &str) -> Result<Request, String> {
-        let mut volumes = VolumeTable::new();
-        match FlashSim::default().parse_line(line.as_bytes(), &mut volumes) {
-            Ok(Parsed::Request(request)) => Ok(request),
-            Ok(Parsed::Skip) => Err("skipped".into()),
-            Err(LineError(reason)) => Err(reason),
-        }
-    }
-
-    fn temp_trace(text: &str) -> tempfile::NamedTempFile {
-        let mut file = tempfile::NamedTempFile::new().unwrap();
-        file.write_all(text.as_bytes()).unwrap();
-        file.flush().unwrap();
-        file
-    }
-
-    fn options(skip_bad_lines: bool) -> OpenOptions {
-        OpenOptions {
-            format: Some(Format::FlashSim),
-            skip_bad_lines,
-            ..Default::default()
-        }
-    }
-
-    /// (requests, reads, writes) of a whole file read as flashsim.
-    fn count(path: &Path) -> (u64, u64, u64) {
-        let mut reader = open_trace(path, &options(false)).unwrap();
-        let (mut reads, mut writes) = (0, 0);
-        while let Some(request) = reader.next_request().unwrap() {
-            match request.op {
-                Op::Read => reads += 1,
-                Op::Write => writes += 1,
-            }
-        }
-        (reads + writes, reads, writes)
+        test_support::parse(FlashSim::default(), line)
     }
 
     #[test]
@@ -216,29 +167,19 @@ mod tests {
 
     #[test]
     fn a_bad_line_names_the_file_the_line_and_the_text() {
-        let file = temp_trace(
+        test_support::assert_bad_line_reported(
+            Format::FlashSim,
             "26.214000\t0\t303574\t1\t0\n26.214000\t0\t240840\t1\t0\n78.643 0 55596 1 1\n",
+            Some(2),
+            3,
+            "78.643 0 55596 1 1",
         );
-        let mut reader = open_trace(file.path(), &options(false)).unwrap();
-        assert!(reader.next_request().unwrap().is_some());
-        assert!(reader.next_request().unwrap().is_some());
-        let error = reader.next_request().unwrap_err().to_string();
-        assert!(
-            error.contains(&file.path().display().to_string()),
-            "{error}"
-        );
-        assert!(error.contains(":3:"), "{error}");
-        assert!(error.contains("78.643 0 55596 1 1"), "{error}");
     }
 
     #[test]
     fn skip_bad_lines_counts_the_skipped_line() {
-        let file = temp_trace("26.214000\t0\t303574\t1\t0\n26.214000\t0\t240840\t1\t0\n78.643 0 55596 1 1\n78.643000\t0\t55596\t1\t1\n");
-        let mut reader = open_trace(file.path(), &options(true)).unwrap();
-        let mut times = Vec::new();
-        while let Some(request) = reader.next_request().unwrap() {
-            times.push(request.time_ns);
-        }
+        let (requests, reader) = test_support::read_skipping(Format::FlashSim, "26.214000\t0\t303574\t1\t0\n26.214000\t0\t240840\t1\t0\n78.643 0 55596 1 1\n78.643000\t0\t55596\t1\t1\n");
+        let times: Vec<_> = requests.iter().map(|request| request.time_ns).collect();
         assert_eq!(times, vec![26_214_000, 26_214_000, 78_643_000]);
         assert_eq!(reader.skipped_lines(), 1);
     }
@@ -250,11 +191,11 @@ mod tests {
             return;
         };
         assert_eq!(
-            count(&traces.join("umass_spc/fin1.trace")),
+            count(Format::FlashSim, &traces.join("umass_spc/fin1.trace")),
             (50_000, 29_199, 20_801)
         );
         assert_eq!(
-            count(&traces.join("umass_spc/web1.trace")),
+            count(Format::FlashSim, &traces.join("umass_spc/web1.trace")),
             (50_000, 49_990, 10)
         );
         for sample in ["umass_spc/fin1.trace", "umass_spc/web1.trace"] {

@@ -10,8 +10,10 @@
 //! per line (the volume of the previous line is cached).
 
 use crate::format::Format;
-use crate::request::{Op, Request, VolumeId, VolumeTable};
-use crate::text::{field, no_more_fields, parse_u64, split, LineError, LineFormat, Parsed};
+use crate::request::{Op, Request, VolumeTable};
+use crate::text::{
+    field, no_more_fields, parse_u64, scale, split, LineError, LineFormat, Parsed, VolumeCache,
+};
 
 /// FILETIME ticks between 1601-01-01 and 1970-01-01.
 pub const FILETIME_UNIX_EPOCH_TICKS: u64 = 116_444_736_000_000_000;
@@ -19,9 +21,7 @@ pub const NS_PER_TICK: u64 = 100;
 
 #[derive(Default)]
 pub struct Msr {
-    last_host: Vec<u8>,
-    last_disk: Vec<u8>,
-    last_volume: Option<VolumeId>,
+    volume: VolumeCache,
 }
 
 impl LineFormat for Msr {
@@ -58,29 +58,15 @@ impl LineFormat for Msr {
             .ok_or_else(|| {
                 LineError::new("Timestamp is before 1970: not a Windows FILETIME in 100 ns ticks")
             })?;
-        let time_ns = unix_ticks
-            .checked_mul(NS_PER_TICK)
-            .ok_or_else(|| LineError::new("Timestamp is too far in the future"))?;
-        let response_ns = response_ticks
-            .checked_mul(NS_PER_TICK)
-            .ok_or_else(|| LineError::new("ResponseTime is too large"))?;
+        let time_ns = scale(
+            unix_ticks,
+            NS_PER_TICK,
+            "Timestamp (ticks since 1970)",
+            "nanoseconds",
+        )?;
+        let response_ns = scale(response_ticks, NS_PER_TICK, "ResponseTime", "nanoseconds")?;
 
-        let volume = match self.last_volume {
-            Some(id) if self.last_host == host && self.last_disk == disk => id,
-            _ => {
-                let mut name = Vec::with_capacity(host.len() + 1 + disk.len());
-                name.extend_from_slice(host);
-                name.push(b'_');
-                name.extend_from_slice(disk);
-                let id = volumes.intern_bytes(&name);
-                self.last_host.clear();
-                self.last_host.extend_from_slice(host);
-                self.last_disk.clear();
-                self.last_disk.extend_from_slice(disk);
-                self.last_volume = Some(id);
-                id
-            }
-        };
+        let volume = self.volume.id_with(&[host, disk], b'_', volumes);
 
         Ok(Parsed::Request(Request {
             time_ns,
@@ -102,14 +88,10 @@ pub fn sniff(head: &[u8]) -> std::result::Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::text::test_support;
 
     fn parse(line: &str) -> Result<Request, String> {
-        let mut volumes = VolumeTable::new();
-        match Msr::default().parse_line(line.as_bytes(), &mut volumes) {
-            Ok(Parsed::Request(request)) => Ok(request),
-            Ok(Parsed::Skip) => Err("skipped".into()),
-            Err(LineError(reason)) => Err(reason),
-        }
+        test_support::parse(Msr::default(), line)
     }
 
     #[test]

@@ -13,10 +13,10 @@ use crate::format::Format;
 use crate::input::Input;
 use crate::open::OpenOptions;
 use crate::reader::TraceReader;
-use crate::request::{Op, Request, VolumeId, VolumeTable};
+use crate::request::{Op, Request, VolumeTable};
 use crate::text::{
-    field, head_lines, parse_scaled, parse_u64, split, try_lines, LineError, LineFormat, Parsed,
-    TextReader,
+    field, head_lines, parse_scaled, parse_u64, scale, split, try_lines, LineError, LineFormat,
+    Parsed, TextReader, VolumeCache,
 };
 
 pub const SECTOR_BYTES: u64 = 512;
@@ -25,8 +25,7 @@ const S_TO_NS_DIGITS: u32 = 9;
 
 #[derive(Default)]
 pub struct Spc {
-    last_asu: Vec<u8>,
-    last_volume: Option<VolumeId>,
+    volume: VolumeCache,
 }
 
 impl LineFormat for Spc {
@@ -58,20 +57,9 @@ impl LineFormat for Spc {
         // Optional fields after the timestamp carry no request data: ignored.
 
         parse_u64(asu, "ASU")?;
-        let offset_bytes = lba
-            .checked_mul(SECTOR_BYTES)
-            .ok_or_else(|| LineError::new("LBA is too large to hold in bytes"))?;
+        let offset_bytes = scale(lba, SECTOR_BYTES, "LBA", "bytes")?;
 
-        let volume = match self.last_volume {
-            Some(id) if self.last_asu == asu => id,
-            _ => {
-                let id = volumes.intern_bytes(asu);
-                self.last_asu.clear();
-                self.last_asu.extend_from_slice(asu);
-                self.last_volume = Some(id);
-                id
-            }
-        };
+        let volume = self.volume.id(asu, volumes);
 
         Ok(Parsed::Request(Request {
             time_ns,
@@ -101,10 +89,10 @@ pub fn sniff(head: &[u8]) -> std::result::Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
 
     use super::*;
     use crate::open::open_trace;
+    use crate::text::test_support::{self, options, temp_trace};
 
     /// The first lines of Financial1.spc (UMass Trace Repository), then lines
     /// in the WebSearch style with upper-case opcodes and an optional field.
@@ -115,27 +103,7 @@ mod tests {
                           2,20939840,8192,R,0.554041,extra\n";
 
     fn parse(line: &str) -> Result<Request, String> {
-        let mut volumes = VolumeTable::new();
-        match Spc::default().parse_line(line.as_bytes(), &mut volumes) {
-            Ok(Parsed::Request(request)) => Ok(request),
-            Ok(Parsed::Skip) => Err("skipped".into()),
-            Err(LineError(reason)) => Err(reason),
-        }
-    }
-
-    fn temp_trace(text: &str) -> tempfile::NamedTempFile {
-        let mut file = tempfile::NamedTempFile::new().unwrap();
-        file.write_all(text.as_bytes()).unwrap();
-        file.flush().unwrap();
-        file
-    }
-
-    fn options(skip_bad_lines: bool) -> OpenOptions {
-        OpenOptions {
-            format: Some(Format::Spc),
-            skip_bad_lines,
-            ..Default::default()
-        }
+        test_support::parse(Spc::default(), line)
     }
 
     #[test]
@@ -195,11 +163,8 @@ mod tests {
     #[test]
     fn reads_a_whole_file_by_volume() {
         let file = temp_trace(SAMPLE);
-        let mut reader = open_trace(file.path(), &options(false)).unwrap();
-        let mut requests = Vec::new();
-        while let Some(request) = reader.next_request().unwrap() {
-            requests.push(request);
-        }
+        let mut reader = open_trace(file.path(), &options(Format::Spc, false)).unwrap();
+        let requests = test_support::read_all(reader.as_mut());
         assert_eq!(requests.len(), 5);
         assert_eq!(
             requests
@@ -215,29 +180,22 @@ mod tests {
 
     #[test]
     fn a_bad_line_names_the_file_the_line_and_the_text() {
-        let file = temp_trace(
+        test_support::assert_bad_line_reported(
+            Format::Spc,
             "0,303567,3584,w,0.000000\n1,55590,3072,w,0.000000\n0,303574,3584,q,0.026214\n",
+            Some(2),
+            3,
+            "0,303574,3584,q,0.026214",
         );
-        let mut reader = open_trace(file.path(), &options(false)).unwrap();
-        assert!(reader.next_request().unwrap().is_some());
-        assert!(reader.next_request().unwrap().is_some());
-        let error = reader.next_request().unwrap_err().to_string();
-        assert!(
-            error.contains(&file.path().display().to_string()),
-            "{error}"
-        );
-        assert!(error.contains(":3:"), "{error}");
-        assert!(error.contains("0,303574,3584,q,0.026214"), "{error}");
     }
 
     #[test]
     fn skip_bad_lines_counts_the_skipped_line() {
-        let file = temp_trace("0,303567,3584,w,0.000000\n1,55590,3072,w,0.000000\n0,303574,3584,q,0.026214\n1,5,512,r,0.5\n");
-        let mut reader = open_trace(file.path(), &options(true)).unwrap();
-        let mut times = Vec::new();
-        while let Some(request) = reader.next_request().unwrap() {
-            times.push(request.time_ns);
-        }
+        let (requests, reader) = test_support::read_skipping(
+            Format::Spc,
+            "0,303567,3584,w,0.000000\n1,55590,3072,w,0.000000\n0,303574,3584,q,0.026214\n1,5,512,r,0.5\n",
+        );
+        let times: Vec<_> = requests.iter().map(|request| request.time_ns).collect();
         assert_eq!(times, vec![0, 0, 500_000_000]);
         assert_eq!(reader.skipped_lines(), 1);
     }

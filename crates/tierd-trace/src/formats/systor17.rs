@@ -18,10 +18,10 @@ use crate::format::Format;
 use crate::input::Input;
 use crate::open::OpenOptions;
 use crate::reader::TraceReader;
-use crate::request::{Op, Request, VolumeId, VolumeTable};
+use crate::request::{Op, Request, VolumeTable};
 use crate::text::{
     field, head_lines, no_more_fields, parse_scaled, parse_u64, split, try_lines, LineError,
-    LineFormat, Parsed, TextReader,
+    LineFormat, Parsed, TextReader, VolumeCache,
 };
 
 /// The header line, matched exactly.
@@ -31,8 +31,7 @@ const S_TO_NS_DIGITS: u32 = 9;
 
 #[derive(Default)]
 pub struct Systor17 {
-    last_lun: Vec<u8>,
-    last_volume: Option<VolumeId>,
+    volume: VolumeCache,
 }
 
 impl LineFormat for Systor17 {
@@ -70,16 +69,7 @@ impl LineFormat for Systor17 {
         no_more_fields(&mut fields, 6)?;
 
         parse_u64(lun, "LUN")?;
-        let volume = match self.last_volume {
-            Some(id) if self.last_lun == lun => id,
-            _ => {
-                let id = volumes.intern_bytes(lun);
-                self.last_lun.clear();
-                self.last_lun.extend_from_slice(lun);
-                self.last_volume = Some(id);
-                id
-            }
-        };
+        let volume = self.volume.id(lun, volumes);
 
         Ok(Parsed::Request(Request {
             time_ns,
@@ -111,11 +101,11 @@ pub fn sniff(head: &[u8]) -> std::result::Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
 
     use super::*;
     use crate::input::open_input;
     use crate::open::open_trace;
+    use crate::text::test_support::{self, options, temp_trace};
 
     /// Lines in the shape of the published LUN files.
     const SAMPLE: &str = "Timestamp,Response,IOType,LUN,Offset,Size\n\
@@ -124,27 +114,7 @@ mod tests {
                           1487198985.038990,,W,4,3063631872,4096\n";
 
     fn parse(line: &str) -> Result<Request, String> {
-        let mut volumes = VolumeTable::new();
-        match Systor17::default().parse_line(line.as_bytes(), &mut volumes) {
-            Ok(Parsed::Request(request)) => Ok(request),
-            Ok(Parsed::Skip) => Err("skipped".into()),
-            Err(LineError(reason)) => Err(reason),
-        }
-    }
-
-    fn temp_trace(text: &str) -> tempfile::NamedTempFile {
-        let mut file = tempfile::NamedTempFile::new().unwrap();
-        file.write_all(text.as_bytes()).unwrap();
-        file.flush().unwrap();
-        file
-    }
-
-    fn options(skip_bad_lines: bool) -> OpenOptions {
-        OpenOptions {
-            format: Some(Format::Systor17),
-            skip_bad_lines,
-            ..Default::default()
-        }
+        test_support::parse(Systor17::default(), line)
     }
 
     #[test]
@@ -234,27 +204,14 @@ mod tests {
 
     #[test]
     fn a_bad_line_names_the_file_the_line_and_the_text() {
-        let file = temp_trace(
+        test_support::assert_bad_line_reported(
+            Format::Systor17,
             "Timestamp,Response,IOType,LUN,Offset,Size\n\
              1487198985.038926,0.000435,W,4,3063627776,4096\n\
              1487198985.039173,0.000207,Q,0,1059389440,65536\n",
-        );
-        let mut reader = open_trace(file.path(), &options(false)).unwrap();
-        let error = loop {
-            match reader.next_request() {
-                Ok(Some(_)) => continue,
-                Ok(None) => panic!("the bad line was not reported"),
-                Err(error) => break error.to_string(),
-            }
-        };
-        assert!(
-            error.contains(&file.path().display().to_string()),
-            "{error}"
-        );
-        assert!(error.contains(":3:"), "{error}");
-        assert!(
-            error.contains("1487198985.039173,0.000207,Q,0,1059389440,65536"),
-            "{error}"
+            None,
+            3,
+            "1487198985.039173,0.000207,Q,0,1059389440,65536",
         );
     }
 
@@ -265,11 +222,8 @@ mod tests {
             "{SAMPLE}1487198985.039173,0.000207,Q,0,1059389440,65536\n1487198986,0,R,7,0,512\n"
         ));
         let input = open_input(file.path()).unwrap();
-        let mut reader = open(input, &options(true)).unwrap();
-        let mut requests = Vec::new();
-        while let Some(request) = reader.next_request().unwrap() {
-            requests.push(request);
-        }
+        let mut reader = open(input, &options(Format::Systor17, true)).unwrap();
+        let requests = test_support::read_all(reader.as_mut());
         assert_eq!(requests.len(), 4);
         assert_eq!(requests[3].time_ns, 1_487_198_986_000_000_000);
         assert_eq!(requests[3].response_ns, Some(0));
@@ -279,7 +233,7 @@ mod tests {
 
         // Through open_trace the same file comes out sorted by time, still
         // counting the skipped and the ignored line.
-        let mut reader = open_trace(file.path(), &options(true)).unwrap();
+        let mut reader = open_trace(file.path(), &options(Format::Systor17, true)).unwrap();
         let mut times_us = Vec::new();
         while let Some(request) = reader.next_request().unwrap() {
             times_us.push(request.time_ns / 1_000 - 1_487_198_985_000_000);

@@ -14,10 +14,10 @@ use crate::format::Format;
 use crate::input::Input;
 use crate::open::OpenOptions;
 use crate::reader::TraceReader;
-use crate::request::{Op, Request, VolumeId, VolumeTable};
+use crate::request::{Op, Request, VolumeTable};
 use crate::text::{
-    field, head_lines, no_more_fields, parse_u64, split, try_lines, LineError, LineFormat, Parsed,
-    TextReader,
+    field, head_lines, no_more_fields, parse_u64, scale, split, try_lines, LineError, LineFormat,
+    Parsed, TextReader, VolumeCache,
 };
 
 pub const SECTOR_BYTES: u64 = 512;
@@ -25,8 +25,7 @@ pub const NS_PER_S: u64 = 1_000_000_000;
 
 #[derive(Default)]
 pub struct Tencent {
-    last_volume_id: Vec<u8>,
-    last_volume: Option<VolumeId>,
+    volume: VolumeCache,
 }
 
 impl LineFormat for Tencent {
@@ -54,26 +53,11 @@ impl LineFormat for Tencent {
         no_more_fields(&mut fields, 5)?;
 
         parse_u64(volume_id, "VolumeID")?;
-        let time_ns = timestamp_s
-            .checked_mul(NS_PER_S)
-            .ok_or_else(|| LineError::new("Timestamp is too large to hold in nanoseconds"))?;
-        let offset_bytes = offset_sectors
-            .checked_mul(SECTOR_BYTES)
-            .ok_or_else(|| LineError::new("Offset is too large to hold in bytes"))?;
-        let length_bytes = size_sectors
-            .checked_mul(SECTOR_BYTES)
-            .ok_or_else(|| LineError::new("Size is too large to hold in bytes"))?;
+        let time_ns = scale(timestamp_s, NS_PER_S, "Timestamp", "nanoseconds")?;
+        let offset_bytes = scale(offset_sectors, SECTOR_BYTES, "Offset", "bytes")?;
+        let length_bytes = scale(size_sectors, SECTOR_BYTES, "Size", "bytes")?;
 
-        let volume = match self.last_volume {
-            Some(id) if self.last_volume_id == volume_id => id,
-            _ => {
-                let id = volumes.intern_bytes(volume_id);
-                self.last_volume_id.clear();
-                self.last_volume_id.extend_from_slice(volume_id);
-                self.last_volume = Some(id);
-                id
-            }
-        };
+        let volume = self.volume.id(volume_id, volumes);
 
         Ok(Parsed::Request(Request {
             time_ns,
@@ -105,11 +89,11 @@ pub fn sniff(head: &[u8]) -> std::result::Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
 
     use super::*;
     use crate::input::open_input;
     use crate::open::open_trace;
+    use crate::text::test_support::{self, options, temp_trace};
 
     /// Lines in the shape of the published trace (Oct 2018, several volumes,
     /// rows slightly out of time order).
@@ -119,27 +103,7 @@ mod tests {
                           1538323201,480,128,0,1063\n";
 
     fn parse(line: &str) -> Result<Request, String> {
-        let mut volumes = VolumeTable::new();
-        match Tencent::default().parse_line(line.as_bytes(), &mut volumes) {
-            Ok(Parsed::Request(request)) => Ok(request),
-            Ok(Parsed::Skip) => Err("skipped".into()),
-            Err(LineError(reason)) => Err(reason),
-        }
-    }
-
-    fn temp_trace(text: &str) -> tempfile::NamedTempFile {
-        let mut file = tempfile::NamedTempFile::new().unwrap();
-        file.write_all(text.as_bytes()).unwrap();
-        file.flush().unwrap();
-        file
-    }
-
-    fn options(skip_bad_lines: bool) -> OpenOptions {
-        OpenOptions {
-            format: Some(Format::Tencent),
-            skip_bad_lines,
-            ..Default::default()
-        }
+        test_support::parse(Tencent::default(), line)
     }
 
     #[test]
@@ -217,21 +181,13 @@ mod tests {
 
     #[test]
     fn a_bad_line_names_the_file_the_line_and_the_text() {
-        let file = temp_trace("1538323200,6640160,8,1,1283\n1538323200,21016128,16,0,1063\n1538323199,6640168,8,7,1283\n");
-        let mut reader = open_trace(file.path(), &options(false)).unwrap();
-        let error = loop {
-            match reader.next_request() {
-                Ok(Some(_)) => continue,
-                Ok(None) => panic!("the bad line was not reported"),
-                Err(error) => break error.to_string(),
-            }
-        };
-        assert!(
-            error.contains(&file.path().display().to_string()),
-            "{error}"
+        test_support::assert_bad_line_reported(
+            Format::Tencent,
+            "1538323200,6640160,8,1,1283\n1538323200,21016128,16,0,1063\n1538323199,6640168,8,7,1283\n",
+            None,
+            3,
+            "1538323199,6640168,8,7,1283",
         );
-        assert!(error.contains(":3:"), "{error}");
-        assert!(error.contains("1538323199,6640168,8,7,1283"), "{error}");
     }
 
     /// This module's reader gives rows in file order; `open_trace` sorts.
@@ -241,7 +197,7 @@ mod tests {
             "{SAMPLE}1538323199,6640168,8,7,1283\n1538323202,8,8,0,1063\n"
         ));
         let input = open_input(file.path()).unwrap();
-        let mut reader = open(input, &options(true)).unwrap();
+        let mut reader = open(input, &options(Format::Tencent, true)).unwrap();
         let mut times_s = Vec::new();
         while let Some(request) = reader.next_request().unwrap() {
             times_s.push(request.time_ns / NS_PER_S);
@@ -260,7 +216,7 @@ mod tests {
 
         // Through open_trace the same file comes out sorted by time (stably),
         // still counting the skipped line.
-        let mut reader = open_trace(file.path(), &options(true)).unwrap();
+        let mut reader = open_trace(file.path(), &options(Format::Tencent, true)).unwrap();
         let mut sorted = Vec::new();
         while let Some(request) = reader.next_request().unwrap() {
             sorted.push((
