@@ -1,0 +1,113 @@
+//! The directions the papers report, pinned on short versions of the
+//! synthetic presets (not the exact numbers: those are in `EVIDENCE.md`,
+//! from the full windows). Every preset here is synthetic (`tierd-synth`),
+//! calibrated to the papers' published figures — not the real MSR traces.
+//!
+//! - paper 000 Table 4: OTF-AST's gain over the HDD alone is largest on
+//!   usr_1 and smallest on proj_4 (replayed ×8 and ×2, HDD saturated);
+//! - paper 002 Table 5: ATSMF answers ≥ 20 % faster than the SSD alone on
+//!   src1_0 and usr_1;
+//! - paper 002 Table 6: ATSMF serves more IO from memory than a FIFO cache
+//!   given the same memory (proj_2);
+//! - `none` moves nothing.
+
+use tierd_sim::{Replay, RunResult, SimConfig, Strategy, TierStack};
+use tierd_trace::{Format, IteratorReader};
+
+/// Replays `hours` of `preset` (seed 1) at `speed` on the `stack` preset
+/// under `policy`, each policy at its paper's period.
+fn replay(
+    preset: &str,
+    hours: f64,
+    speed: f64,
+    stack: &str,
+    policy: &str,
+    cache_bytes: Option<u64>,
+) -> RunResult {
+    let preset = tierd_synth::preset(preset).unwrap();
+    let mut config = SimConfig::new(TierStack::preset(stack).unwrap(), preset.volume_bytes);
+    config.period_per_policy = true;
+    config.replay = Replay::OpenLoop { speed };
+    config.cache_bytes = cache_bytes;
+    let generator = tierd_synth::Generator::new(preset, 1, hours).unwrap();
+    let mut reader =
+        IteratorReader::new(generator, &[preset.volume_name], Format::Tierd, preset.name);
+    let strategy = Strategy::parse(policy).unwrap();
+    tierd_sim::run(&config, &strategy, &mut reader, &mut |_| {}).unwrap()
+}
+
+/// First-hour iops of `otf-ast` over `none`, minus 1 (paper 000 Table 4's gain).
+/// The two runs go on two threads (the HDD model is the slow part in a
+/// debug build).
+fn otf_ast_gain(preset: &str, hours: f64, speed: f64) -> f64 {
+    let (home_only, tiered) = std::thread::scope(|scope| {
+        let home_only = scope.spawn(|| replay(preset, hours, speed, "hdd-ssd", "none", None));
+        let tiered = replay(preset, hours, speed, "hdd-ssd", "otf-ast", None);
+        (home_only.join().unwrap(), tiered)
+    });
+    assert!(
+        home_only.home_util > 0.95,
+        "{preset}: the HDD must be saturated, util {}",
+        home_only.home_util
+    );
+    tiered.avg_iops_first_hour / home_only.avg_iops_first_hour - 1.0
+}
+
+#[test]
+fn otf_ast_gains_most_on_usr_1_and_least_on_proj_4() {
+    // Half an hour of usr_1 and a quarter of proj_4, at the paper's factors.
+    let usr_1 = otf_ast_gain("usr_1", 0.5, 8.0);
+    let proj_4 = otf_ast_gain("proj_4", 0.25, 2.0);
+    eprintln!("otf-ast gain: usr_1 {usr_1:+.3}, proj_4 {proj_4:+.3}");
+    assert!(usr_1 > 0.15, "usr_1 gain {usr_1}");
+    assert!(usr_1 > proj_4, "usr_1 {usr_1} vs proj_4 {proj_4}");
+}
+
+#[test]
+fn atsmf_answers_at_least_20_percent_faster_than_flash_only() {
+    for preset in ["src1_0", "usr_1"] {
+        let flash_only = replay(preset, 0.25, 1.0, "ssd-mem", "none", None);
+        let atsmf = replay(preset, 0.25, 1.0, "ssd-mem", "atsmf", None);
+        let ratio = atsmf.avg_response_us / flash_only.avg_response_us;
+        eprintln!("atsmf response ratio on {preset}: {ratio:.3}");
+        assert!(ratio <= 0.8, "{preset}: ratio {ratio}");
+        assert!(atsmf.moves > 0);
+    }
+}
+
+#[test]
+fn atsmf_serves_more_from_memory_than_a_fifo_cache_of_the_same_size() {
+    let atsmf = replay("proj_2", 0.25, 1.0, "ssd-mem", "atsmf", None);
+    let memory = atsmf.fast_bytes_max;
+    assert!(memory > 0);
+    let fifo = replay("proj_2", 0.25, 1.0, "ssd-mem", "fifo", Some(memory));
+    assert_eq!(
+        fifo.cache.as_ref().unwrap().capacity_pages,
+        memory / 4096,
+        "the cache gets the memory ATSMF used at most"
+    );
+    eprintln!(
+        "memory access ratio on proj_2 with {:.1} GB: atsmf {:.3}, fifo {:.3}",
+        memory as f64 / 1e9,
+        atsmf.fast_io_share,
+        fifo.fast_io_share
+    );
+    assert!(
+        atsmf.fast_io_share > fifo.fast_io_share,
+        "atsmf {} vs fifo {}",
+        atsmf.fast_io_share,
+        fifo.fast_io_share
+    );
+}
+
+#[test]
+fn none_moves_nothing() {
+    let run = replay("usr_1", 0.25, 8.0, "hdd-ssd", "none", None);
+    assert!(run.requests > 0);
+    assert_eq!(run.moves, 0);
+    assert_eq!(run.moves_unfinished, 0);
+    assert_eq!(run.migrated_bytes, 0);
+    assert_eq!(run.fast_bytes_max, 0);
+    assert_eq!(run.fast_io_share, 0.0);
+    assert_eq!(run.tiers[0].user_ios, 0);
+}
