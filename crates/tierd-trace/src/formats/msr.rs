@@ -66,7 +66,7 @@ impl LineFormat for Msr {
         )?;
         let response_ns = scale(response_ticks, NS_PER_TICK, "ResponseTime", "nanoseconds")?;
 
-        let volume = self.volume.id_with(&[host, disk], b'_', volumes);
+        let volume = self.volume.id_joined(host, b'_', disk, volumes);
 
         Ok(Parsed::Request(Request {
             time_ns,
