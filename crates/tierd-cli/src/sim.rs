@@ -46,6 +46,11 @@ pub struct SimArgs {
     /// fifo, lru, arc, s3fifo (page caches over the fast tier).
     #[arg(long, value_name = "LIST", default_value = DEFAULT_POLICIES)]
     policy: String,
+    /// Policy settings: a TOML file with a table per policy, e.g.
+    /// `[otf-ast]` `promote_persistent = false`; keys left out keep the paper
+    /// defaults (docs/policies/).
+    #[arg(long, value_name = "FILE")]
+    policy_config: Option<PathBuf>,
     /// Segment size (power of two, 1MiB-4GiB); default: the tier stack's.
     #[arg(long, value_parser = bytes)]
     segment_bytes: Option<u64>,
@@ -188,7 +193,12 @@ fn scan(source: &Source) -> Result<(u64, u64), CliError> {
 
 pub fn run(args: SimArgs) -> Result<(), CliError> {
     let stack = TierStack::load(&args.tiers)?;
-    let strategies = Strategy::parse_list(&args.policy)?;
+    let mut strategies = Strategy::parse_list(&args.policy)?;
+    if let Some(path) = &args.policy_config {
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| CliError(format!("{}: cannot read: {error}", path.display())))?;
+        Strategy::apply_settings(&mut strategies, &text, &path.display().to_string())?;
+    }
     let (source, default_speed, volume_from_source) = match &args.trace {
         Some(path) => (
             Source::File {

@@ -267,3 +267,46 @@ fn window_speed_and_closed_loop_options_reach_the_run() {
     );
     assert_eq!(value["runs"][0]["settings"]["replay"]["queue_depth"], 4);
 }
+
+#[test]
+fn policy_settings_come_from_a_file_and_a_typo_is_refused() {
+    let directory = tempfile::tempdir().unwrap();
+    // With the §5.4 rule off and `up` above 100 %, OTF-AST can never promote.
+    let settings = write_file(
+        directory.path(),
+        "policies.toml",
+        "[otf-ast]\npromote_persistent = false\nutil_up_percent = 100.0\n",
+    );
+    let run = |extra: &[&str]| -> Value {
+        let mut args = vec!["sim", "--hours", "0.3", "--policy", "otf-ast", "--json"];
+        args.extend_from_slice(extra);
+        let output = tierd(&args);
+        assert!(output.status.success(), "{}", stderr(&output));
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let default_moves = run(&[])["runs"][0]["moves"].as_u64().unwrap();
+    let quiet = run(&["--policy-config", path_arg(&settings)]);
+    assert!(default_moves > 0, "the default otf-ast moves on usr_1");
+    assert_eq!(quiet["runs"][0]["moves"], 0, "{}", quiet["runs"][0]);
+
+    let typo = write_file(
+        directory.path(),
+        "typo.toml",
+        "[otf-ast]\nutil_upp_percent = 80.0\n",
+    );
+    let output = tierd(&[
+        "sim",
+        "--hours",
+        "0.05",
+        "--policy",
+        "otf-ast",
+        "--policy-config",
+        path_arg(&typo),
+    ]);
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(
+        message.contains("typo.toml") && message.contains("util_upp_percent"),
+        "{message}"
+    );
+}

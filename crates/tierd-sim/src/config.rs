@@ -4,6 +4,8 @@
 use serde::Serialize;
 use tierd_common::units::{NS_PER_SECOND, PAGE_BYTES};
 use tierd_policy::cache::CacheKind;
+use tierd_policy::policies::atsmf::AtsmfConfig;
+use tierd_policy::policies::otf_ast::OtfAstConfig;
 use tierd_policy::{PolicyConfig, PolicyKind};
 
 use crate::error::SimError;
@@ -246,6 +248,83 @@ impl Strategy {
         Ok(strategies)
     }
 
+    /// Applies per-policy settings from a TOML document with one table per
+    /// policy name, e.g.
+    ///
+    /// ```toml
+    /// [otf-ast]
+    /// promote_persistent = false   # paper 000 Table 4 ran without the §5.4 rule
+    ///
+    /// [atsmf]
+    /// top_n_segments = 20
+    /// ```
+    ///
+    /// Keys left out keep the paper defaults. A table for a policy that is not
+    /// in `strategies`, a policy without settings (`none`, the caches), an
+    /// unknown key or an out-of-range value is an error naming the file and
+    /// the key, so a typo never silently runs the defaults.
+    pub fn apply_settings(
+        strategies: &mut [Strategy],
+        text: &str,
+        source_name: &str,
+    ) -> Result<(), SimError> {
+        let table: toml::Table = toml::from_str(text).map_err(|error| SimError::StackSyntax {
+            source_name: source_name.to_string(),
+            message: error.to_string(),
+        })?;
+        let config_error = |key: &str, message: String| SimError::Config {
+            source_name: source_name.to_string(),
+            key: key.to_string(),
+            message,
+        };
+        let listed: Vec<&str> = strategies.iter().map(Strategy::name).collect();
+        for (key, value) in &table {
+            let Some(strategy) = strategies
+                .iter_mut()
+                .find(|strategy| strategy.name() == key)
+            else {
+                return Err(config_error(
+                    key,
+                    format!(
+                        "not a policy of this run (--policy lists: {}); tables are named after policies, e.g. [otf-ast]",
+                        listed.join(", ")
+                    ),
+                ));
+            };
+            let settings = value.clone();
+            let parsed = match strategy {
+                Strategy::Tiering(PolicyConfig::OtfAst(_)) => {
+                    let config: OtfAstConfig =
+                        settings.try_into().map_err(|error: toml::de::Error| {
+                            config_error(key, error.message().to_string())
+                        })?;
+                    config
+                        .validate()
+                        .map_err(|message| config_error(key, message))?;
+                    PolicyConfig::OtfAst(config)
+                }
+                Strategy::Tiering(PolicyConfig::Atsmf(_)) => {
+                    let config: AtsmfConfig =
+                        settings.try_into().map_err(|error: toml::de::Error| {
+                            config_error(key, error.message().to_string())
+                        })?;
+                    config
+                        .validate()
+                        .map_err(|message| config_error(key, message))?;
+                    PolicyConfig::Atsmf(config)
+                }
+                Strategy::Tiering(PolicyConfig::None) | Strategy::Cache(_) => {
+                    return Err(config_error(
+                        key,
+                        "this policy has no settings (only otf-ast and atsmf do)".to_string(),
+                    ))
+                }
+            };
+            *strategy = Strategy::Tiering(parsed);
+        }
+        Ok(())
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Strategy::Tiering(config) => config.kind().name(),
@@ -275,6 +354,59 @@ impl Strategy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn policy_settings_replace_the_paper_defaults_key_by_key() {
+        let mut strategies = Strategy::parse_list("none,otf-ast,atsmf,lru").unwrap();
+        Strategy::apply_settings(
+            &mut strategies,
+            "[otf-ast]\npromote_persistent = false\n\n[atsmf]\ntop_n_segments = 20\n",
+            "settings.toml",
+        )
+        .unwrap();
+        let Strategy::Tiering(PolicyConfig::OtfAst(otf_ast)) = &strategies[1] else {
+            panic!("otf-ast stays otf-ast: {:?}", strategies[1]);
+        };
+        assert!(!otf_ast.promote_persistent);
+        assert_eq!(
+            otf_ast.util_up_percent,
+            OtfAstConfig::default().util_up_percent
+        );
+        let Strategy::Tiering(PolicyConfig::Atsmf(atsmf)) = &strategies[2] else {
+            panic!("atsmf stays atsmf: {:?}", strategies[2]);
+        };
+        assert_eq!(atsmf.top_n_segments, 20);
+        assert_eq!(strategies[0], Strategy::parse("none").unwrap());
+    }
+
+    #[test]
+    fn policy_settings_errors_name_the_file_and_key() {
+        let error = |text: &str| {
+            let mut strategies = Strategy::parse_list("none,otf-ast,lru").unwrap();
+            Strategy::apply_settings(&mut strategies, text, "settings.toml")
+                .unwrap_err()
+                .to_string()
+        };
+        let typo = error("[otf-ast]\npromote_persistant = false\n");
+        assert!(
+            typo.contains("settings.toml") && typo.contains("promote_persistant"),
+            "{typo}"
+        );
+        let absent = error("[atsmf]\ntop_n_segments = 20\n");
+        assert!(
+            absent.contains("atsmf") && absent.contains("none, otf-ast, lru"),
+            "{absent}"
+        );
+        let no_settings = error("[lru]\nsize = 1\n");
+        assert!(no_settings.contains("no settings"), "{no_settings}");
+        let range = error("[otf-ast]\nutil_up_percent = 170.0\n");
+        assert!(
+            range.contains("otf-ast") && range.contains("util_up_percent"),
+            "{range}"
+        );
+        let syntax = error("[otf-ast\n");
+        assert!(syntax.contains("settings.toml"), "{syntax}");
+    }
 
     fn config() -> SimConfig {
         SimConfig::new(TierStack::preset("hdd-ssd").unwrap(), 600 << 30)
