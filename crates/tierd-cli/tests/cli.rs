@@ -1,34 +1,13 @@
 //! The `tierd` command as a user meets it: outputs, JSON keys, errors.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
+
+use common::{path_arg, stderr, stdout, tierd, write_file};
+
+use std::path::Path;
+use std::process::Command;
 
 use serde_json::Value;
-
-fn tierd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tierd"))
-        .args(args)
-        .output()
-        .expect("run tierd")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn path_arg(path: &Path) -> &str {
-    path.to_str().expect("utf-8 temp path")
-}
-
-fn write_file(directory: &Path, name: &str, contents: &str) -> PathBuf {
-    let path = directory.join(name);
-    std::fs::write(&path, contents).unwrap();
-    path
-}
 
 const MSR_LINES: &str = "\
 128166385295514878,hm,0,Write,11855351808,512,2617

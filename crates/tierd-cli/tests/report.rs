@@ -1,19 +1,11 @@
 //! `tierd sim --report DIR`: the command writes the HTML report, with the
 //! heat map from a second pass over the same requests on the runs' timeline.
 
+mod common;
+
+use common::{stderr, tierd};
+
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn tierd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tierd"))
-        .args(args)
-        .output()
-        .expect("run tierd")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
 
 fn read(directory: &Path, name: &str) -> String {
     std::fs::read_to_string(directory.join(name)).unwrap_or_else(|error| panic!("{name}: {error}"))

@@ -1,35 +1,11 @@
 //! `tierd sim` as a user meets it: the default run, JSON keys, trace files,
 //! tier files and the errors.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
+
+use common::{path_arg, stderr, stdout, tierd, write_file};
 
 use serde_json::Value;
-
-fn tierd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tierd"))
-        .args(args)
-        .output()
-        .expect("run tierd")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn path_arg(path: &Path) -> &str {
-    path.to_str().expect("utf-8 temp path")
-}
-
-fn write_file(directory: &Path, name: &str, contents: &str) -> PathBuf {
-    let path = directory.join(name);
-    std::fs::write(&path, contents).unwrap();
-    path
-}
 
 /// The default run, shortened: debug builds are slow, and the arguments are
 /// otherwise exactly what `tierd sim` alone uses.
