@@ -808,6 +808,18 @@ impl<'run> Engine<'run> {
         }
     }
 
+    /// Byte offset on `tier`'s device where `segment` starts: home keeps
+    /// every segment at its own volume offset, other tiers at the start of
+    /// the segment's slot. The one place this mapping is written.
+    fn segment_base(&self, segment: usize, tier: usize) -> u64 {
+        let segment_bytes = self.config.segment_bytes;
+        if tier == self.home {
+            segment as u64 * segment_bytes
+        } else {
+            u64::from(self.slot[segment]) * segment_bytes
+        }
+    }
+
     /// Sends a tiering piece to the device its segment lives on.
     ///
     /// A write to a segment being moved is also *mirrored* to the target
@@ -820,13 +832,11 @@ impl<'run> Engine<'run> {
         let segment = piece.segment as usize;
         let tier = self.placement[segment];
         let segment_bytes = self.config.segment_bytes;
-        let slot = self.slot[segment];
-        let device_offset = if tier as usize == self.home {
-            piece.volume_offset
-        } else {
-            self.slot_ios[tier as usize][slot as usize] += 1;
-            u64::from(slot) * segment_bytes + piece.volume_offset % segment_bytes
-        };
+        if tier as usize != self.home {
+            self.slot_ios[tier as usize][self.slot[segment] as usize] += 1;
+        }
+        let device_offset =
+            self.segment_base(segment, tier as usize) + piece.volume_offset % segment_bytes;
         self.route_sequence += 1;
         let stored = self.pieces.get_mut(piece_index);
         stored.tier = tier;
@@ -1386,11 +1396,7 @@ impl<'run> Engine<'run> {
         let to = queued.plan.to as usize;
         let segment_start = segment as u64 * segment_bytes;
         let segment_len = segment_bytes.min(self.config.volume_bytes - segment_start);
-        let source_base = if from == self.home {
-            segment_start
-        } else {
-            u64::from(self.slot[segment]) * segment_bytes
-        };
+        let source_base = self.segment_base(segment, from);
         let target_slot = if to == self.home {
             None
         } else {
@@ -2257,11 +2263,7 @@ mod tests {
             for segment in 0..engine.segments as usize {
                 let start = segment as u64 * config.segment_bytes;
                 let tier = engine.placement[segment] as usize;
-                let base = if tier == engine.home {
-                    start
-                } else {
-                    u64::from(engine.slot[segment]) * config.segment_bytes
-                };
+                let base = engine.segment_base(segment, tier);
                 shadow.verify(tier, base, start, config.segment_bytes);
             }
             let result = engine.finish("random");
@@ -2355,7 +2357,7 @@ mod tests {
         engine.run(&mut |_| {}).unwrap();
         let shadow = engine.shadow.take().unwrap();
         assert_eq!(engine.placement[segment as usize], 0);
-        let base = u64::from(engine.slot[segment as usize]) * config.segment_bytes;
+        let base = engine.segment_base(segment as usize, 0);
         shadow.verify(0, base, segment_start, config.segment_bytes);
         let result = engine.finish("promote-once");
         assert_eq!(result.requests, count);
@@ -2485,11 +2487,7 @@ mod tests {
         for segment in 0..4usize {
             let start = segment as u64 * config.segment_bytes;
             let tier = engine.placement[segment] as usize;
-            let base = if tier == engine.home {
-                start
-            } else {
-                u64::from(engine.slot[segment]) * config.segment_bytes
-            };
+            let base = engine.segment_base(segment, tier);
             shadow.verify(tier, base, start, config.segment_bytes);
         }
         let result = engine.finish("script");
