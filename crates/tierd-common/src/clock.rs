@@ -13,6 +13,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub trait Clock: Send + Sync {
     /// Nanoseconds since this clock's origin.
     fn now_ns(&self) -> u64;
+
+    /// Waits `duration_ns` on this clock's timeline: a real sleep on
+    /// [`SystemClock`], an instant jump forward on [`ManualClock`] (so code
+    /// that paces or emulates latency runs in virtual time under test).
+    fn sleep_ns(&self, duration_ns: u64);
 }
 
 /// Wall time from the OS, measured from the moment the clock was created.
@@ -41,6 +46,13 @@ impl Default for SystemClock {
 impl Clock for SystemClock {
     fn now_ns(&self) -> u64 {
         u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    #[allow(clippy::disallowed_methods)] // the single sanctioned OS sleep
+    fn sleep_ns(&self, duration_ns: u64) {
+        if duration_ns > 0 {
+            std::thread::sleep(std::time::Duration::from_nanos(duration_ns));
+        }
     }
 }
 
@@ -78,6 +90,10 @@ impl Clock for ManualClock {
     fn now_ns(&self) -> u64 {
         self.now_ns.load(Ordering::SeqCst)
     }
+
+    fn sleep_ns(&self, duration_ns: u64) {
+        self.advance_ns(duration_ns);
+    }
 }
 
 #[cfg(test)]
@@ -92,6 +108,8 @@ mod tests {
         assert_eq!(clock.now_ns(), 15);
         clock.set_ns(100);
         assert_eq!(clock.now_ns(), 100);
+        clock.sleep_ns(7);
+        assert_eq!(clock.now_ns(), 107);
     }
 
     #[test]

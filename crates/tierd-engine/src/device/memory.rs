@@ -1,0 +1,1 @@
+//! TODO(device helper): see mod.rs

@@ -1,0 +1,151 @@
+//! Block devices as the live engine uses them: backends that store bytes and
+//! wrappers that add measurement, emulated timing or injected faults.
+//!
+//! Backends: [`file::FileDevice`] (a file or block device, positioned IO,
+//! optional `O_DIRECT`) and [`memory::MemoryDevice`] (volatile RAM).
+//! Wrappers: [`stats::StatsDevice`] (per-direction iops, bytes, latency
+//! histogram, busy time), [`latency::LatencyDevice`] (holds completions back to
+//! what a `tierd_device` model says, so one machine can stand in for an
+//! HDD+SSD stack) and [`fault::FaultDevice`] (EIO, delay, a device that
+//! disappears; per-op probabilities from a seeded RNG).
+//!
+//! Every device is shared between threads (`&self` methods); implementations
+//! serialise internally where they must.
+
+pub mod fault;
+pub mod file;
+pub mod latency;
+pub mod memory;
+pub mod stats;
+
+use std::fmt;
+
+/// What went wrong with one device operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceErrorKind {
+    /// The OS (or an injected fault) returned this errno.
+    Io(i32),
+    /// Offset + length beyond the device: a caller bug, never sent to a device.
+    OutOfRange,
+    /// The device is gone (removed, or a fault marks it lost): every op fails.
+    Gone,
+}
+
+/// A failed device operation, naming the device and the byte range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceError {
+    pub device: String,
+    pub op: &'static str,
+    pub offset_bytes: u64,
+    pub length_bytes: u64,
+    pub kind: DeviceErrorKind,
+    pub message: String,
+}
+
+impl fmt::Display for DeviceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "device {}: {} of {} bytes at offset {} failed: {}",
+            self.device, self.op, self.length_bytes, self.offset_bytes, self.message
+        )
+    }
+}
+
+impl std::error::Error for DeviceError {}
+
+impl DeviceError {
+    /// The errno to report to a client (EIO unless the OS said otherwise).
+    pub fn errno(&self) -> i32 {
+        match self.kind {
+            DeviceErrorKind::Io(errno) => errno,
+            DeviceErrorKind::OutOfRange => libc::EINVAL,
+            DeviceErrorKind::Gone => libc::EIO,
+        }
+    }
+}
+
+pub type DeviceResult<T> = Result<T, DeviceError>;
+
+/// Cumulative counters of a [`stats::StatsDevice`] (other devices report none).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DeviceStats {
+    pub reads: u64,
+    pub writes: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub flushes: u64,
+    pub discards: u64,
+    pub errors: u64,
+    /// Time with at least one operation outstanding (iostat's %util × time).
+    pub busy_ns: u64,
+    /// Sum of operation latencies (await × ops) per direction.
+    pub read_latency_ns_total: u64,
+    pub write_latency_ns_total: u64,
+    /// Latency histograms: bucket `i` counts ops with latency in
+    /// `[2^i, 2^(i+1))` ns (bucket 0 also holds 0 ns). 40 buckets.
+    pub read_latency_buckets: Vec<u64>,
+    pub write_latency_buckets: Vec<u64>,
+}
+
+/// A block device shared by the engine's threads.
+///
+/// Obligations of every implementation:
+/// - `offset + length <= size_bytes()` is checked: beyond it the call fails
+///   with [`DeviceErrorKind::OutOfRange`] and touches nothing;
+/// - any offset, length and buffer address is accepted (a direct-IO backend
+///   bounces unaligned requests through aligned buffers itself);
+/// - `write_at` returning `Ok` means the bytes are visible to every later
+///   `read_at` on any thread; they are durable across a crash only after a
+///   later `flush` returns `Ok` (volatile devices never are);
+/// - after `discard` or `write_zeroes` returns, the range reads as zeroes;
+/// - never panics on any argument.
+pub trait BlockDevice: Send + Sync {
+    /// Name for errors, logs and metrics (the tier name or the path).
+    fn name(&self) -> &str;
+
+    fn size_bytes(&self) -> u64;
+
+    /// True for RAM: contents are lost when the process ends.
+    fn is_volatile(&self) -> bool;
+
+    fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> DeviceResult<()>;
+
+    fn write_at(&self, offset_bytes: u64, data: &[u8]) -> DeviceResult<()>;
+
+    /// Makes every write that completed before this call durable.
+    fn flush(&self) -> DeviceResult<()>;
+
+    /// Drops the range's contents (hole punch where supported); reads of the
+    /// range return zeroes afterwards.
+    fn discard(&self, offset_bytes: u64, length_bytes: u64) -> DeviceResult<()>;
+
+    /// Writes zeroes over the range (may deallocate).
+    fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> DeviceResult<()>;
+
+    /// Counters if this device (or a wrapper in its chain) measures them.
+    fn stats(&self) -> Option<DeviceStats> {
+        None
+    }
+}
+
+/// Checks `offset + length <= size`, for implementations.
+pub fn check_range(
+    device: &str,
+    op: &'static str,
+    offset_bytes: u64,
+    length_bytes: u64,
+    size_bytes: u64,
+) -> DeviceResult<()> {
+    match offset_bytes.checked_add(length_bytes) {
+        Some(end) if end <= size_bytes => Ok(()),
+        _ => Err(DeviceError {
+            device: device.to_string(),
+            op,
+            offset_bytes,
+            length_bytes,
+            kind: DeviceErrorKind::OutOfRange,
+            message: format!("range ends beyond the device size of {size_bytes} bytes"),
+        }),
+    }
+}
