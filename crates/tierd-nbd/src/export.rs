@@ -44,6 +44,12 @@ pub trait Export: Send + Sync {
         true
     }
 
+    /// A human-readable description, sent as `NBD_INFO_DESCRIPTION` when a
+    /// client asks for it. The default has none.
+    fn description(&self) -> Option<String> {
+        None
+    }
+
     fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> ExportResult<()>;
 
     fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> ExportResult<()>;

@@ -1,0 +1,271 @@
+//! Socket plumbing shared by the server and the client: one stream type over
+//! Unix and TCP sockets, and a read buffer that can tell whether a whole
+//! request is already buffered.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::unix::net::UnixStream;
+
+use crate::proto::{NBD_CMD_WRITE, REQUEST_HEADER_BYTES};
+
+/// A connected stream socket.
+#[derive(Debug)]
+pub enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    pub fn try_clone(&self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Unix(stream) => Stream::Unix(stream.try_clone()?),
+            Stream::Tcp(stream) => Stream::Tcp(stream.try_clone()?),
+        })
+    }
+
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        match self {
+            Stream::Unix(stream) => stream.shutdown(how),
+            Stream::Tcp(stream) => stream.shutdown(how),
+        }
+    }
+}
+
+impl Read for Stream {
+    #[inline]
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(stream) => stream.read(buf),
+            Stream::Tcp(stream) => stream.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    #[inline]
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(stream) => stream.write(buf),
+            Stream::Tcp(stream) => stream.write(buf),
+        }
+    }
+
+    #[inline]
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(stream) => stream.write_vectored(bufs),
+            Stream::Tcp(stream) => stream.write_vectored(bufs),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A fixed-capacity read buffer in front of a socket. Reads fetch as much as
+/// the kernel has (up to the free space), so pipelined requests arrive in one
+/// system call and can be answered with one write.
+pub struct InputBuffer {
+    data: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+/// The outcome of waiting for bytes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Fill {
+    /// At least the asked-for bytes are buffered.
+    Ready,
+    /// The peer closed the stream with nothing buffered: a clean end at a
+    /// message boundary.
+    Closed,
+}
+
+impl InputBuffer {
+    pub fn with_capacity(capacity_bytes: usize) -> Self {
+        Self {
+            data: vec![0; capacity_bytes.max(REQUEST_HEADER_BYTES * 2)],
+            start: 0,
+            end: 0,
+        }
+    }
+
+    /// The bytes buffered and not yet consumed.
+    #[inline]
+    pub fn buffered(&self) -> &[u8] {
+        &self.data[self.start..self.end]
+    }
+
+    #[inline]
+    pub fn consume(&mut self, count_bytes: usize) {
+        debug_assert!(count_bytes <= self.end - self.start);
+        self.start += count_bytes.min(self.end - self.start);
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Waits until `count_bytes` (at most the capacity) are buffered.
+    /// End of stream with nothing buffered is [`Fill::Closed`]; in the middle
+    /// of a message it is an `UnexpectedEof` error.
+    pub fn fill(&mut self, stream: &mut impl Read, count_bytes: usize) -> io::Result<Fill> {
+        debug_assert!(count_bytes <= self.data.len());
+        let count_bytes = count_bytes.min(self.data.len());
+        while self.end - self.start < count_bytes {
+            if self.data.len() - self.start < count_bytes {
+                self.data.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            let read = match stream.read(&mut self.data[self.end..]) {
+                Ok(read) => read,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => return Err(error),
+            };
+            if read == 0 {
+                if self.start == self.end {
+                    return Ok(Fill::Closed);
+                }
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "peer closed the connection with {} of {} bytes of a message received",
+                        self.end - self.start,
+                        count_bytes
+                    ),
+                ));
+            }
+            self.end += read;
+        }
+        Ok(Fill::Ready)
+    }
+
+    /// Fills `destination` from buffered bytes first, then straight from the
+    /// stream (large payloads skip the buffer).
+    pub fn read_exact(&mut self, stream: &mut impl Read, destination: &mut [u8]) -> io::Result<()> {
+        let buffered = (self.end - self.start).min(destination.len());
+        destination[..buffered].copy_from_slice(&self.data[self.start..self.start + buffered]);
+        self.consume(buffered);
+        let rest = &mut destination[buffered..];
+        if rest.is_empty() {
+            return Ok(());
+        }
+        if rest.len() < self.data.len() / 2 {
+            // Small remainder: refill the buffer so following requests come
+            // along in the same system call.
+            self.fill(stream, rest.len()).and_then(|fill| match fill {
+                Fill::Ready => Ok(()),
+                Fill::Closed => Err(io::ErrorKind::UnexpectedEof.into()),
+            })?;
+            let count = rest.len();
+            rest.copy_from_slice(&self.data[self.start..self.start + count]);
+            self.consume(count);
+            return Ok(());
+        }
+        stream.read_exact(rest)
+    }
+
+    /// Reads and drops `count_bytes`.
+    pub fn discard(&mut self, stream: &mut impl Read, count_bytes: u64) -> io::Result<()> {
+        let mut left = count_bytes;
+        while left > 0 {
+            if self.start == self.end {
+                if self.fill(stream, 1)? == Fill::Closed {
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+            }
+            let take = (left.min((self.end - self.start) as u64)) as usize;
+            self.consume(take);
+            left -= take as u64;
+        }
+        Ok(())
+    }
+
+    /// True when a whole request (header, and payload for a write) is
+    /// buffered, so answering it needs no further read. A header with bad
+    /// magic counts as whole: it will end the connection without a read.
+    #[inline]
+    pub fn has_complete_request(&self) -> bool {
+        let buffered = self.buffered();
+        if buffered.len() < REQUEST_HEADER_BYTES {
+            return false;
+        }
+        let command = u16::from_be_bytes([buffered[6], buffered[7]]);
+        if command != NBD_CMD_WRITE {
+            return true;
+        }
+        let length =
+            u32::from_be_bytes([buffered[24], buffered[25], buffered[26], buffered[27]]) as usize;
+        buffered.len() >= REQUEST_HEADER_BYTES.saturating_add(length)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{RequestHeader, NBD_CMD_READ};
+
+    /// Hands out its bytes a few at a time.
+    struct Trickle<'a> {
+        bytes: &'a [u8],
+        step: usize,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let count = self.step.min(buf.len()).min(self.bytes.len());
+            buf[..count].copy_from_slice(&self.bytes[..count]);
+            self.bytes = &self.bytes[count..];
+            Ok(count)
+        }
+    }
+
+    fn header(command: u16, length_bytes: u32) -> [u8; REQUEST_HEADER_BYTES] {
+        RequestHeader {
+            flags: 0,
+            command,
+            cookie: 1,
+            offset_bytes: 0,
+            length_bytes,
+        }
+        .encode()
+    }
+
+    #[test]
+    fn complete_request_needs_the_whole_write_payload() {
+        let mut bytes = header(NBD_CMD_WRITE, 8).to_vec();
+        bytes.extend_from_slice(&[7; 8]);
+        let mut input = InputBuffer::with_capacity(256);
+        let mut source = Trickle {
+            bytes: &bytes,
+            step: 30,
+        };
+        assert_eq!(input.fill(&mut source, 28).unwrap(), Fill::Ready);
+        assert!(!input.has_complete_request());
+        assert_eq!(input.fill(&mut source, 36).unwrap(), Fill::Ready);
+        assert!(input.has_complete_request());
+        input.consume(28);
+        let mut payload = [0u8; 8];
+        input.read_exact(&mut source, &mut payload).unwrap();
+        assert_eq!(payload, [7; 8]);
+        assert_eq!(input.fill(&mut source, 28).unwrap(), Fill::Closed);
+    }
+
+    #[test]
+    fn eof_inside_a_message_is_an_error_and_discard_skips_bytes() {
+        let mut bytes = vec![0u8; 100];
+        bytes.extend_from_slice(&header(NBD_CMD_READ, 4));
+        let mut input = InputBuffer::with_capacity(64);
+        let mut source = Trickle {
+            bytes: &bytes,
+            step: 7,
+        };
+        input.discard(&mut source, 100).unwrap();
+        assert_eq!(input.fill(&mut source, 28).unwrap(), Fill::Ready);
+        assert!(input.has_complete_request());
+        input.consume(20);
+        assert!(input.fill(&mut source, 28).is_err());
+    }
+}

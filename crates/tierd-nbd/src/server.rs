@@ -1,0 +1,1591 @@
+//! The NBD server: fixed-newstyle handshake, then the transmission phase over
+//! any [`Export`].
+//!
+//! Concurrency: one thread per connection reads requests. With
+//! `workers_per_connection == 0` that thread also executes each request and
+//! batches replies (the socket is written only when no further whole request
+//! is already buffered), which suits fast exports. With workers, requests go
+//! through a bounded queue to that many threads so slow requests overlap;
+//! each reply is written as soon as it is ready. Either way a client that
+//! stops reading replies stalls its own connection (the socket send buffer
+//! fills, then the queue, then request reading stops) and nothing grows.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::export::Export;
+use crate::io::{Fill, InputBuffer, Stream};
+use crate::proto::*;
+
+/// How loud a log line is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+}
+
+impl LogLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Error => "error",
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+        }
+    }
+}
+
+/// Where the server's log lines go. Must not block for long: it is called
+/// from connection threads.
+pub type Logger = Arc<dyn Fn(LogLevel, &str) + Send + Sync>;
+
+/// The default logger: warnings and errors to stderr.
+pub fn stderr_logger() -> Logger {
+    Arc::new(|level, message| {
+        if level <= LogLevel::Warn {
+            eprintln!("tierd-nbd {}: {message}", level.as_str());
+        }
+    })
+}
+
+/// Settings of a [`Server`].
+#[derive(Clone)]
+pub struct ServerConfig {
+    /// Answer `NBD_OPT_LIST`; when false it gets `NBD_REP_ERR_POLICY`.
+    pub allow_list: bool,
+    /// 0: each connection's reader thread executes requests itself (best for
+    /// memory and page-cache exports). N > 0: N worker threads per
+    /// connection so slow requests overlap.
+    pub workers_per_connection: usize,
+    /// Requests queued per connection for the workers before the reader
+    /// stops reading (back-pressure). Ignored when `workers_per_connection`
+    /// is 0.
+    pub queue_depth_per_connection: usize,
+    /// Advertised minimum block size: 1 (any alignment) or 512 (requests
+    /// that are not multiples of 512 get EINVAL).
+    pub minimum_block_bytes: u32,
+    /// Connections accepted at once per listener; more are closed at once.
+    pub max_connections: usize,
+    /// On shutdown, how long connections get to finish in-flight requests
+    /// after reading stops, before their sockets are closed.
+    pub shutdown_grace_ms: u64,
+    pub logger: Logger,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            allow_list: true,
+            workers_per_connection: 0,
+            queue_depth_per_connection: 64,
+            minimum_block_bytes: 1,
+            max_connections: 256,
+            shutdown_grace_ms: 5_000,
+            logger: stderr_logger(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("ServerConfig")
+            .field("allow_list", &self.allow_list)
+            .field("workers_per_connection", &self.workers_per_connection)
+            .field(
+                "queue_depth_per_connection",
+                &self.queue_depth_per_connection,
+            )
+            .field("minimum_block_bytes", &self.minimum_block_bytes)
+            .field("max_connections", &self.max_connections)
+            .field("shutdown_grace_ms", &self.shutdown_grace_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a server could not be built or could not listen.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("invalid server setup: {0}")]
+    Config(String),
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        address: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The preferred block size advertised in `NBD_INFO_BLOCK_SIZE`.
+pub const PREFERRED_BLOCK_BYTES: u32 = 4096;
+/// Write payloads above `MAX_PAYLOAD_BYTES` but at most this are read and
+/// dropped (the request fails with EINVAL, the connection lives); larger
+/// ones are treated as an attack and close the connection.
+pub const MAX_DISCARDED_PAYLOAD_BYTES: u32 = 256 * 1024 * 1024;
+/// Option data longer than this closes the connection.
+pub const MAX_OPTION_BYTES: u32 = 64 * 1024;
+/// Options accepted in one handshake before the server gives up on the
+/// client.
+pub const MAX_OPTIONS_PER_HANDSHAKE: usize = 4096;
+/// The metadata context id of `base:allocation`.
+pub const ALLOCATION_CONTEXT_ID: u32 = 1;
+/// Most extents in one block status reply (the spec's 2^20 cap, kept lower).
+pub const MAX_EXTENTS_PER_REPLY: usize = 64 * 1024;
+
+const INPUT_BUFFER_BYTES: usize = 256 * 1024;
+/// Replies are written once this much is waiting, even under pipelining.
+const OUTPUT_FLUSH_BYTES: usize = 256 * 1024;
+/// Reply and payload buffers larger than this are released after use.
+const RETAINED_BUFFER_BYTES: usize = 4 * 1024 * 1024;
+
+/// Counter slot per command: 0..=7 are the commands, 8 is anything else.
+const COMMAND_SLOTS: usize = 9;
+
+#[derive(Default)]
+struct Counters {
+    requests: [AtomicU64; COMMAND_SLOTS],
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
+    request_errors: AtomicU64,
+    connections_accepted: AtomicU64,
+    connections_active: AtomicU64,
+    connections_refused: AtomicU64,
+    handshakes_failed: AtomicU64,
+    protocol_errors: AtomicU64,
+}
+
+/// A snapshot of a server's counters (all listeners together), for metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Requests received per command, indexed like
+    /// [`ServerStats::COMMAND_NAMES`] (the last slot: unknown commands).
+    pub requests: [u64; COMMAND_SLOTS],
+    /// Bytes returned by successful reads.
+    pub bytes_read: u64,
+    /// Bytes stored by successful writes.
+    pub bytes_written: u64,
+    /// Requests answered with an error.
+    pub request_errors: u64,
+    pub connections_accepted: u64,
+    pub connections_active: u64,
+    /// Connections closed at once because `max_connections` were open.
+    pub connections_refused: u64,
+    /// Handshakes that ended without reaching transmission (including
+    /// unknown export names and clients that aborted).
+    pub handshakes_failed: u64,
+    /// Connections closed because the client broke the protocol.
+    pub protocol_errors: u64,
+}
+
+impl ServerStats {
+    pub const COMMAND_NAMES: [&'static str; COMMAND_SLOTS] = [
+        "read",
+        "write",
+        "disc",
+        "flush",
+        "trim",
+        "cache",
+        "write_zeroes",
+        "block_status",
+        "unknown",
+    ];
+
+    /// Requests of one command by its NBD number (unknown numbers share the
+    /// last slot).
+    pub fn requests_of(&self, command: u16) -> u64 {
+        self.requests[command_slot(command)]
+    }
+}
+
+#[inline]
+fn command_slot(command: u16) -> usize {
+    usize::from(command).min(COMMAND_SLOTS - 1)
+}
+
+struct ServedExport {
+    name: String,
+    export: Arc<dyn Export>,
+}
+
+struct Shared {
+    exports: Vec<ServedExport>,
+    config: ServerConfig,
+    counters: Counters,
+}
+
+impl Shared {
+    fn log(&self, level: LogLevel, message: &str) {
+        (self.config.logger)(level, message);
+    }
+
+    /// The export a client names; the empty name is the first export.
+    fn find_export(&self, name: &[u8]) -> Option<usize> {
+        if name.is_empty() {
+            return if self.exports.is_empty() {
+                None
+            } else {
+                Some(0)
+            };
+        }
+        self.exports
+            .iter()
+            .position(|served| served.name.as_bytes() == name)
+    }
+}
+
+/// An NBD server over a fixed set of named exports. Cheap to clone; every
+/// listener started from it shares its exports and counters.
+#[derive(Clone)]
+pub struct Server {
+    shared: Arc<Shared>,
+}
+
+impl Server {
+    /// `exports`: name → export; the first one is also served under the
+    /// empty name. Names must be unique, non-empty, at most 4096 bytes and
+    /// free of NUL.
+    pub fn new(
+        exports: Vec<(String, Arc<dyn Export>)>,
+        config: ServerConfig,
+    ) -> Result<Server, ServerError> {
+        if exports.is_empty() {
+            return Err(ServerError::Config("no exports to serve".into()));
+        }
+        if config.minimum_block_bytes != 1 && config.minimum_block_bytes != 512 {
+            return Err(ServerError::Config(format!(
+                "minimum_block_bytes is {}, expected 1 or 512",
+                config.minimum_block_bytes
+            )));
+        }
+        if config.workers_per_connection > 0 && config.queue_depth_per_connection == 0 {
+            return Err(ServerError::Config(
+                "queue_depth_per_connection must be at least 1 when workers are used".into(),
+            ));
+        }
+        let mut served = Vec::with_capacity(exports.len());
+        for (name, export) in exports {
+            if name.is_empty() || name.len() > MAX_STRING_BYTES || name.contains('\0') {
+                return Err(ServerError::Config(format!(
+                    "export name {name:?} must be 1 to {MAX_STRING_BYTES} bytes without NUL"
+                )));
+            }
+            if served.iter().any(|other: &ServedExport| other.name == name) {
+                return Err(ServerError::Config(format!(
+                    "export name {name:?} appears twice"
+                )));
+            }
+            served.push(ServedExport { name, export });
+        }
+        Ok(Server {
+            shared: Arc::new(Shared {
+                exports: served,
+                config,
+                counters: Counters::default(),
+            }),
+        })
+    }
+
+    /// Counters of every listener of this server.
+    pub fn stats(&self) -> ServerStats {
+        let counters = &self.shared.counters;
+        let mut requests = [0u64; COMMAND_SLOTS];
+        for (slot, counter) in requests.iter_mut().zip(counters.requests.iter()) {
+            *slot = counter.load(Ordering::Relaxed);
+        }
+        ServerStats {
+            requests,
+            bytes_read: counters.bytes_read.load(Ordering::Relaxed),
+            bytes_written: counters.bytes_written.load(Ordering::Relaxed),
+            request_errors: counters.request_errors.load(Ordering::Relaxed),
+            connections_accepted: counters.connections_accepted.load(Ordering::Relaxed),
+            connections_active: counters.connections_active.load(Ordering::Relaxed),
+            connections_refused: counters.connections_refused.load(Ordering::Relaxed),
+            handshakes_failed: counters.handshakes_failed.load(Ordering::Relaxed),
+            protocol_errors: counters.protocol_errors.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Listens on a Unix socket at `path`, created with mode 0600. An
+    /// existing socket file there is removed only when nothing accepts
+    /// connections on it; any other existing file is an error.
+    pub fn serve_unix(&self, path: impl AsRef<Path>) -> Result<ServerHandle, ServerError> {
+        let path = path.as_ref().to_path_buf();
+        let listen_error = |source: io::Error| ServerError::Listen {
+            address: path.display().to_string(),
+            source,
+        };
+        remove_stale_socket(&path).map_err(listen_error)?;
+        let listener = bind_unix_private(&path).map_err(listen_error)?;
+        let metadata = std::fs::symlink_metadata(&path).map_err(listen_error)?;
+        let address = ListenAddress::Unix(path.clone());
+        let socket_identity = Some((metadata.dev(), metadata.ino()));
+        Ok(self.start(Listener::Unix(listener), address, socket_identity))
+    }
+
+    /// Listens on TCP at `address` exactly as given (the caller chooses
+    /// between loopback and other interfaces). Port 0 picks a free port;
+    /// [`ServerHandle::address`] tells which.
+    pub fn serve_tcp(&self, address: impl ToSocketAddrs) -> Result<ServerHandle, ServerError> {
+        let listener = TcpListener::bind(address).map_err(|source| ServerError::Listen {
+            address: "TCP address".into(),
+            source,
+        })?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| ServerError::Listen {
+                address: "TCP address".into(),
+                source,
+            })?;
+        Ok(self.start(Listener::Tcp(listener), ListenAddress::Tcp(local), None))
+    }
+
+    fn start(
+        &self,
+        listener: Listener,
+        address: ListenAddress,
+        socket_identity: Option<(u64, u64)>,
+    ) -> ServerHandle {
+        let listener_state = Arc::new(ListenerState {
+            stopping: AtomicBool::new(false),
+            table: Mutex::new(ConnectionTable::default()),
+            changed: Condvar::new(),
+        });
+        let listener_fd = listener.as_raw_fd();
+        let shared = Arc::clone(&self.shared);
+        let state = Arc::clone(&listener_state);
+        let accept_thread = std::thread::Builder::new()
+            .name("nbd-accept".into())
+            .spawn(move || accept_loop(shared, state, listener))
+            .ok();
+        if accept_thread.is_none() {
+            self.shared
+                .log(LogLevel::Error, "cannot start the accept thread");
+        }
+        ServerHandle {
+            address,
+            socket_identity,
+            listener_fd,
+            state: listener_state,
+            accept_thread,
+            grace: Duration::from_millis(self.shared.config.shutdown_grace_ms),
+        }
+    }
+}
+
+/// Where a listener listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListenAddress {
+    Unix(PathBuf),
+    Tcp(SocketAddr),
+}
+
+impl ListenAddress {
+    /// An NBD URI for the export `name` on this address.
+    pub fn uri(&self, name: &str) -> String {
+        match self {
+            ListenAddress::Unix(path) => {
+                format!("nbd+unix:///{name}?socket={}", path.display())
+            }
+            ListenAddress::Tcp(address) => format!("nbd://{address}/{name}"),
+        }
+    }
+}
+
+enum Listener {
+    Unix(UnixListener),
+    Tcp(TcpListener),
+}
+
+impl Listener {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Listener::Unix(listener) => listener.as_raw_fd(),
+            Listener::Tcp(listener) => listener.as_raw_fd(),
+        }
+    }
+
+    fn accept(&self) -> io::Result<Stream> {
+        match self {
+            Listener::Unix(listener) => listener.accept().map(|(stream, _)| Stream::Unix(stream)),
+            Listener::Tcp(listener) => {
+                let (stream, _) = listener.accept()?;
+                stream.set_nodelay(true)?;
+                Ok(Stream::Tcp(stream))
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct ConnectionTable {
+    next_id: u64,
+    /// A clone of each open connection's socket, to stop it on shutdown.
+    open: BTreeMap<u64, Stream>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+struct ListenerState {
+    stopping: AtomicBool,
+    table: Mutex<ConnectionTable>,
+    changed: Condvar,
+}
+
+impl ListenerState {
+    fn lock(&self) -> MutexGuard<'_, ConnectionTable> {
+        self.table
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A running listener. [`ServerHandle::shutdown`] (or dropping the handle)
+/// stops accepting, lets open connections finish their in-flight requests,
+/// closes them, and removes the Unix socket file.
+pub struct ServerHandle {
+    address: ListenAddress,
+    socket_identity: Option<(u64, u64)>,
+    listener_fd: RawFd,
+    state: Arc<ListenerState>,
+    accept_thread: Option<JoinHandle<()>>,
+    grace: Duration,
+}
+
+impl ServerHandle {
+    /// The bound address (with the real port when port 0 was asked for).
+    pub fn address(&self) -> &ListenAddress {
+        &self.address
+    }
+
+    /// Connections of this listener open right now.
+    pub fn open_connections(&self) -> usize {
+        self.state.lock().open.len()
+    }
+
+    /// Stops accepting, stops reading requests on every connection, waits up
+    /// to the configured grace for in-flight replies, then closes every
+    /// socket and joins every thread.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        let Some(accept_thread) = self.accept_thread.take() else {
+            return;
+        };
+        self.state.stopping.store(true, Ordering::SeqCst);
+        // On Linux, shutting a listening socket down wakes a blocked accept.
+        // SAFETY: the fd is owned by the accept thread's listener, which is
+        // alive until that thread is joined below; shutdown does not close it.
+        unsafe {
+            libc::shutdown(self.listener_fd, libc::SHUT_RDWR);
+        }
+        // Belt and braces: a connection wakes accept on any platform; the
+        // accept loop sees `stopping` and drops it.
+        match &self.address {
+            ListenAddress::Unix(path) => drop(UnixStream::connect(path)),
+            ListenAddress::Tcp(address) => drop(TcpStream::connect(address)),
+        }
+        let _ = accept_thread.join();
+        {
+            let table = self.state.lock();
+            for stream in table.open.values() {
+                let _ = stream.shutdown(Shutdown::Read);
+            }
+        }
+        let mut table = self.state.lock();
+        if !table.open.is_empty() {
+            table = match self
+                .state
+                .changed
+                .wait_timeout_while(table, self.grace, |table| !table.open.is_empty())
+            {
+                Ok((table, _)) => table,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+        for stream in table.open.values() {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+        let threads = std::mem::take(&mut table.threads);
+        drop(table);
+        for thread in threads {
+            let _ = thread.join();
+        }
+        if let (ListenAddress::Unix(path), Some(identity)) = (&self.address, self.socket_identity) {
+            if let Ok(metadata) = std::fs::symlink_metadata(path) {
+                if (metadata.dev(), metadata.ino()) == identity {
+                    let _ = std::fs::remove_file(path);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn remove_stale_socket(path: &Path) -> io::Result<()> {
+    let metadata = match std::fs::symlink_metadata(path) {
+        Ok(metadata) => metadata,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(error),
+    };
+    if !metadata.file_type().is_socket() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "the path exists and is not a socket; refusing to replace it",
+        ));
+    }
+    match UnixStream::connect(path) {
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            "another server is listening on this socket",
+        )),
+        Err(error) if error.kind() == io::ErrorKind::ConnectionRefused => {
+            std::fs::remove_file(path)
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// socket + bind + chmod 0600 + listen: nobody can connect before the mode
+/// is set, because connecting needs `listen`.
+fn bind_unix_private(path: &Path) -> io::Result<UnixListener> {
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: sockaddr_un is plain data; zeroed is a valid value.
+    let mut address: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.is_empty() || bytes.len() >= address.sun_path.len() || bytes.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "socket path must be 1 to {} bytes without NUL",
+                address.sun_path.len() - 1
+            ),
+        ));
+    }
+    address.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (slot, byte) in address.sun_path.iter_mut().zip(bytes) {
+        *slot = *byte as libc::c_char;
+    }
+    // SAFETY: plain system calls on a descriptor this function owns.
+    unsafe {
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let owned = OwnedFd::from_raw_fd(fd);
+        let length = (std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1) as u32;
+        if libc::bind(
+            fd,
+            &address as *const libc::sockaddr_un as *const libc::sockaddr,
+            length,
+        ) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        let mut c_path = bytes.to_vec();
+        c_path.push(0);
+        if libc::chmod(c_path.as_ptr() as *const libc::c_char, 0o600) != 0
+            || libc::listen(fd, 128) != 0
+        {
+            let error = io::Error::last_os_error();
+            let _ = std::fs::remove_file(path);
+            return Err(error);
+        }
+        Ok(UnixListener::from(owned))
+    }
+}
+
+fn accept_loop(shared: Arc<Shared>, state: Arc<ListenerState>, listener: Listener) {
+    loop {
+        let accepted = listener.accept();
+        if state.stopping.load(Ordering::SeqCst) {
+            break;
+        }
+        let stream = match accepted {
+            Ok(stream) => stream,
+            Err(error) => {
+                if matches!(
+                    error.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                ) {
+                    continue;
+                }
+                shared.log(LogLevel::Error, &format!("accept failed: {error}"));
+                // Out of descriptors or similar: back off a little instead
+                // of spinning.
+                let table = state.lock();
+                let _ = state
+                    .changed
+                    .wait_timeout(table, Duration::from_millis(100));
+                continue;
+            }
+        };
+        let mut table = state.lock();
+        table.threads.retain(|thread| !thread.is_finished());
+        if table.open.len() >= shared.config.max_connections {
+            drop(table);
+            shared
+                .counters
+                .connections_refused
+                .fetch_add(1, Ordering::Relaxed);
+            shared.log(
+                LogLevel::Warn,
+                &format!(
+                    "refusing a connection: {} connections are open (max_connections)",
+                    shared.config.max_connections
+                ),
+            );
+            continue;
+        }
+        let Ok(registered) = stream.try_clone() else {
+            continue;
+        };
+        let id = table.next_id;
+        table.next_id += 1;
+        table.open.insert(id, registered);
+        shared
+            .counters
+            .connections_accepted
+            .fetch_add(1, Ordering::Relaxed);
+        shared
+            .counters
+            .connections_active
+            .fetch_add(1, Ordering::Relaxed);
+        let thread_shared = Arc::clone(&shared);
+        let thread_state = Arc::clone(&state);
+        let spawned = std::thread::Builder::new()
+            .name(format!("nbd-conn-{id}"))
+            .spawn(move || {
+                run_connection(&thread_shared, stream, id);
+                thread_shared
+                    .counters
+                    .connections_active
+                    .fetch_sub(1, Ordering::Relaxed);
+                let mut table = thread_state.lock();
+                table.open.remove(&id);
+                drop(table);
+                thread_state.changed.notify_all();
+            });
+        match spawned {
+            Ok(thread) => table.threads.push(thread),
+            Err(error) => {
+                table.open.remove(&id);
+                shared
+                    .counters
+                    .connections_active
+                    .fetch_sub(1, Ordering::Relaxed);
+                shared.log(
+                    LogLevel::Error,
+                    &format!("cannot start a connection thread: {error}"),
+                );
+            }
+        }
+    }
+}
+
+/// Why a connection ended early.
+enum ConnectionEnd {
+    /// The client broke the protocol; logged as a warning.
+    Protocol(String),
+    /// The socket failed (client vanished); logged at debug level.
+    Io(io::Error),
+}
+
+impl From<io::Error> for ConnectionEnd {
+    fn from(error: io::Error) -> Self {
+        ConnectionEnd::Io(error)
+    }
+}
+
+fn run_connection(shared: &Shared, mut stream: Stream, id: u64) {
+    shared.log(LogLevel::Debug, &format!("connection {id}: accepted"));
+    let mut input = InputBuffer::with_capacity(INPUT_BUFFER_BYTES);
+    let session = match negotiate(shared, &mut input, &mut stream) {
+        Ok(Some(session)) => session,
+        Ok(None) => {
+            shared
+                .counters
+                .handshakes_failed
+                .fetch_add(1, Ordering::Relaxed);
+            shared.log(
+                LogLevel::Debug,
+                &format!("connection {id}: closed during the handshake"),
+            );
+            return;
+        }
+        Err(end) => {
+            shared
+                .counters
+                .handshakes_failed
+                .fetch_add(1, Ordering::Relaxed);
+            report_end(shared, id, "handshake", end);
+            return;
+        }
+    };
+    shared.log(
+        LogLevel::Debug,
+        &format!(
+            "connection {id}: serving export {:?} (structured replies: {})",
+            shared.exports[session.export_index].name, session.structured
+        ),
+    );
+    let result = if shared.config.workers_per_connection == 0 {
+        transmit_inline(shared, &session, &mut input, &mut stream)
+    } else {
+        transmit_with_workers(shared, &session, &mut input, &mut stream)
+    };
+    match result {
+        Ok(()) => shared.log(LogLevel::Debug, &format!("connection {id}: closed")),
+        Err(end) => report_end(shared, id, "transmission", end),
+    }
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+fn report_end(shared: &Shared, id: u64, phase: &str, end: ConnectionEnd) {
+    match end {
+        ConnectionEnd::Protocol(message) => {
+            shared
+                .counters
+                .protocol_errors
+                .fetch_add(1, Ordering::Relaxed);
+            shared.log(
+                LogLevel::Warn,
+                &format!("connection {id}: closed in {phase}: {message}"),
+            );
+        }
+        ConnectionEnd::Io(error) => shared.log(
+            LogLevel::Debug,
+            &format!("connection {id}: socket ended in {phase}: {error}"),
+        ),
+    }
+}
+
+/// What one connection agreed on in the handshake.
+struct Session {
+    export_index: usize,
+    export: Arc<dyn Export>,
+    size_bytes: u64,
+    writable: bool,
+    structured: bool,
+    allocation_context: Option<u32>,
+    minimum_block_bytes: u32,
+}
+
+fn transmission_flags(export: &dyn Export, structured: bool) -> u16 {
+    let mut flags = NBD_FLAG_HAS_FLAGS
+        | NBD_FLAG_SEND_FLUSH
+        | NBD_FLAG_SEND_FUA
+        | NBD_FLAG_SEND_TRIM
+        | NBD_FLAG_SEND_WRITE_ZEROES
+        | NBD_FLAG_SEND_FAST_ZERO
+        | NBD_FLAG_SEND_CACHE
+        | NBD_FLAG_CAN_MULTI_CONN;
+    if structured {
+        // Reads are always answered with one data chunk.
+        flags |= NBD_FLAG_SEND_DF;
+    }
+    if !export.is_writable() {
+        flags |= NBD_FLAG_READ_ONLY;
+    }
+    flags
+}
+
+fn protocol(error: ProtocolError) -> ConnectionEnd {
+    ConnectionEnd::Protocol(error.to_string())
+}
+
+/// Runs the handshake. `Ok(None)`: the client aborted or left.
+fn negotiate(
+    shared: &Shared,
+    input: &mut InputBuffer,
+    stream: &mut Stream,
+) -> Result<Option<Session>, ConnectionEnd> {
+    let mut greeting = [0u8; 18];
+    greeting[0..8].copy_from_slice(&NBD_MAGIC.to_be_bytes());
+    greeting[8..16].copy_from_slice(&NBD_OPTS_MAGIC.to_be_bytes());
+    greeting[16..18].copy_from_slice(&(NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES).to_be_bytes());
+    stream.write_all(&greeting)?;
+    if input.fill(stream, 4)? == Fill::Closed {
+        return Ok(None);
+    }
+    let buffered = input.buffered();
+    let client_flags = parse_client_flags(&[buffered[0], buffered[1], buffered[2], buffered[3]])
+        .map_err(protocol)?;
+    input.consume(4);
+    let no_zeroes = client_flags & NBD_FLAG_C_NO_ZEROES != 0;
+
+    let mut structured = false;
+    // (export the contexts were set for, context id)
+    let mut allocation: Option<(usize, u32)> = None;
+    let mut data = Vec::new();
+    let mut reply = Vec::with_capacity(256);
+    for _ in 0..MAX_OPTIONS_PER_HANDSHAKE {
+        if input.fill(stream, OPTION_HEADER_BYTES)? == Fill::Closed {
+            return Ok(None);
+        }
+        let mut header_bytes = [0u8; OPTION_HEADER_BYTES];
+        header_bytes.copy_from_slice(&input.buffered()[..OPTION_HEADER_BYTES]);
+        input.consume(OPTION_HEADER_BYTES);
+        let header = parse_option_header(&header_bytes).map_err(protocol)?;
+        if header.length_bytes > MAX_OPTION_BYTES {
+            return Err(ConnectionEnd::Protocol(format!(
+                "option {} ({}) carries {} bytes of data, more than the {MAX_OPTION_BYTES}-byte limit",
+                header.option,
+                option_name(header.option),
+                header.length_bytes
+            )));
+        }
+        data.resize(header.length_bytes as usize, 0);
+        input.read_exact(stream, &mut data)?;
+        reply.clear();
+        let option = header.option;
+        match option {
+            NBD_OPT_EXPORT_NAME => {
+                let Some(index) = shared.find_export(&data) else {
+                    // No way to report an error here: the spec says close.
+                    shared.log(
+                        LogLevel::Info,
+                        &format!(
+                            "client asked for unknown export {:?} with NBD_OPT_EXPORT_NAME; closing",
+                            String::from_utf8_lossy(&data)
+                        ),
+                    );
+                    return Ok(None);
+                };
+                let session = make_session(shared, index, structured, allocation);
+                let flags = transmission_flags(&*session.export, structured);
+                reply.extend_from_slice(&session.size_bytes.to_be_bytes());
+                reply.extend_from_slice(&flags.to_be_bytes());
+                if !no_zeroes {
+                    reply.extend_from_slice(&[0u8; 124]);
+                }
+                stream.write_all(&reply)?;
+                return Ok(Some(session));
+            }
+            NBD_OPT_ABORT => {
+                encode_option_reply(&mut reply, option, NBD_REP_ACK, &[]);
+                // The client may already have gone; that is fine.
+                let _ = stream.write_all(&reply);
+                return Ok(None);
+            }
+            NBD_OPT_LIST => {
+                if !data.is_empty() {
+                    encode_error_reply(
+                        &mut reply,
+                        option,
+                        NBD_REP_ERR_INVALID,
+                        "NBD_OPT_LIST takes no data",
+                    );
+                } else if !shared.config.allow_list {
+                    encode_error_reply(
+                        &mut reply,
+                        option,
+                        NBD_REP_ERR_POLICY,
+                        "listing exports is disabled on this server",
+                    );
+                } else {
+                    for served in &shared.exports {
+                        let mut entry = Vec::with_capacity(4 + served.name.len());
+                        entry.extend_from_slice(&(served.name.len() as u32).to_be_bytes());
+                        entry.extend_from_slice(served.name.as_bytes());
+                        encode_option_reply(&mut reply, option, NBD_REP_SERVER, &entry);
+                    }
+                    encode_option_reply(&mut reply, option, NBD_REP_ACK, &[]);
+                }
+            }
+            NBD_OPT_INFO | NBD_OPT_GO => match parse_info_request(&data) {
+                Err(error) => {
+                    encode_error_reply(&mut reply, option, NBD_REP_ERR_INVALID, &error.to_string())
+                }
+                Ok(request) => match shared.find_export(request.export_name) {
+                    None => encode_error_reply(
+                        &mut reply,
+                        option,
+                        NBD_REP_ERR_UNKNOWN,
+                        &format!(
+                            "no export named {:?}",
+                            String::from_utf8_lossy(request.export_name)
+                        ),
+                    ),
+                    Some(index) => {
+                        let session = make_session(shared, index, structured, allocation);
+                        encode_export_info(
+                            shared, &session, &request, &mut reply, option, structured,
+                        );
+                        encode_option_reply(&mut reply, option, NBD_REP_ACK, &[]);
+                        if option == NBD_OPT_GO {
+                            stream.write_all(&reply)?;
+                            return Ok(Some(session));
+                        }
+                    }
+                },
+            },
+            NBD_OPT_STRUCTURED_REPLY => {
+                if data.is_empty() {
+                    structured = true;
+                    encode_option_reply(&mut reply, option, NBD_REP_ACK, &[]);
+                } else {
+                    encode_error_reply(
+                        &mut reply,
+                        option,
+                        NBD_REP_ERR_INVALID,
+                        "NBD_OPT_STRUCTURED_REPLY takes no data",
+                    );
+                }
+            }
+            NBD_OPT_LIST_META_CONTEXT | NBD_OPT_SET_META_CONTEXT => {
+                let listing = option == NBD_OPT_LIST_META_CONTEXT;
+                if !listing {
+                    // Replaces the selection even when the option fails.
+                    allocation = None;
+                }
+                if !structured {
+                    encode_error_reply(
+                        &mut reply,
+                        option,
+                        NBD_REP_ERR_INVALID,
+                        "negotiate NBD_OPT_STRUCTURED_REPLY before metadata contexts",
+                    );
+                } else {
+                    match parse_meta_context_request(&data) {
+                        Err(error @ ProtocolError::TooLong { .. }) => encode_error_reply(
+                            &mut reply,
+                            option,
+                            NBD_REP_ERR_TOO_BIG,
+                            &error.to_string(),
+                        ),
+                        Err(error) => encode_error_reply(
+                            &mut reply,
+                            option,
+                            NBD_REP_ERR_INVALID,
+                            &error.to_string(),
+                        ),
+                        Ok(request) => match shared.find_export(request.export_name) {
+                            None => encode_error_reply(
+                                &mut reply,
+                                option,
+                                NBD_REP_ERR_UNKNOWN,
+                                &format!(
+                                    "no export named {:?}",
+                                    String::from_utf8_lossy(request.export_name)
+                                ),
+                            ),
+                            Some(index) => {
+                                let selects = if listing && request.queries.is_empty() {
+                                    true
+                                } else {
+                                    request
+                                        .queries
+                                        .iter()
+                                        .any(|query| query_selects_allocation(query, listing))
+                                };
+                                if selects {
+                                    let id = if listing { 0 } else { ALLOCATION_CONTEXT_ID };
+                                    let mut entry = Vec::with_capacity(4 + BASE_ALLOCATION.len());
+                                    entry.extend_from_slice(&id.to_be_bytes());
+                                    entry.extend_from_slice(BASE_ALLOCATION.as_bytes());
+                                    encode_option_reply(
+                                        &mut reply,
+                                        option,
+                                        NBD_REP_META_CONTEXT,
+                                        &entry,
+                                    );
+                                    if !listing {
+                                        allocation = Some((index, ALLOCATION_CONTEXT_ID));
+                                    }
+                                }
+                                encode_option_reply(&mut reply, option, NBD_REP_ACK, &[]);
+                            }
+                        },
+                    }
+                }
+            }
+            _ => encode_error_reply(
+                &mut reply,
+                option,
+                NBD_REP_ERR_UNSUP,
+                &format!("option {option} ({}) is not supported", option_name(option)),
+            ),
+        }
+        stream.write_all(&reply)?;
+    }
+    Err(ConnectionEnd::Protocol(format!(
+        "more than {MAX_OPTIONS_PER_HANDSHAKE} options without entering transmission"
+    )))
+}
+
+fn encode_error_reply(out: &mut Vec<u8>, option: u32, reply_type: u32, message: &str) {
+    let mut cut = message.len().min(MAX_STRING_BYTES);
+    while !message.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    encode_option_reply(out, option, reply_type, &message.as_bytes()[..cut]);
+}
+
+fn make_session(
+    shared: &Shared,
+    index: usize,
+    structured: bool,
+    allocation: Option<(usize, u32)>,
+) -> Session {
+    let export = Arc::clone(&shared.exports[index].export);
+    Session {
+        export_index: index,
+        size_bytes: export.size_bytes(),
+        writable: export.is_writable(),
+        export,
+        structured,
+        allocation_context: allocation
+            .filter(|(for_index, _)| *for_index == index)
+            .map(|(_, id)| id),
+        minimum_block_bytes: shared.config.minimum_block_bytes,
+    }
+}
+
+fn encode_export_info(
+    shared: &Shared,
+    session: &Session,
+    request: &InfoRequest<'_>,
+    out: &mut Vec<u8>,
+    option: u32,
+    structured: bool,
+) {
+    let mut info = [0u8; 14];
+    info[0..2].copy_from_slice(&NBD_INFO_EXPORT.to_be_bytes());
+    info[2..10].copy_from_slice(&session.size_bytes.to_be_bytes());
+    info[10..12].copy_from_slice(&transmission_flags(&*session.export, structured).to_be_bytes());
+    encode_option_reply(out, option, NBD_REP_INFO, &info[..12]);
+
+    // Always sent: the server may volunteer it, and a client that honours it
+    // then knows our limits.
+    info[0..2].copy_from_slice(&NBD_INFO_BLOCK_SIZE.to_be_bytes());
+    info[2..6].copy_from_slice(&session.minimum_block_bytes.to_be_bytes());
+    info[6..10].copy_from_slice(&PREFERRED_BLOCK_BYTES.to_be_bytes());
+    info[10..14].copy_from_slice(&MAX_PAYLOAD_BYTES.to_be_bytes());
+    encode_option_reply(out, option, NBD_REP_INFO, &info);
+
+    if request.wants(NBD_INFO_NAME) {
+        let name = shared.exports[session.export_index].name.as_bytes();
+        let mut payload = Vec::with_capacity(2 + name.len());
+        payload.extend_from_slice(&NBD_INFO_NAME.to_be_bytes());
+        payload.extend_from_slice(name);
+        encode_option_reply(out, option, NBD_REP_INFO, &payload);
+    }
+    if request.wants(NBD_INFO_DESCRIPTION) {
+        if let Some(description) = session.export.description() {
+            let mut cut = description.len().min(MAX_STRING_BYTES);
+            while !description.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let mut payload = Vec::with_capacity(2 + cut);
+            payload.extend_from_slice(&NBD_INFO_DESCRIPTION.to_be_bytes());
+            payload.extend_from_slice(&description.as_bytes()[..cut]);
+            encode_option_reply(out, option, NBD_REP_INFO, &payload);
+        }
+    }
+}
+
+/// Appends an error reply for `header`: a structured error chunk when
+/// structured replies were negotiated, else a simple reply.
+fn encode_request_error(
+    session: &Session,
+    header: &RequestHeader,
+    error: u32,
+    message: &str,
+    out: &mut Vec<u8>,
+) {
+    if session.structured {
+        encode_error_chunk(out, header.cookie, error, message);
+    } else {
+        encode_simple_reply(out, error, header.cookie);
+    }
+}
+
+/// Checks a request against the session; returns the error to reply with.
+fn validate(session: &Session, header: &RequestHeader) -> Result<(), (u32, &'static str)> {
+    let allowed_flags = NBD_CMD_FLAG_FUA
+        | match header.command {
+            NBD_CMD_READ if session.structured => NBD_CMD_FLAG_DF,
+            NBD_CMD_WRITE_ZEROES => NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO,
+            NBD_CMD_BLOCK_STATUS => NBD_CMD_FLAG_REQ_ONE,
+            NBD_CMD_READ | NBD_CMD_WRITE | NBD_CMD_FLUSH | NBD_CMD_TRIM | NBD_CMD_CACHE => 0,
+            _ => return Err((NBD_EINVAL, "unknown command")),
+        };
+    if header.flags & !allowed_flags != 0 {
+        return Err((NBD_EINVAL, "command flag not valid for this command"));
+    }
+    if header.command == NBD_CMD_FLUSH {
+        return Ok(());
+    }
+    let writes = matches!(
+        header.command,
+        NBD_CMD_WRITE | NBD_CMD_TRIM | NBD_CMD_WRITE_ZEROES
+    );
+    if writes && !session.writable {
+        return Err((NBD_EPERM, "the export is read-only"));
+    }
+    if matches!(header.command, NBD_CMD_READ | NBD_CMD_WRITE)
+        && header.length_bytes > MAX_PAYLOAD_BYTES
+    {
+        return Err((NBD_EINVAL, "length exceeds the 32 MiB maximum payload"));
+    }
+    let end = header
+        .offset_bytes
+        .checked_add(u64::from(header.length_bytes));
+    if end.is_none_or(|end| end > session.size_bytes) {
+        return Err(
+            if matches!(header.command, NBD_CMD_WRITE | NBD_CMD_WRITE_ZEROES) {
+                (NBD_ENOSPC, "request extends past the end of the export")
+            } else {
+                (NBD_EINVAL, "request extends past the end of the export")
+            },
+        );
+    }
+    let alignment = u64::from(session.minimum_block_bytes);
+    if alignment > 1
+        && (header.offset_bytes % alignment != 0 || u64::from(header.length_bytes) % alignment != 0)
+    {
+        return Err((
+            NBD_EINVAL,
+            "request is not aligned to the minimum block size",
+        ));
+    }
+    if header.command == NBD_CMD_BLOCK_STATUS {
+        if session.allocation_context.is_none() {
+            return Err((NBD_EINVAL, "no metadata context was negotiated"));
+        }
+        if header.length_bytes == 0 {
+            return Err((NBD_EINVAL, "block status of zero bytes"));
+        }
+    }
+    Ok(())
+}
+
+/// Executes one request (not DISC) and appends its whole reply to `out`.
+/// `payload` is the write data (empty for other commands).
+fn handle_request(
+    shared: &Shared,
+    session: &Session,
+    header: &RequestHeader,
+    payload: &[u8],
+    out: &mut Vec<u8>,
+) {
+    let counters = &shared.counters;
+    counters.requests[command_slot(header.command)].fetch_add(1, Ordering::Relaxed);
+    if let Err((error, message)) = validate(session, header) {
+        counters.request_errors.fetch_add(1, Ordering::Relaxed);
+        shared.log(
+            LogLevel::Debug,
+            &format!(
+                "{} offset {} length {} flags {:#x}: {} ({message})",
+                command_name(header.command),
+                header.offset_bytes,
+                header.length_bytes,
+                header.flags,
+                error_name(error)
+            ),
+        );
+        encode_request_error(session, header, error, message, out);
+        return;
+    }
+    let export = &*session.export;
+    let fua = header.flags & NBD_CMD_FLAG_FUA != 0;
+    let length = u64::from(header.length_bytes);
+    let result = match header.command {
+        NBD_CMD_READ => {
+            let start = out.len();
+            let data_at = if session.structured {
+                if header.length_bytes == 0 {
+                    encode_chunk_header(
+                        out,
+                        NBD_REPLY_FLAG_DONE,
+                        NBD_REPLY_TYPE_NONE,
+                        header.cookie,
+                        0,
+                    );
+                    return;
+                }
+                encode_chunk_header(
+                    out,
+                    NBD_REPLY_FLAG_DONE,
+                    NBD_REPLY_TYPE_OFFSET_DATA,
+                    header.cookie,
+                    header.length_bytes + 8,
+                );
+                out.extend_from_slice(&header.offset_bytes.to_be_bytes());
+                out.len()
+            } else {
+                encode_simple_reply(out, 0, header.cookie);
+                out.len()
+            };
+            out.resize(data_at + header.length_bytes as usize, 0);
+            match export.read(header.offset_bytes, &mut out[data_at..]) {
+                Ok(()) => {
+                    counters.bytes_read.fetch_add(length, Ordering::Relaxed);
+                    return;
+                }
+                Err(error) => {
+                    // Nothing is sent yet: replace the reply with an error.
+                    out.truncate(start);
+                    Err(error)
+                }
+            }
+        }
+        NBD_CMD_WRITE => export.write(header.offset_bytes, payload, fua).map(|()| {
+            counters.bytes_written.fetch_add(length, Ordering::Relaxed);
+        }),
+        NBD_CMD_FLUSH => export.flush(),
+        NBD_CMD_TRIM => {
+            if length == 0 {
+                Ok(())
+            } else {
+                export.trim(header.offset_bytes, length, fua)
+            }
+        }
+        NBD_CMD_WRITE_ZEROES => {
+            if length == 0 {
+                Ok(())
+            } else {
+                export.write_zeroes(
+                    header.offset_bytes,
+                    length,
+                    fua,
+                    header.flags & NBD_CMD_FLAG_NO_HOLE == 0,
+                    header.flags & NBD_CMD_FLAG_FAST_ZERO != 0,
+                )
+            }
+        }
+        NBD_CMD_CACHE => Ok(()),
+        NBD_CMD_BLOCK_STATUS => match export.block_status(header.offset_bytes, length) {
+            Ok(extents) => {
+                encode_block_status(session, header, &extents, out);
+                return;
+            }
+            Err(error) => Err(error),
+        },
+        // validate() refused every other command.
+        _ => Ok(()),
+    };
+    match result {
+        Ok(()) => encode_simple_reply(out, 0, header.cookie),
+        Err(error) => {
+            let code = nbd_error(&error);
+            counters.request_errors.fetch_add(1, Ordering::Relaxed);
+            // FAST_ZERO refusals are part of normal operation.
+            let level = if code == NBD_ENOTSUP {
+                LogLevel::Debug
+            } else {
+                LogLevel::Warn
+            };
+            shared.log(
+                level,
+                &format!(
+                    "{} offset {} length {}: export error errno {} ({}): {}",
+                    command_name(header.command),
+                    header.offset_bytes,
+                    header.length_bytes,
+                    error.errno,
+                    error_name(code),
+                    error.message
+                ),
+            );
+            encode_request_error(session, header, code, error_name(code), out);
+        }
+    }
+}
+
+/// Appends a `NBD_REPLY_TYPE_BLOCK_STATUS` chunk: extents clipped to the
+/// export's end, empty ones dropped, each at most u32::MAX (rounded down to
+/// 4 KiB); stops once the requested length is covered. With REQ_ONE, one
+/// extent no longer than the request.
+fn encode_block_status(
+    session: &Session,
+    header: &RequestHeader,
+    extents: &[crate::Extent],
+    out: &mut Vec<u8>,
+) {
+    const LARGEST_EXTENT_BYTES: u64 = (u32::MAX as u64) & !4095;
+    let requested = u64::from(header.length_bytes);
+    let req_one = header.flags & NBD_CMD_FLAG_REQ_ONE != 0;
+    let limit_end = session.size_bytes;
+    let start = out.len();
+    encode_chunk_header(
+        out,
+        NBD_REPLY_FLAG_DONE,
+        NBD_REPLY_TYPE_BLOCK_STATUS,
+        header.cookie,
+        0,
+    );
+    out.extend_from_slice(
+        &session
+            .allocation_context
+            .unwrap_or(ALLOCATION_CONTEXT_ID)
+            .to_be_bytes(),
+    );
+    let mut position = header.offset_bytes;
+    let mut covered = 0u64;
+    let mut count = 0usize;
+    for extent in extents {
+        if covered >= requested || count >= MAX_EXTENTS_PER_REPLY {
+            break;
+        }
+        let mut length = extent
+            .length_bytes
+            .min(LARGEST_EXTENT_BYTES)
+            .min(limit_end.saturating_sub(position));
+        if req_one {
+            length = length.min(requested);
+        }
+        if length == 0 {
+            continue;
+        }
+        out.extend_from_slice(&(length as u32).to_be_bytes());
+        out.extend_from_slice(&(extent.flags & (NBD_STATE_HOLE | NBD_STATE_ZERO)).to_be_bytes());
+        position += length;
+        covered += length;
+        count += 1;
+        if req_one {
+            break;
+        }
+    }
+    if count == 0 {
+        // The export gave nothing usable: "allocated, contents unknown" is
+        // always a correct answer.
+        out.extend_from_slice(&header.length_bytes.to_be_bytes());
+        out.extend_from_slice(&0u32.to_be_bytes());
+    }
+    let payload_length = (out.len() - start - STRUCTURED_REPLY_HEADER_BYTES) as u32;
+    out[start + 16..start + 20].copy_from_slice(&payload_length.to_be_bytes());
+}
+
+/// Reads the next request header. `Ok(None)`: the client closed the socket
+/// at a request boundary.
+fn next_header(
+    input: &mut InputBuffer,
+    stream: &mut Stream,
+) -> Result<Option<RequestHeader>, ConnectionEnd> {
+    if input.fill(stream, REQUEST_HEADER_BYTES)? == Fill::Closed {
+        return Ok(None);
+    }
+    let mut bytes = [0u8; REQUEST_HEADER_BYTES];
+    bytes.copy_from_slice(&input.buffered()[..REQUEST_HEADER_BYTES]);
+    input.consume(REQUEST_HEADER_BYTES);
+    parse_request_header(&bytes).map(Some).map_err(protocol)
+}
+
+/// For a write whose length exceeds the maximum payload: drops the payload
+/// so the stream stays in step, or ends the connection when the length is
+/// absurd. Returns true when the payload was dropped.
+fn discard_oversized_payload(
+    input: &mut InputBuffer,
+    stream: &mut Stream,
+    header: &RequestHeader,
+) -> Result<(), ConnectionEnd> {
+    if header.length_bytes > MAX_DISCARDED_PAYLOAD_BYTES {
+        return Err(ConnectionEnd::Protocol(format!(
+            "write of {} bytes at offset {}: payload far above the {MAX_PAYLOAD_BYTES}-byte maximum",
+            header.length_bytes, header.offset_bytes
+        )));
+    }
+    input.discard(stream, u64::from(header.length_bytes))?;
+    Ok(())
+}
+
+fn release_if_large(buffer: &mut Vec<u8>) {
+    if buffer.capacity() > RETAINED_BUFFER_BYTES {
+        *buffer = Vec::new();
+    }
+}
+
+/// Transmission with requests executed on the reading thread; replies are
+/// written when no further whole request is buffered (or much is waiting).
+fn transmit_inline(
+    shared: &Shared,
+    session: &Session,
+    input: &mut InputBuffer,
+    stream: &mut Stream,
+) -> Result<(), ConnectionEnd> {
+    let mut out: Vec<u8> = Vec::with_capacity(OUTPUT_FLUSH_BYTES + 64 * 1024);
+    let mut payload: Vec<u8> = Vec::new();
+    let result = loop {
+        if !out.is_empty() && (out.len() >= OUTPUT_FLUSH_BYTES || !input.has_complete_request()) {
+            stream.write_all(&out)?;
+            out.clear();
+            release_if_large(&mut out);
+        }
+        let header = match next_header(input, stream) {
+            Ok(Some(header)) => header,
+            Ok(None) => break Ok(()),
+            Err(end) => break Err(end),
+        };
+        let mut data: &[u8] = &[];
+        if header.has_payload() {
+            if header.length_bytes > MAX_PAYLOAD_BYTES {
+                if let Err(end) = discard_oversized_payload(input, stream, &header) {
+                    break Err(end);
+                }
+            } else {
+                let length = header.length_bytes as usize;
+                if payload.len() < length {
+                    payload.resize(length, 0);
+                }
+                input.read_exact(stream, &mut payload[..length])?;
+                data = &payload[..length];
+            }
+        }
+        if header.command == NBD_CMD_DISC {
+            shared.counters.requests[command_slot(NBD_CMD_DISC)].fetch_add(1, Ordering::Relaxed);
+            break Ok(());
+        }
+        handle_request(shared, session, &header, data, &mut out);
+        if payload.len() > RETAINED_BUFFER_BYTES {
+            payload = Vec::new();
+        }
+    };
+    if !out.is_empty() {
+        stream.write_all(&out)?;
+    }
+    result
+}
+
+struct Job {
+    header: RequestHeader,
+    payload: Vec<u8>,
+}
+
+/// Transmission with a bounded queue feeding worker threads; each worker
+/// writes its reply whole under the writer lock.
+fn transmit_with_workers(
+    shared: &Shared,
+    session: &Session,
+    input: &mut InputBuffer,
+    stream: &mut Stream,
+) -> Result<(), ConnectionEnd> {
+    let writer = Mutex::new(stream.try_clone()?);
+    let write_failed = AtomicBool::new(false);
+    let pool: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+    let pool_limit =
+        shared.config.queue_depth_per_connection + shared.config.workers_per_connection;
+    let (sender, receiver) = sync_channel::<Job>(shared.config.queue_depth_per_connection);
+    let receiver = Mutex::new(receiver);
+
+    let send_reply = |bytes: &[u8]| {
+        let mut writer = writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if writer.write_all(bytes).is_err() && !write_failed.swap(true, Ordering::SeqCst) {
+            // Unblock the reader: nobody will get replies any more.
+            let _ = writer.shutdown(Shutdown::Both);
+        }
+    };
+
+    std::thread::scope(|scope| {
+        for _ in 0..shared.config.workers_per_connection {
+            scope.spawn(|| worker_loop(shared, session, &receiver, &pool, pool_limit, &send_reply));
+        }
+        let mut error_reply = Vec::new();
+        let result = loop {
+            if write_failed.load(Ordering::SeqCst) {
+                break Ok(());
+            }
+            let header = match next_header(input, stream) {
+                Ok(Some(header)) => header,
+                Ok(None) => break Ok(()),
+                Err(end) => break Err(end),
+            };
+            let mut payload = if header.has_payload() && header.length_bytes <= MAX_PAYLOAD_BYTES {
+                pool.lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .pop()
+                    .unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            if header.has_payload() {
+                if header.length_bytes > MAX_PAYLOAD_BYTES {
+                    if let Err(end) = discard_oversized_payload(input, stream, &header) {
+                        break Err(end);
+                    }
+                    error_reply.clear();
+                    handle_request(shared, session, &header, &[], &mut error_reply);
+                    send_reply(&error_reply);
+                    continue;
+                }
+                payload.resize(header.length_bytes as usize, 0);
+                if let Err(error) = input.read_exact(stream, &mut payload) {
+                    break Err(error.into());
+                }
+            }
+            if header.command == NBD_CMD_DISC {
+                shared.counters.requests[command_slot(NBD_CMD_DISC)]
+                    .fetch_add(1, Ordering::Relaxed);
+                break Ok(());
+            }
+            // Blocks while the queue is full: back-pressure on the client.
+            if sender.send(Job { header, payload }).is_err() {
+                break Ok(());
+            }
+        };
+        // Workers finish the queued requests, then see the channel closed.
+        drop(sender);
+        result
+    })
+}
+
+fn worker_loop(
+    shared: &Shared,
+    session: &Session,
+    receiver: &Mutex<Receiver<Job>>,
+    pool: &Mutex<Vec<Vec<u8>>>,
+    pool_limit: usize,
+    send_reply: &(dyn Fn(&[u8]) + Sync),
+) {
+    let mut out = Vec::with_capacity(64 * 1024);
+    loop {
+        let job = {
+            let receiver = receiver
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            match receiver.recv() {
+                Ok(job) => job,
+                Err(_) => return,
+            }
+        };
+        out.clear();
+        handle_request(shared, session, &job.header, &job.payload, &mut out);
+        send_reply(&out);
+        release_if_large(&mut out);
+        let mut payload = job.payload;
+        if payload.capacity() > 0 && payload.capacity() <= RETAINED_BUFFER_BYTES {
+            payload.clear();
+            let mut pool = pool.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if pool.len() < pool_limit {
+                pool.push(payload);
+            }
+        }
+    }
+}
+
+/// Connects to a TCP address with `TCP_NODELAY`; a helper for clients.
+pub(crate) fn connect_tcp(address: impl ToSocketAddrs) -> io::Result<Stream> {
+    let stream = TcpStream::connect(address)?;
+    stream.set_nodelay(true)?;
+    Ok(Stream::Tcp(stream))
+}
