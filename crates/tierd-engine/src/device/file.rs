@@ -87,11 +87,9 @@ fn errno_of(error: &io::Error) -> i32 {
     error.raw_os_error().unwrap_or(libc::EIO)
 }
 
+/// The OS's words for the error; `io::Error` already appends "(os error N)".
 fn describe(error: &io::Error) -> String {
-    match error.raw_os_error() {
-        Some(errno) => format!("{error} (errno {errno})"),
-        None => error.to_string(),
-    }
+    error.to_string()
 }
 
 impl FileDevice {

@@ -1,0 +1,111 @@
+//! The device layer as the engine stacks it: stats over emulated latency over
+//! fault injection over a real backend, all behind `Arc<dyn BlockDevice>`.
+
+use std::sync::Arc;
+
+use tierd_common::clock::{Clock, ManualClock};
+use tierd_device::DevicePreset;
+use tierd_engine::device::fault::{FaultConfig, FaultDevice};
+use tierd_engine::device::file::FileDevice;
+use tierd_engine::device::latency::{LatencyDevice, TimeMode};
+use tierd_engine::device::memory::MemoryDevice;
+use tierd_engine::device::stats::{latency_bucket, StatsDevice};
+use tierd_engine::device::{BlockDevice, DeviceErrorKind};
+
+const SIZE_BYTES: u64 = 16 << 20;
+
+struct Stack {
+    clock: Arc<ManualClock>,
+    fault: Arc<FaultDevice>,
+    latency: Arc<LatencyDevice>,
+    top: Arc<StatsDevice>,
+}
+
+fn stack(backend: Arc<dyn BlockDevice>, preset: DevicePreset) -> Stack {
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let fault = Arc::new(FaultDevice::new(
+        backend,
+        FaultConfig::default(),
+        99,
+        clock.clone(),
+    ));
+    let model = preset.build(Some(SIZE_BYTES), 3).unwrap();
+    let latency = Arc::new(
+        LatencyDevice::new(fault.clone(), model, clock.clone()).with_time_mode(TimeMode::Virtual),
+    );
+    let top = Arc::new(StatsDevice::new(latency.clone(), clock.clone()));
+    Stack {
+        clock,
+        fault,
+        latency,
+        top,
+    }
+}
+
+#[test]
+fn stats_see_the_emulated_latency_of_a_file_backend() {
+    let directory = tempfile::tempdir().unwrap();
+    let file = FileDevice::open(
+        directory.path().join("hdd.img"),
+        Some(SIZE_BYTES),
+        false,
+        true,
+    )
+    .unwrap();
+    let stack = stack(Arc::new(file), DevicePreset::Savvio10k4);
+    let device: Arc<dyn BlockDevice> = stack.top.clone();
+
+    let start_ns = stack.clock.now_ns();
+    device.write_at(4 << 20, &[0xC3; 8192]).unwrap();
+    let write_ns = stack.clock.now_ns() - start_ns;
+    let mut buf = vec![0u8; 8192];
+    device.read_at(4 << 20, &mut buf).unwrap();
+    let read_ns = stack.clock.now_ns() - start_ns - write_ns;
+    assert!(buf.iter().all(|&b| b == 0xC3));
+    device.flush().unwrap();
+
+    // Milliseconds of disk time, all of it seen by the stats wrapper.
+    assert!(write_ns > 100_000, "{write_ns} ns");
+    let stats = device.stats().unwrap();
+    assert_eq!((stats.reads, stats.writes, stats.flushes), (1, 1, 1));
+    assert_eq!(stats.write_latency_ns_total, write_ns);
+    assert_eq!(stats.read_latency_ns_total, read_ns);
+    assert_eq!(stats.write_latency_buckets[latency_bucket(write_ns)], 1);
+    assert_eq!(stats.busy_ns, write_ns + read_ns);
+    let model = stack.latency.model_counters();
+    assert_eq!((model.reads, model.writes), (1, 1));
+}
+
+#[test]
+fn injected_faults_reach_the_stats_and_leave_data_alone() {
+    let memory = Arc::new(MemoryDevice::new("ram", SIZE_BYTES));
+    let stack = stack(memory.clone(), DevicePreset::X25e);
+    let device: Arc<dyn BlockDevice> = stack.top.clone();
+    device.write_at(0, &[1; 4096]).unwrap();
+
+    stack.fault.set_config(FaultConfig {
+        write_error_probability: 1.0,
+        ..FaultConfig::default()
+    });
+    let error = device.write_at(0, &[2; 4096]).unwrap_err();
+    assert_eq!(error.errno(), libc::EIO);
+    let mut buf = [0u8; 4096];
+    memory.read_at(0, &mut buf).unwrap();
+    assert_eq!(buf, [1; 4096], "the failed write changed nothing");
+
+    stack.fault.set_config(FaultConfig::default());
+    stack.fault.set_gone(true);
+    assert_eq!(
+        device.read_at(0, &mut buf).unwrap_err().kind,
+        DeviceErrorKind::Gone
+    );
+    stack.fault.set_gone(false);
+    device.read_at(0, &mut buf).unwrap();
+
+    let stats = device.stats().unwrap();
+    assert_eq!(stats.errors, 2);
+    assert_eq!(stats.writes, 1);
+    assert_eq!(stats.reads, 1);
+    let faults = stack.fault.counters();
+    assert_eq!((faults.writes_failed, faults.gone_ops), (1, 1));
+}
