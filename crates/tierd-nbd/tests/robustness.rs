@@ -1,0 +1,514 @@
+//! Hostile and broken clients: raw bytes on the socket. The server must
+//! close only the offending connection, keep serving others, and never
+//! panic.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::Shutdown;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Once;
+
+use common::{MemoryExport, TestServer};
+use tierd_common::rng::{Rng, SeededRng};
+use tierd_nbd::proto::*;
+use tierd_nbd::{Client, ServerConfig};
+
+static PANICS: AtomicUsize = AtomicUsize::new(0);
+static HOOK: Once = Once::new();
+
+/// Counts panics on any thread (server threads included) from now on.
+fn count_panics() {
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICS.fetch_add(1, Ordering::SeqCst);
+            previous(info);
+        }));
+    });
+}
+
+fn option(option: u32, data: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&NBD_OPTS_MAGIC.to_be_bytes());
+    bytes.extend_from_slice(&option.to_be_bytes());
+    bytes.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    bytes.extend_from_slice(data);
+    bytes
+}
+
+fn go_data(name: &str) -> Vec<u8> {
+    let mut data = (name.len() as u32).to_be_bytes().to_vec();
+    data.extend_from_slice(name.as_bytes());
+    data.extend_from_slice(&0u16.to_be_bytes());
+    data
+}
+
+/// Client flags, optionally STRUCTURED_REPLY, then GO "mem".
+fn valid_handshake(structured: bool) -> Vec<u8> {
+    let mut bytes = (NBD_FLAG_C_FIXED_NEWSTYLE | NBD_FLAG_C_NO_ZEROES)
+        .to_be_bytes()
+        .to_vec();
+    if structured {
+        bytes.extend(option(NBD_OPT_STRUCTURED_REPLY, &[]));
+    }
+    bytes.extend(option(NBD_OPT_GO, &go_data("mem")));
+    bytes
+}
+
+fn request(command: u16, flags: u16, cookie: u64, offset_bytes: u64, length_bytes: u32) -> Vec<u8> {
+    RequestHeader {
+        flags,
+        command,
+        cookie,
+        offset_bytes,
+        length_bytes,
+    }
+    .encode()
+    .to_vec()
+}
+
+/// Reads option replies until the final one of an option.
+fn skip_option_replies(stream: &mut UnixStream) {
+    loop {
+        let mut header = [0u8; 20];
+        stream.read_exact(&mut header).unwrap();
+        let reply_type = u32::from_be_bytes(header[12..16].try_into().unwrap());
+        let length = u32::from_be_bytes(header[16..20].try_into().unwrap());
+        let mut data = vec![0u8; length as usize];
+        stream.read_exact(&mut data).unwrap();
+        if reply_type == NBD_REP_ACK || reply_type & NBD_REP_FLAG_ERROR != 0 {
+            return;
+        }
+    }
+}
+
+/// Connects, does a valid handshake by hand, returns the raw stream in
+/// transmission phase.
+fn raw_transmission(server: &TestServer, structured: bool) -> UnixStream {
+    let mut stream = UnixStream::connect(&server.socket).unwrap();
+    let mut greeting = [0u8; 18];
+    stream.read_exact(&mut greeting).unwrap();
+    assert_eq!(&greeting[0..8], b"NBDMAGIC");
+    assert_eq!(&greeting[8..16], b"IHAVEOPT");
+    assert_eq!(u16::from_be_bytes([greeting[16], greeting[17]]), 3);
+    stream
+        .write_all(&(NBD_FLAG_C_FIXED_NEWSTYLE | NBD_FLAG_C_NO_ZEROES).to_be_bytes())
+        .unwrap();
+    if structured {
+        stream
+            .write_all(&option(NBD_OPT_STRUCTURED_REPLY, &[]))
+            .unwrap();
+        skip_option_replies(&mut stream);
+    }
+    stream
+        .write_all(&option(NBD_OPT_GO, &go_data("mem")))
+        .unwrap();
+    skip_option_replies(&mut stream);
+    stream
+}
+
+fn assert_closed(stream: &mut UnixStream) {
+    let mut rest = Vec::new();
+    // The server closes: read_to_end returns (possibly after a reset).
+    let _ = stream.read_to_end(&mut rest);
+    let mut byte = [0u8; 1];
+    assert!(matches!(stream.read(&mut byte), Ok(0) | Err(_)));
+}
+
+#[test]
+fn simple_and_structured_replies_on_the_wire() {
+    let server = TestServer::start(1 << 16);
+    // Simple: header then data; an error has no data, and the next reply
+    // follows at once.
+    let mut simple = raw_transmission(&server, false);
+    simple
+        .write_all(&request(NBD_CMD_READ, 0, 7, 0, 8))
+        .unwrap();
+    simple
+        .write_all(&request(NBD_CMD_READ, 0, 8, 1 << 16, 8))
+        .unwrap();
+    simple
+        .write_all(&request(NBD_CMD_FLUSH, 0, 9, 0, 0))
+        .unwrap();
+    let mut bytes = [0u8; 16 + 8 + 16 + 16];
+    simple.read_exact(&mut bytes).unwrap();
+    assert_eq!(
+        parse_reply_header(&bytes[0..16]).unwrap(),
+        ReplyHeader::Simple {
+            error: 0,
+            cookie: 7
+        }
+    );
+    assert_eq!(&bytes[16..24], &[0; 8]);
+    assert_eq!(
+        parse_reply_header(&bytes[24..40]).unwrap(),
+        ReplyHeader::Simple {
+            error: NBD_EINVAL,
+            cookie: 8
+        }
+    );
+    assert_eq!(
+        parse_reply_header(&bytes[40..56]).unwrap(),
+        ReplyHeader::Simple {
+            error: 0,
+            cookie: 9
+        }
+    );
+
+    // Structured: one OFFSET_DATA chunk with DONE; errors as ERROR chunks.
+    let mut structured = raw_transmission(&server, true);
+    structured
+        .write_all(&request(NBD_CMD_READ, 0, 1, 512, 4))
+        .unwrap();
+    let mut chunk = [0u8; 20 + 8 + 4];
+    structured.read_exact(&mut chunk).unwrap();
+    assert_eq!(
+        parse_reply_header(&chunk).unwrap(),
+        ReplyHeader::Chunk {
+            flags: NBD_REPLY_FLAG_DONE,
+            chunk_type: NBD_REPLY_TYPE_OFFSET_DATA,
+            cookie: 1,
+            length_bytes: 12
+        }
+    );
+    assert_eq!(u64::from_be_bytes(chunk[20..28].try_into().unwrap()), 512);
+    structured
+        .write_all(&request(NBD_CMD_READ, 0, 2, 1 << 16, 4))
+        .unwrap();
+    let mut header = [0u8; 20];
+    structured.read_exact(&mut header).unwrap();
+    let ReplyHeader::Chunk {
+        flags,
+        chunk_type,
+        cookie,
+        length_bytes,
+    } = parse_reply_header(&header).unwrap()
+    else {
+        panic!("expected a structured chunk");
+    };
+    assert_eq!(
+        (flags, chunk_type, cookie),
+        (NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_ERROR, 2)
+    );
+    let mut payload = vec![0u8; length_bytes as usize];
+    structured.read_exact(&mut payload).unwrap();
+    assert_eq!(
+        u32::from_be_bytes(payload[0..4].try_into().unwrap()),
+        NBD_EINVAL
+    );
+    // Export-name ending with NO_ZEROES negotiated: exactly 10 bytes.
+    let mut old = UnixStream::connect(&server.socket).unwrap();
+    let mut greeting = [0u8; 18];
+    old.read_exact(&mut greeting).unwrap();
+    old.write_all(&(NBD_FLAG_C_FIXED_NEWSTYLE | NBD_FLAG_C_NO_ZEROES).to_be_bytes())
+        .unwrap();
+    old.write_all(&option(NBD_OPT_EXPORT_NAME, b"mem")).unwrap();
+    old.write_all(&request(NBD_CMD_FLUSH, 0, 5, 0, 0)).unwrap();
+    let mut reply = [0u8; 10 + 16];
+    old.read_exact(&mut reply).unwrap();
+    assert_eq!(u64::from_be_bytes(reply[0..8].try_into().unwrap()), 1 << 16);
+    assert_eq!(
+        parse_reply_header(&reply[10..26]).unwrap(),
+        ReplyHeader::Simple {
+            error: 0,
+            cookie: 5
+        }
+    );
+    // Without NO_ZEROES: 124 zero bytes follow the flags.
+    let mut zeroes = UnixStream::connect(&server.socket).unwrap();
+    zeroes.read_exact(&mut greeting).unwrap();
+    zeroes
+        .write_all(&NBD_FLAG_C_FIXED_NEWSTYLE.to_be_bytes())
+        .unwrap();
+    zeroes.write_all(&option(NBD_OPT_EXPORT_NAME, b"")).unwrap();
+    let mut reply = [1u8; 134];
+    zeroes.read_exact(&mut reply).unwrap();
+    assert!(reply[10..].iter().all(|byte| *byte == 0));
+}
+
+#[test]
+fn bad_magic_closes_only_that_connection() {
+    count_panics();
+    let server = TestServer::start(1 << 16);
+    let mut good = server.connect();
+    good.write(0, b"before", false).unwrap();
+    let mut bad = raw_transmission(&server, true);
+    let mut header = request(NBD_CMD_READ, 0, 1, 0, 8);
+    header[0] ^= 0xff;
+    bad.write_all(&header).unwrap();
+    assert_closed(&mut bad);
+    let mut back = [0u8; 6];
+    good.read(0, &mut back).unwrap();
+    assert_eq!(&back, b"before");
+    assert_eq!(server.server.stats().protocol_errors, 1);
+    let warnings = server.logs.warnings();
+    assert!(
+        warnings.iter().any(|line| line.contains("bad magic")),
+        "warnings: {warnings:?}"
+    );
+    assert_eq!(PANICS.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn absurd_write_lengths_and_bad_client_flags_close_the_connection() {
+    let server = TestServer::start(1 << 16);
+    let mut absurd = raw_transmission(&server, false);
+    absurd
+        .write_all(&request(NBD_CMD_WRITE, 0, 1, 0, u32::MAX))
+        .unwrap();
+    assert_closed(&mut absurd);
+
+    let mut flags = UnixStream::connect(&server.socket).unwrap();
+    let mut greeting = [0u8; 18];
+    flags.read_exact(&mut greeting).unwrap();
+    flags.write_all(&0x80u32.to_be_bytes()).unwrap();
+    assert_closed(&mut flags);
+
+    let mut huge_option = UnixStream::connect(&server.socket).unwrap();
+    huge_option.read_exact(&mut greeting).unwrap();
+    huge_option
+        .write_all(&NBD_FLAG_C_FIXED_NEWSTYLE.to_be_bytes())
+        .unwrap();
+    let mut header = option(NBD_OPT_GO, &[]);
+    header[12..16].copy_from_slice(&(1u32 << 30).to_be_bytes());
+    huge_option.write_all(&header).unwrap();
+    assert_closed(&mut huge_option);
+    assert_eq!(server.server.stats().protocol_errors, 3);
+    server.connect().write(0, &[1], false).unwrap();
+}
+
+/// One hostile conversation: `bytes` written by a thread (then the write
+/// side is shut), everything the server sends read until it closes.
+fn converse(server: &TestServer, bytes: Vec<u8>) {
+    let mut stream = UnixStream::connect(&server.socket).unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let writing = std::thread::spawn(move || {
+        // The server may close first; a broken pipe is expected then.
+        let _ = writer.write_all(&bytes);
+        let _ = writer.shutdown(Shutdown::Write);
+    });
+    let mut sink = Vec::new();
+    let _ = stream.read_to_end(&mut sink);
+    writing.join().unwrap();
+}
+
+fn random_bytes(rng: &mut SeededRng, length: usize) -> Vec<u8> {
+    (0..length).map(|_| rng.next_u64() as u8).collect()
+}
+
+/// Mostly-plausible garbage: random option or request headers with the
+/// right magic, small lengths, random commands and flags.
+fn plausible_options(rng: &mut SeededRng) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for _ in 0..rng.range(1, 5) {
+        let data_length = rng.below(24) as usize;
+        let mut data = random_bytes(rng, data_length);
+        if data_length >= 4 && rng.chance(0.5) {
+            data[0..4].copy_from_slice(&(rng.below(8) as u32).to_be_bytes());
+        }
+        let mut encoded = option(rng.below(14) as u32, &data);
+        if rng.chance(0.2) {
+            let length = rng.next_u64() as u32;
+            encoded[12..16].copy_from_slice(&length.to_be_bytes());
+        }
+        bytes.extend(encoded);
+    }
+    bytes
+}
+
+fn plausible_requests(rng: &mut SeededRng) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for cookie in 0..rng.range(1, 6) {
+        let command = rng.below(10) as u16;
+        let flags = if rng.chance(0.5) {
+            0
+        } else {
+            rng.below(64) as u16
+        };
+        let offset = if rng.chance(0.7) {
+            rng.below(1 << 16)
+        } else {
+            rng.next_u64()
+        };
+        let length = if rng.chance(0.7) {
+            rng.below(8192) as u32
+        } else {
+            rng.next_u64() as u32
+        };
+        bytes.extend(request(command, flags, cookie, offset, length));
+        if command == NBD_CMD_WRITE && rng.chance(0.5) {
+            let payload_length = (length as usize).min(8192);
+            bytes.extend(random_bytes(rng, payload_length));
+        }
+    }
+    bytes
+}
+
+fn hostile_conversations(config: ServerConfig, seed: u64, cases: usize) {
+    count_panics();
+    let server = TestServer::start_with(MemoryExport::new(1 << 16), config);
+    let mut rng = SeededRng::new(seed);
+    eprintln!("seed {seed}");
+    for case in 0..cases {
+        let bytes = match case % 5 {
+            0 => {
+                let length = rng.below(64) as usize;
+                random_bytes(&mut rng, length)
+            }
+            1 => {
+                let mut bytes = NBD_FLAG_C_FIXED_NEWSTYLE.to_be_bytes().to_vec();
+                bytes.extend(plausible_options(&mut rng));
+                bytes
+            }
+            2 => {
+                let mut bytes = valid_handshake(rng.chance(0.5));
+                let length = rng.below(96) as usize;
+                bytes.extend(random_bytes(&mut rng, length));
+                bytes
+            }
+            3 => {
+                let mut bytes = valid_handshake(rng.chance(0.5));
+                bytes.extend(plausible_requests(&mut rng));
+                bytes
+            }
+            _ => {
+                // A valid conversation cut short anywhere.
+                let mut bytes = valid_handshake(true);
+                bytes.extend(request(NBD_CMD_WRITE, 0, 1, 0, 16));
+                bytes.extend([9u8; 16]);
+                bytes.extend(request(NBD_CMD_READ, 0, 2, 0, 16));
+                bytes.extend(request(NBD_CMD_DISC, 0, 3, 0, 0));
+                let cut = rng.below(bytes.len() as u64) as usize;
+                bytes.truncate(cut);
+                bytes
+            }
+        };
+        converse(&server, bytes);
+        if case % 500 == 499 {
+            let mut client = server.connect();
+            client.write(100, b"alive", false).unwrap();
+            let mut back = [0u8; 5];
+            client.read(100, &mut back).unwrap();
+            assert_eq!(&back, b"alive", "after case {case}");
+            client.disconnect().unwrap();
+        }
+    }
+    let stats = server.server.stats();
+    assert!(stats.protocol_errors > 0, "{stats:?}");
+    let mut server = server;
+    if let Some(handle) = server.handle.take() {
+        handle.shutdown();
+    }
+    // A connection thread that panicked would not have counted itself out.
+    assert_eq!(server.server.stats().connections_active, 0);
+    assert_eq!(PANICS.load(Ordering::SeqCst), 0, "a server thread panicked");
+}
+
+#[test]
+fn seeded_garbage_never_breaks_the_inline_server() {
+    hostile_conversations(ServerConfig::default(), 0x6e6264, 2500);
+}
+
+#[test]
+fn seeded_garbage_never_breaks_the_worker_server() {
+    let config = ServerConfig {
+        workers_per_connection: 2,
+        queue_depth_per_connection: 4,
+        ..ServerConfig::default()
+    };
+    hostile_conversations(config, 0x776f726b, 1000);
+}
+
+#[test]
+fn shutdown_closes_connections_and_removes_the_socket() {
+    let mut server = TestServer::start(1 << 16);
+    let mut client = server.connect();
+    client.write(0, b"x", false).unwrap();
+    let handle = server.handle.take().unwrap();
+    assert_eq!(handle.open_connections(), 1);
+    handle.shutdown();
+    assert!(!server.socket.exists());
+    let mut buffer = [0u8; 1];
+    assert!(client.read(0, &mut buffer).is_err());
+    assert!(Client::connect_uri(&server.uri()).is_err());
+}
+
+#[test]
+fn the_socket_is_private_and_only_stale_sockets_are_replaced() {
+    let server = TestServer::start(4096);
+    let mode = std::fs::metadata(&server.socket)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    // A live socket is not taken over.
+    let error = server.server.serve_unix(&server.socket).err().unwrap();
+    assert!(error.to_string().contains("listening"), "{error}");
+    // A stale one is.
+    let stale = server.directory.path().join("stale.sock");
+    drop(UnixListener::bind(&stale).unwrap());
+    assert!(stale.exists());
+    let handle = server.server.serve_unix(&stale).unwrap();
+    let mut client =
+        Client::connect_uri(&format!("nbd+unix:///?socket={}", stale.display())).unwrap();
+    client.flush().unwrap();
+    handle.shutdown();
+    // A regular file is never removed.
+    let file = server.directory.path().join("file");
+    std::fs::write(&file, b"keep").unwrap();
+    assert!(server.server.serve_unix(&file).is_err());
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep");
+}
+
+fn stalled_reader_does_not_block_shutdown(config: ServerConfig) {
+    let mut server = TestServer::start_with(MemoryExport::new(1 << 20), config);
+    let stream = raw_transmission(&server, false);
+    let mut writer = stream.try_clone().unwrap();
+    // Ask for far more reply bytes than any socket buffer holds, and never
+    // read them.
+    let requests = 4096u64;
+    let writing = std::thread::spawn(move || {
+        for cookie in 0..requests {
+            if writer
+                .write_all(&request(NBD_CMD_READ, 0, cookie, 0, 65_536))
+                .is_err()
+            {
+                return cookie;
+            }
+        }
+        requests
+    });
+    // Wait until the server has stalled on replies: a few reads done.
+    while server.server.stats().requests_of(NBD_CMD_READ) < 4 {
+        std::thread::yield_now();
+    }
+    server.handle.take().unwrap().shutdown();
+    let handled = server.server.stats().requests_of(NBD_CMD_READ);
+    assert!(
+        handled < requests,
+        "the server read every request: {handled}"
+    );
+    drop(stream.shutdown(Shutdown::Both));
+    writing.join().unwrap();
+}
+
+#[test]
+fn a_client_that_never_reads_replies_stalls_only_itself_inline() {
+    stalled_reader_does_not_block_shutdown(ServerConfig {
+        shutdown_grace_ms: 50,
+        ..ServerConfig::default()
+    });
+}
+
+#[test]
+fn a_client_that_never_reads_replies_stalls_only_itself_with_workers() {
+    stalled_reader_does_not_block_shutdown(ServerConfig {
+        shutdown_grace_ms: 50,
+        workers_per_connection: 2,
+        queue_depth_per_connection: 4,
+        ..ServerConfig::default()
+    });
+}
