@@ -944,7 +944,7 @@ impl ClientReceiver {
                     }
                 }
                 NBD_REPLY_TYPE_BLOCK_STATUS => {
-                    if length < 12 || (length - 4) % 8 != 0 {
+                    if length < 12 || !(length - 4).is_multiple_of(8) {
                         return Err(ClientError::Protocol(format!(
                             "BLOCK_STATUS chunk of {length} bytes"
                         )));

@@ -171,10 +171,8 @@ impl InputBuffer {
     pub fn discard(&mut self, stream: &mut impl Read, count_bytes: u64) -> io::Result<()> {
         let mut left = count_bytes;
         while left > 0 {
-            if self.start == self.end {
-                if self.fill(stream, 1)? == Fill::Closed {
-                    return Err(io::ErrorKind::UnexpectedEof.into());
-                }
+            if self.start == self.end && self.fill(stream, 1)? == Fill::Closed {
+                return Err(io::ErrorKind::UnexpectedEof.into());
             }
             let take = (left.min((self.end - self.start) as u64)) as usize;
             self.consume(take);

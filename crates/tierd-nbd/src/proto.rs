@@ -712,7 +712,7 @@ mod tests {
     fn parsers_never_panic_on_seeded_random_bytes() {
         use tierd_common::rng::{Rng, SeededRng};
         let mut rng = SeededRng::new(7);
-        let mut data = vec![0u8; 64];
+        let mut data = [0u8; 64];
         for _ in 0..20_000 {
             let length = rng.below(64) as usize;
             for byte in data.iter_mut().take(length) {

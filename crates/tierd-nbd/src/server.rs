@@ -1160,7 +1160,8 @@ fn validate(session: &Session, header: &RequestHeader) -> Result<(), (u32, &'sta
     }
     let alignment = u64::from(session.minimum_block_bytes);
     if alignment > 1
-        && (header.offset_bytes % alignment != 0 || u64::from(header.length_bytes) % alignment != 0)
+        && (!header.offset_bytes.is_multiple_of(alignment)
+            || !u64::from(header.length_bytes).is_multiple_of(alignment))
     {
         return Err((
             NBD_EINVAL,
