@@ -321,7 +321,7 @@ impl LatencyDevice {
                 // model bug): return rather than wait forever.
                 return;
             };
-            let target_ns = event_ns.max(now_ns + 1);
+            let target_ns = event_ns.max(now_ns.saturating_add(1));
             if self.virtual_time() {
                 // Instant on a virtual clock; holding the lock, nobody else
                 // can act on this model meanwhile. Re-read now: another
