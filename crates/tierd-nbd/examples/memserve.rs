@@ -87,7 +87,9 @@ fn parse_size(text: &str) -> Option<u64> {
 fn main() {
     let arguments: Vec<String> = std::env::args().collect();
     if arguments.len() < 3 {
-        eprintln!("usage: memserve SOCKET SIZE[K|M|G] [WORKERS_PER_CONNECTION]");
+        eprintln!(
+            "usage: memserve SOCKET SIZE[K|M|G] [WORKERS_PER_CONNECTION [REPLY_BATCH_BYTES]]"
+        );
         std::process::exit(2);
     }
     let Some(size_bytes) = parse_size(&arguments[2]) else {
@@ -101,10 +103,13 @@ fn main() {
     let export: Arc<dyn Export> = Arc::new(MemoryExport {
         bytes: RwLock::new(vec![0; size_bytes as usize]),
     });
-    let config = ServerConfig {
+    let mut config = ServerConfig {
         workers_per_connection: workers,
         ..ServerConfig::default()
     };
+    if let Some(batch) = arguments.get(4).and_then(|text| text.parse().ok()) {
+        config.reply_batch_bytes = batch;
+    }
     let server = match Server::new(vec![("memory".into(), export)], config) {
         Ok(server) => server,
         Err(error) => {

@@ -82,6 +82,11 @@ pub struct ServerConfig {
     /// On shutdown, how long connections get to finish in-flight requests
     /// after reading stops, before their sockets are closed.
     pub shutdown_grace_ms: u64,
+    /// Inline mode: replies wait in a buffer while further whole requests
+    /// are already buffered, but are written once this many bytes wait.
+    /// Smaller values let the client work on early replies while the server
+    /// handles the rest of a pipelined batch.
+    pub reply_batch_bytes: usize,
     pub logger: Logger,
 }
 
@@ -94,6 +99,7 @@ impl Default for ServerConfig {
             minimum_block_bytes: 1,
             max_connections: 256,
             shutdown_grace_ms: 5_000,
+            reply_batch_bytes: DEFAULT_REPLY_BATCH_BYTES,
             logger: stderr_logger(),
         }
     }
@@ -112,6 +118,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("minimum_block_bytes", &self.minimum_block_bytes)
             .field("max_connections", &self.max_connections)
             .field("shutdown_grace_ms", &self.shutdown_grace_ms)
+            .field("reply_batch_bytes", &self.reply_batch_bytes)
             .finish_non_exhaustive()
     }
 }
@@ -146,8 +153,8 @@ pub const ALLOCATION_CONTEXT_ID: u32 = 1;
 pub const MAX_EXTENTS_PER_REPLY: usize = 64 * 1024;
 
 const INPUT_BUFFER_BYTES: usize = 256 * 1024;
-/// Replies are written once this much is waiting, even under pipelining.
-const OUTPUT_FLUSH_BYTES: usize = 256 * 1024;
+/// Default of [`ServerConfig::reply_batch_bytes`].
+pub const DEFAULT_REPLY_BATCH_BYTES: usize = 64 * 1024;
 /// Reply and payload buffers larger than this are released after use.
 const RETAINED_BUFFER_BYTES: usize = 4 * 1024 * 1024;
 
@@ -1423,10 +1430,11 @@ fn transmit_inline(
     input: &mut InputBuffer,
     stream: &mut Stream,
 ) -> Result<(), ConnectionEnd> {
-    let mut out: Vec<u8> = Vec::with_capacity(OUTPUT_FLUSH_BYTES + 64 * 1024);
+    let batch_bytes = shared.config.reply_batch_bytes.max(1);
+    let mut out: Vec<u8> = Vec::with_capacity(batch_bytes.min(RETAINED_BUFFER_BYTES) + 64 * 1024);
     let mut payload: Vec<u8> = Vec::new();
     let result = loop {
-        if !out.is_empty() && (out.len() >= OUTPUT_FLUSH_BYTES || !input.has_complete_request()) {
+        if !out.is_empty() && (out.len() >= batch_bytes || !input.has_complete_request()) {
             stream.write_all(&out)?;
             out.clear();
             release_if_large(&mut out);

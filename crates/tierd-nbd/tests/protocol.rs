@@ -620,3 +620,11 @@ fn server_setup_errors_name_the_problem() {
     assert!(Server::new(vec![("a".into(), export())], bad_block).is_err());
     assert!(Server::new(vec![(String::new(), export())], ServerConfig::default()).is_err());
 }
+
+#[test]
+fn sixteen_deep_pipelining_with_each_reply_written_at_once() {
+    pipelined_round_trip(ServerConfig {
+        reply_batch_bytes: 1,
+        ..ServerConfig::default()
+    });
+}
