@@ -877,10 +877,27 @@ impl ClientReceiver {
         cookie: u64,
         length_bytes: u32,
     ) -> Result<Option<Completion>, ClientError> {
-        let mut in_flight = lock(&self.in_flight);
-        let pending = in_flight.get_mut(&cookie).ok_or_else(|| {
+        // Taken out of the table while its chunk is read, so a sender on
+        // another thread never waits for this socket read. Only this
+        // receiver touches entries already in the table.
+        let mut pending = lock(&self.in_flight).remove(&cookie).ok_or_else(|| {
             ClientError::Protocol(format!("structured reply for unknown cookie {cookie}"))
         })?;
+        self.read_chunk(&mut pending, flags, chunk_type, length_bytes)?;
+        if flags & NBD_REPLY_FLAG_DONE == 0 {
+            lock(&self.in_flight).insert(cookie, pending);
+            return Ok(None);
+        }
+        Ok(Some(finish(cookie, pending)))
+    }
+
+    fn read_chunk(
+        &mut self,
+        pending: &mut Pending,
+        flags: u16,
+        chunk_type: u16,
+        length_bytes: u32,
+    ) -> Result<(), ClientError> {
         let length = length_bytes as usize;
         if chunk_type == NBD_REPLY_TYPE_OFFSET_DATA {
             if pending.command != NBD_CMD_READ || length < 9 {
@@ -984,13 +1001,7 @@ impl ClientReceiver {
                 }
             }
         }
-        if flags & NBD_REPLY_FLAG_DONE == 0 {
-            return Ok(None);
-        }
-        let pending = in_flight
-            .remove(&cookie)
-            .ok_or_else(|| ClientError::Protocol(format!("reply for unknown cookie {cookie}")))?;
-        Ok(Some(finish(cookie, pending)))
+        Ok(())
     }
 }
 
