@@ -2,5 +2,19 @@
 //!
 //! - [`device`]: block devices (file, memory) and wrappers (stats, emulated
 //!   latency, fault injection) behind one [`device::BlockDevice`] trait.
+//! - [`volume`]: a volume's segments over an N-tier stack: routing, split
+//!   requests, write-through of volatile tiers, online migration with
+//!   mirrored writes, the live monitor and the policy call.
+//! - [`meta`]: the checksummed journal and checkpoint that make placement
+//!   and policy state survive a clean stop or `kill -9`.
+//! - [`runner`]: the real-time threads that close periods and copy chunks.
+//! - [`engine`]: builds all of it from a [`config::Config`].
+//! - [`log`]: structured log lines.
 
+pub mod config;
 pub mod device;
+pub mod engine;
+pub mod log;
+pub mod meta;
+pub mod runner;
+pub mod volume;

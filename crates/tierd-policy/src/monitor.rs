@@ -134,6 +134,20 @@ impl Monitor {
     pub fn history(&self) -> &[PeriodStats] {
         &self.history
     }
+
+    /// Puts back the completed periods a previous run saved (warm restart):
+    /// they become the history (the newest `history_periods` of them), and
+    /// period numbering continues after the last one. The current period
+    /// keeps its start time (the clock of a new process has a new origin).
+    pub fn restore_history(&mut self, mut history: Vec<PeriodStats>) {
+        if history.len() > self.history_periods {
+            history.drain(..history.len() - self.history_periods);
+        }
+        if let Some(last) = history.last() {
+            self.period_index = last.index + 1;
+        }
+        self.history = history;
+    }
 }
 
 #[cfg(test)]
@@ -163,6 +177,21 @@ mod tests {
         assert!((period.tiers[1].iops(1_000) - 2e6).abs() < 1e-6);
         assert_eq!(period.tiers[1].mean_response_ns(), Some(200.0));
         assert_eq!(monitor.period_end_ns(), 2_000);
+    }
+
+    #[test]
+    fn restored_history_continues_numbering() {
+        let mut first = Monitor::new(10, 1, 0, 4);
+        for _ in 0..6 {
+            first.close_period(&[3]);
+        }
+        let saved = first.history().to_vec();
+        let mut second = Monitor::new(10, 1, 1_000, 3);
+        second.restore_history(saved);
+        let indexes: Vec<u64> = second.history().iter().map(|period| period.index).collect();
+        assert_eq!(indexes, vec![3, 4, 5]);
+        assert_eq!(second.close_period(&[1]).index, 6);
+        assert_eq!(second.history().len(), 3);
     }
 
     #[test]

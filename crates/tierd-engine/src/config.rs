@@ -1,0 +1,652 @@
+//! `tierd serve` configuration (TOML) and its checks.
+//!
+//! ```toml
+//! data_dir = "tierd-data"            # relative paths are relative to the config file
+//! [server]
+//! listen = ["unix:tierd.sock"]       # relative socket paths are inside data_dir
+//! [[tier]]
+//! name = "mem"
+//! backend = "memory"
+//! size = "256MiB"
+//! [[tier]]
+//! name = "disk"
+//! backend = "file"
+//! path = "disk.img"                  # relative to data_dir
+//! size = "4GiB"
+//! [[volume]]
+//! name = "vol0"
+//! size = "4GiB"
+//! segment = "64MiB"
+//! tiers = ["mem", "disk"]            # fastest first; the last is home
+//! [volume.policy]
+//! kind = "otf-ast"
+//! ```
+//!
+//! Every error names the key and what is allowed.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Deserializer};
+use tierd_common::units::{parse_bytes, parse_duration_ns};
+use tierd_device::model::DevicePreset;
+use tierd_policy::PolicyConfig;
+
+use crate::device::fault::FaultConfig;
+
+/// A byte count written as `"64MiB"` or a bare integer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bytes(pub u64);
+
+impl<'de> Deserialize<'de> for Bytes {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u64),
+            Text(String),
+        }
+        match Raw::deserialize(deserializer)? {
+            Raw::Number(bytes) => Ok(Bytes(bytes)),
+            Raw::Text(text) => parse_bytes(&text)
+                .map(Bytes)
+                .map_err(|error| serde::de::Error::custom(error.to_string())),
+        }
+    }
+}
+
+/// A duration written as `"60s"`, `"500ms"` or a bare number of seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Duration(pub u64);
+
+impl<'de> Deserialize<'de> for Duration {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(f64),
+            Text(String),
+        }
+        match Raw::deserialize(deserializer)? {
+            Raw::Number(seconds) if seconds.is_finite() && seconds >= 0.0 => {
+                Ok(Duration((seconds * 1e9) as u64))
+            }
+            Raw::Number(seconds) => Err(serde::de::Error::custom(format!(
+                "{seconds} is not a duration; write e.g. \"60s\" or \"500ms\""
+            ))),
+            Raw::Text(text) => parse_duration_ns(&text)
+                .map(Duration)
+                .map_err(|error| serde::de::Error::custom(error.to_string())),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where relative tier paths, sockets and metadata live.
+    #[serde(default = "default_data_dir")]
+    pub data_dir: PathBuf,
+    /// Placement journals and checkpoints (default `<data_dir>/meta`).
+    #[serde(default)]
+    pub metadata_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub server: ServerConfig,
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+    #[serde(default)]
+    pub log: LogConfig,
+    #[serde(rename = "tier", default)]
+    pub tiers: Vec<TierConfig>,
+    #[serde(rename = "volume", default)]
+    pub volumes: Vec<VolumeConfig>,
+}
+
+fn default_data_dir() -> PathBuf {
+    PathBuf::from("tierd-data")
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// `unix:PATH` or `tcp:HOST:PORT`.
+    #[serde(default = "default_listen")]
+    pub listen: Vec<String>,
+    /// TCP on a non-loopback address needs this set.
+    #[serde(default)]
+    pub allow_remote: bool,
+    /// Answer NBD_OPT_LIST (export names) to clients.
+    #[serde(default = "yes")]
+    pub allow_list: bool,
+    /// Worker threads per connection; 0 handles requests on the connection's
+    /// own thread (fastest for memory and page-cache tiers). Emulated
+    /// (latency-model) tiers need workers so requests overlap.
+    #[serde(default)]
+    pub workers_per_connection: Option<usize>,
+}
+
+fn default_listen() -> Vec<String> {
+    vec!["unix:tierd.sock".to_string()]
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: default_listen(),
+            allow_remote: false,
+            allow_list: true,
+            workers_per_connection: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `HOST:PORT` for a Prometheus text endpoint (`/metrics`); off when absent.
+    #[serde(default)]
+    pub listen: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// `error`, `warn`, `info` or `debug`.
+    #[serde(default = "default_log_level")]
+    pub level: String,
+    /// `text` (logfmt key=value lines) or `json`.
+    #[serde(default = "default_log_format")]
+    pub format: String,
+}
+
+fn default_log_level() -> String {
+    "info".to_string()
+}
+
+fn default_log_format() -> String {
+    "text".to_string()
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            level: default_log_level(),
+            format: default_log_format(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backend {
+    /// RAM: fast and volatile.
+    Memory,
+    /// A file (created and sized if missing) or a block device.
+    File,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierConfig {
+    pub name: String,
+    pub backend: Backend,
+    /// For `file`: the file or block device (relative to data_dir).
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// Capacity (a block device's own size when omitted).
+    #[serde(default)]
+    pub size: Option<Bytes>,
+    /// O_DIRECT for `file`.
+    #[serde(default)]
+    pub direct: bool,
+    /// Emulate this device: completions are held back to what the
+    /// simulator's model of the preset says (`savvio10k4`, `x25e`, ...).
+    #[serde(default)]
+    pub model: Option<DevicePreset>,
+    /// Memory tier without write-through to home: faster writes, but writes
+    /// to segments on it are lost when the process ends. For benchmarks.
+    #[serde(default)]
+    pub unsafe_volatile: bool,
+    /// Injected faults (tests and drills).
+    #[serde(default)]
+    pub faults: Option<FaultConfig>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeConfig {
+    pub name: String,
+    pub size: Bytes,
+    /// Power of two, 1 MiB – 4 GiB.
+    #[serde(default = "default_segment")]
+    pub segment: Bytes,
+    /// Tier names, fastest first; the last is home.
+    pub tiers: Vec<String>,
+    /// Monitor period: the policy plans at the end of each.
+    #[serde(default = "default_period")]
+    pub period: Duration,
+    /// Migration copy unit (power of two, ≤ segment).
+    #[serde(default = "default_chunk")]
+    pub chunk: Bytes,
+    /// Largest fraction of time the migration copier may keep a device busy
+    /// (0 < share ≤ 1): after each chunk it pauses so copy time / wall time ≤ share.
+    #[serde(default = "default_share")]
+    pub migration_share: f64,
+    /// Optional cap on copy bandwidth.
+    #[serde(default)]
+    pub migration_max_rate: Option<Bytes>,
+    /// Write a checkpoint (policy state, placement) every this many periods.
+    #[serde(default = "default_checkpoint_every")]
+    pub checkpoint_every: u32,
+    #[serde(default = "default_policy")]
+    pub policy: PolicyConfig,
+}
+
+fn default_segment() -> Bytes {
+    Bytes(1 << 30)
+}
+
+fn default_period() -> Duration {
+    Duration(60_000_000_000)
+}
+
+fn default_chunk() -> Bytes {
+    Bytes(1 << 20)
+}
+
+fn default_share() -> f64 {
+    0.5
+}
+
+fn default_checkpoint_every() -> u32 {
+    1
+}
+
+fn default_policy() -> PolicyConfig {
+    PolicyConfig::None
+}
+
+/// A configuration problem, naming the file and the key.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {message}")]
+pub struct ConfigError {
+    pub file: String,
+    pub message: String,
+}
+
+/// The configuration `tierd serve` runs with no `--config`: a 1 GiB volume
+/// of a 256 MiB memory tier over a 1 GiB file tier in `./tierd-data`.
+pub const EMBEDDED_DEFAULT: &str = r#"# tierd's embedded default configuration
+data_dir = "tierd-data"
+
+[server]
+listen = ["unix:tierd.sock"]
+
+[[tier]]
+name = "mem"
+backend = "memory"
+size = "256MiB"
+
+[[tier]]
+name = "disk"
+backend = "file"
+path = "disk.img"
+size = "1GiB"
+
+[[volume]]
+name = "vol0"
+size = "1GiB"
+segment = "64MiB"
+tiers = ["mem", "disk"]
+period = "10s"
+
+[volume.policy]
+kind = "otf-ast"
+"#;
+
+impl Config {
+    /// Parses and checks `text`; relative paths are resolved against `base_dir`
+    /// (the config file's directory, or the working directory).
+    pub fn parse(text: &str, file: &str, base_dir: &Path) -> Result<Config, ConfigError> {
+        let mut config: Config = toml::from_str(text).map_err(|error| ConfigError {
+            file: file.to_string(),
+            message: format!("{error}"),
+        })?;
+        if config.data_dir.is_relative() {
+            config.data_dir = base_dir.join(&config.data_dir);
+        }
+        if let Some(metadata_dir) = &config.metadata_dir {
+            if metadata_dir.is_relative() {
+                config.metadata_dir = Some(config.data_dir.join(metadata_dir));
+            }
+        }
+        for tier in &mut config.tiers {
+            if let Some(path) = &tier.path {
+                if path.is_relative() {
+                    tier.path = Some(config.data_dir.join(path));
+                }
+            }
+        }
+        config.check().map_err(|message| ConfigError {
+            file: file.to_string(),
+            message,
+        })?;
+        Ok(config)
+    }
+
+    /// Loads the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError {
+            file: path.display().to_string(),
+            message: format!("cannot read the configuration: {error}"),
+        })?;
+        let base_dir = path.parent().unwrap_or(Path::new("."));
+        Config::parse(&text, &path.display().to_string(), base_dir)
+    }
+
+    pub fn metadata_dir(&self) -> PathBuf {
+        self.metadata_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("meta"))
+    }
+
+    /// A listen entry's socket path or TCP address.
+    pub fn listen_targets(&self) -> Vec<ListenTarget> {
+        self.server
+            .listen
+            .iter()
+            .filter_map(|entry| parse_listen(entry, &self.data_dir).ok())
+            .collect()
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.volumes.is_empty() {
+            return Err("no [[volume]]: define at least one volume".to_string());
+        }
+        if self.server.listen.is_empty() {
+            return Err(
+                "server.listen is empty: give at least one \"unix:PATH\" or \"tcp:HOST:PORT\""
+                    .to_string(),
+            );
+        }
+        for entry in &self.server.listen {
+            let target = parse_listen(entry, &self.data_dir)?;
+            if let ListenTarget::Tcp(address) = &target {
+                if !self.server.allow_remote && !is_loopback(address) {
+                    return Err(format!(
+                        "server.listen = {entry:?} is not a loopback address; tierd listens on loopback only unless server.allow_remote = true"
+                    ));
+                }
+            }
+        }
+        if let Some(address) = &self.metrics.listen {
+            if !is_loopback(address) && !self.server.allow_remote {
+                return Err(format!(
+                    "metrics.listen = {address:?} is not a loopback HOST:PORT; metrics are served on loopback only unless server.allow_remote = true"
+                ));
+            }
+        }
+        if !["error", "warn", "info", "debug"].contains(&self.log.level.as_str()) {
+            return Err(format!(
+                "log.level = {:?}: allowed are \"error\", \"warn\", \"info\", \"debug\"",
+                self.log.level
+            ));
+        }
+        if !["text", "json"].contains(&self.log.format.as_str()) {
+            return Err(format!(
+                "log.format = {:?}: allowed are \"text\" and \"json\"",
+                self.log.format
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (index, tier) in self.tiers.iter().enumerate() {
+            let key = format!("tier[{index}] (name {:?})", tier.name);
+            if !valid_name(&tier.name) {
+                return Err(format!(
+                    "{key}: name must be 1-64 characters of a-z, A-Z, 0-9, '-', '_', '.'"
+                ));
+            }
+            if !seen.insert(tier.name.clone()) {
+                return Err(format!("{key}: a tier with this name is already defined"));
+            }
+            match tier.backend {
+                Backend::Memory => {
+                    if tier.path.is_some() {
+                        return Err(format!("{key}.path: a memory tier has no path"));
+                    }
+                    if tier.size.is_none() {
+                        return Err(format!(
+                            "{key}.size: a memory tier needs a size, e.g. \"256MiB\""
+                        ));
+                    }
+                    if tier.direct {
+                        return Err(format!("{key}.direct: only file tiers can use O_DIRECT"));
+                    }
+                }
+                Backend::File => {
+                    if tier.path.is_none() {
+                        return Err(format!(
+                            "{key}.path: a file tier needs a path (file or block device)"
+                        ));
+                    }
+                    if tier.unsafe_volatile {
+                        return Err(format!(
+                            "{key}.unsafe_volatile: only memory tiers are volatile"
+                        ));
+                    }
+                }
+            }
+            if tier.size.is_some_and(|size| size.0 == 0) {
+                return Err(format!("{key}.size: must be more than 0"));
+            }
+        }
+        let mut volume_names = std::collections::BTreeSet::new();
+        let mut tier_owner: std::collections::BTreeMap<&str, &str> = Default::default();
+        for (index, volume) in self.volumes.iter().enumerate() {
+            let key = format!("volume[{index}] (name {:?})", volume.name);
+            if !valid_name(&volume.name) {
+                return Err(format!("{key}: name must be 1-64 characters of a-z, A-Z, 0-9, '-', '_', '.' (it names the export and a metadata directory)"));
+            }
+            if !volume_names.insert(volume.name.clone()) {
+                return Err(format!("{key}: a volume with this name is already defined"));
+            }
+            let segment = volume.segment.0;
+            if !segment.is_power_of_two() || !((1 << 20)..=(4 << 30)).contains(&segment) {
+                return Err(format!(
+                    "{key}.segment = {segment}: must be a power of two from 1MiB to 4GiB"
+                ));
+            }
+            let chunk = volume.chunk.0;
+            if !chunk.is_power_of_two() || chunk < 4096 || chunk > segment {
+                return Err(format!("{key}.chunk = {chunk}: must be a power of two from 4KiB up to the segment size"));
+            }
+            if volume.size.0 == 0 || volume.size.0 % 512 != 0 {
+                return Err(format!(
+                    "{key}.size = {}: must be a positive multiple of 512 bytes",
+                    volume.size.0
+                ));
+            }
+            if volume.period.0 < 1_000_000 {
+                return Err(format!("{key}.period: must be at least 1ms"));
+            }
+            if !(volume.migration_share > 0.0 && volume.migration_share <= 1.0) {
+                return Err(format!(
+                    "{key}.migration_share = {}: must be in (0, 1]",
+                    volume.migration_share
+                ));
+            }
+            if volume.checkpoint_every == 0 {
+                return Err(format!(
+                    "{key}.checkpoint_every: must be at least 1 (periods)"
+                ));
+            }
+            if volume.tiers.is_empty() || volume.tiers.len() > 8 {
+                return Err(format!(
+                    "{key}.tiers: list 1 to 8 tier names, fastest first (the last is home)"
+                ));
+            }
+            for (position, name) in volume.tiers.iter().enumerate() {
+                let Some(tier) = self.tiers.iter().find(|tier| &tier.name == name) else {
+                    let known: Vec<&str> =
+                        self.tiers.iter().map(|tier| tier.name.as_str()).collect();
+                    return Err(format!("{key}.tiers[{position}] = {name:?}: no [[tier]] has this name (defined: {known:?})"));
+                };
+                if let Some(owner) = tier_owner.insert(name, &volume.name) {
+                    return Err(format!("{key}.tiers[{position}] = {name:?}: tier already used by volume {owner:?}; give each volume its own tiers"));
+                }
+                let is_home = position + 1 == volume.tiers.len();
+                if is_home {
+                    if tier.backend == Backend::Memory {
+                        return Err(format!("{key}.tiers[{position}] = {name:?}: the last tier is home and holds every segment durably; a memory tier cannot be home"));
+                    }
+                    if let Some(size) = tier.size {
+                        let needed = volume.size.0.div_ceil(segment) * segment;
+                        if size.0 < needed {
+                            return Err(format!("{key}: home tier {name:?} has size {} but the volume needs {needed} bytes (its size rounded up to whole segments)", size.0));
+                        }
+                    }
+                } else if let Some(size) = tier.size {
+                    if size.0 < segment {
+                        return Err(format!("tier {name:?}.size = {}: smaller than one segment of volume {:?} ({segment} bytes)", size.0, volume.name));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|character| character.is_ascii_alphanumeric() || "-_.".contains(character))
+}
+
+/// Where the server listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListenTarget {
+    Unix(PathBuf),
+    Tcp(String),
+}
+
+fn parse_listen(entry: &str, data_dir: &Path) -> Result<ListenTarget, String> {
+    if let Some(path) = entry.strip_prefix("unix:") {
+        if path.is_empty() {
+            return Err(format!(
+                "server.listen = {entry:?}: give a socket path after unix:"
+            ));
+        }
+        let path = PathBuf::from(path);
+        Ok(ListenTarget::Unix(if path.is_relative() {
+            data_dir.join(path)
+        } else {
+            path
+        }))
+    } else if let Some(address) = entry.strip_prefix("tcp:") {
+        if address.parse::<std::net::SocketAddr>().is_err() {
+            return Err(format!(
+                "server.listen = {entry:?}: expected tcp:IP:PORT, e.g. tcp:127.0.0.1:10809"
+            ));
+        }
+        Ok(ListenTarget::Tcp(address.to_string()))
+    } else {
+        Err(format!(
+            "server.listen = {entry:?}: expected \"unix:PATH\" or \"tcp:IP:PORT\""
+        ))
+    }
+}
+
+fn is_loopback(address: &str) -> bool {
+    address
+        .parse::<std::net::SocketAddr>()
+        .is_ok_and(|address| address.ip().is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, String> {
+        Config::parse(text, "test.toml", Path::new("/base")).map_err(|error| error.to_string())
+    }
+
+    #[test]
+    fn embedded_default_parses() {
+        let config = parse(EMBEDDED_DEFAULT).unwrap();
+        assert_eq!(config.volumes[0].segment, Bytes(64 << 20));
+        assert_eq!(
+            config.tiers[1].path,
+            Some(PathBuf::from("/base/tierd-data/disk.img"))
+        );
+        assert_eq!(
+            config.listen_targets(),
+            vec![ListenTarget::Unix(PathBuf::from(
+                "/base/tierd-data/tierd.sock"
+            ))]
+        );
+        assert_eq!(
+            config.metadata_dir(),
+            PathBuf::from("/base/tierd-data/meta")
+        );
+        assert!(matches!(config.volumes[0].policy, PolicyConfig::OtfAst(_)));
+    }
+
+    #[test]
+    fn errors_name_the_key_and_what_is_allowed() {
+        let cases = [
+            (
+                EMBEDDED_DEFAULT.replace("segment = \"64MiB\"", "segment = \"3MiB\""),
+                "power of two",
+            ),
+            (
+                EMBEDDED_DEFAULT
+                    .replace("tiers = [\"mem\", \"disk\"]", "tiers = [\"mem\", \"dsk\"]"),
+                "no [[tier]] has this name",
+            ),
+            (
+                EMBEDDED_DEFAULT
+                    .replace("tiers = [\"mem\", \"disk\"]", "tiers = [\"disk\", \"mem\"]"),
+                "cannot be home",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace("unix:tierd.sock", "tcp:0.0.0.0:10809"),
+                "loopback",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace("backend = \"memory\"", "backend = \"ram\""),
+                "unknown variant",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace("kind = \"otf-ast\"", "kind = \"otf-ast\"\nupp = 0.5"),
+                "unknown field",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace("size = \"1GiB\"\nsegment", "size = \"2GiB\"\nsegment"),
+                "volume needs",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace("name = \"vol0\"", "name = \"../x\""),
+                "name must be",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace("period = \"10s\"", "period = \"10 parsecs\""),
+                "duration",
+            ),
+        ];
+        for (text, expected) in cases {
+            let error = parse(&text).unwrap_err();
+            assert!(
+                error.contains(expected),
+                "expected {expected:?} in: {error}"
+            );
+            assert!(error.starts_with("test.toml"), "{error}");
+        }
+    }
+}

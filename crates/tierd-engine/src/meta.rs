@@ -1,0 +1,655 @@
+//! Durable placement and policy state: a checksummed journal of placement
+//! changes plus a periodic checkpoint, one pair per volume.
+//!
+//! Files in the volume's metadata directory:
+//! - `checkpoint`: `TIERDCK1` magic, format version (u32 LE), generation
+//!   (u64 LE), payload length (u64 LE), CRC-32 of the payload (u32 LE), then
+//!   the payload (JSON [`Checkpoint`]). Written to `checkpoint.tmp`, fsynced,
+//!   renamed over `checkpoint`, directory fsynced: a reader sees the old or
+//!   the new one, never a mix.
+//! - `journal`: `TIERDJN1` magic, version (u32), generation (u64), CRC of
+//!   those 20 bytes (u32); then records `[payload length u32][CRC u32]
+//!   [payload JSON]`, each appended and fsynced before the change it records
+//!   takes effect. A journal belongs to the checkpoint of the same generation:
+//!   a checkpoint of generation G+1 replaces journal G (recovery ignores an
+//!   older journal left by a crash between the two steps).
+//!
+//! Recovery rules: a record cut short at the end of the file (a crash during
+//! an append) is dropped and reported in [`Recovered::notes`]; a record whose
+//! checksum fails and that is *followed by more bytes*, a bad header, a bad
+//! checkpoint, or a journal newer than its checkpoint is corruption: opening
+//! fails with the path and byte offset, and the server refuses to start
+//! rather than guess.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tierd_policy::view::{PeriodStats, SegmentId, TierId};
+
+const CHECKPOINT_MAGIC: &[u8; 8] = b"TIERDCK1";
+const JOURNAL_MAGIC: &[u8; 8] = b"TIERDJN1";
+const FORMAT_VERSION: u32 = 1;
+const CHECKPOINT_HEADER_BYTES: usize = 8 + 4 + 8 + 8 + 4;
+const JOURNAL_HEADER_BYTES: usize = 8 + 4 + 8 + 4;
+/// Largest record or checkpoint payload accepted (a bad length is corruption,
+/// not an allocation).
+const MAX_RECORD_BYTES: u32 = 16 << 20;
+const MAX_CHECKPOINT_BYTES: u64 = 1 << 30;
+
+/// Where a segment lives: `tier` and the slot (segment-sized extent) on that
+/// tier's device. On the home tier the slot is always the segment id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Location {
+    pub tier: TierId,
+    pub slot: u32,
+}
+
+/// One journal record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum Record {
+    /// `segment` now lives at `location` (its data there is durable).
+    Place {
+        segment: SegmentId,
+        location: Location,
+    },
+}
+
+/// A move as `tierd status` lists it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MoveRecord {
+    pub segment: SegmentId,
+    pub from: String,
+    pub to: String,
+    pub rule: String,
+    pub detail: String,
+    /// Engine clock times.
+    pub started_ns: u64,
+    pub finished_ns: u64,
+    pub bytes_copied: u64,
+    /// `done`, `failed: ...`, `dropped: ...`.
+    pub outcome: String,
+}
+
+/// Everything a restart needs to come back with the same placement and warm
+/// policy state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub volume: String,
+    pub size_bytes: u64,
+    pub segment_bytes: u64,
+    /// Tier names, fastest first (the configured stack when written).
+    pub tiers: Vec<String>,
+    /// Indexed by segment.
+    pub placement: Vec<Location>,
+    pub policy: String,
+    pub policy_state: serde_json::Value,
+    /// The monitor's completed periods (the heat a policy plans from).
+    pub history: Vec<PeriodStats>,
+    pub completed_moves: u64,
+    pub mean_move_ns: Option<f64>,
+    pub recent_moves: Vec<MoveRecord>,
+}
+
+/// A metadata file that failed its checks.
+#[derive(Debug, thiserror::Error)]
+pub enum MetaError {
+    #[error("{path}: {what}: {source}")]
+    Io {
+        path: PathBuf,
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("{path} at byte offset {offset}: {reason}. The server refuses to start on damaged metadata rather than guess the placement; restore the file from a backup, or move the metadata directory aside to start with every segment on its home tier (data written to faster tiers since would then be lost)")]
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+}
+
+/// What recovery found.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    pub checkpoint: Option<Checkpoint>,
+    /// Journal records after the checkpoint, in order.
+    pub records: Vec<Record>,
+    /// Things recovery repaired on its own (a torn tail), for the log.
+    pub notes: Vec<String>,
+}
+
+/// One volume's metadata directory.
+#[derive(Debug)]
+pub struct MetaStore {
+    dir: PathBuf,
+    generation: u64,
+    journal: File,
+    journal_bytes: u64,
+}
+
+fn io_error(path: &Path, what: &'static str, source: std::io::Error) -> MetaError {
+    MetaError::Io {
+        path: path.to_path_buf(),
+        what,
+        source,
+    }
+}
+
+fn corrupt(path: &Path, offset: u64, reason: impl Into<String>) -> MetaError {
+    MetaError::Corrupt {
+        path: path.to_path_buf(),
+        offset,
+        reason: reason.into(),
+    }
+}
+
+fn crc(bytes: &[u8]) -> u32 {
+    crc32fast::hash(bytes)
+}
+
+fn read_u32(bytes: &[u8], at: usize) -> u32 {
+    let mut word = [0u8; 4];
+    word.copy_from_slice(&bytes[at..at + 4]);
+    u32::from_le_bytes(word)
+}
+
+fn read_u64(bytes: &[u8], at: usize) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(word)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), MetaError> {
+    File::open(dir)
+        .and_then(|handle| handle.sync_all())
+        .map_err(|error| io_error(dir, "syncing the metadata directory", error))
+}
+
+fn read_whole(path: &Path) -> Result<Option<Vec<u8>>, MetaError> {
+    match File::open(path) {
+        Ok(mut file) => {
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes)
+                .map_err(|error| io_error(path, "reading", error))?;
+            Ok(Some(bytes))
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(io_error(path, "opening", error)),
+    }
+}
+
+/// Decodes a checkpoint file's bytes (pure: used by recovery and fuzzing).
+pub fn decode_checkpoint(path: &Path, bytes: &[u8]) -> Result<(u64, Checkpoint), MetaError> {
+    if bytes.len() < CHECKPOINT_HEADER_BYTES {
+        return Err(corrupt(
+            path,
+            0,
+            format!(
+                "checkpoint is {} bytes, shorter than its {CHECKPOINT_HEADER_BYTES}-byte header",
+                bytes.len()
+            ),
+        ));
+    }
+    if &bytes[0..8] != CHECKPOINT_MAGIC {
+        return Err(corrupt(path, 0, "not a tierd checkpoint (bad magic)"));
+    }
+    let version = read_u32(bytes, 8);
+    if version != FORMAT_VERSION {
+        return Err(corrupt(
+            path,
+            8,
+            format!("checkpoint format version {version}, this tierd reads {FORMAT_VERSION}"),
+        ));
+    }
+    let generation = read_u64(bytes, 12);
+    let length = read_u64(bytes, 20);
+    let expected_crc = read_u32(bytes, 28);
+    let payload = &bytes[CHECKPOINT_HEADER_BYTES..];
+    if length > MAX_CHECKPOINT_BYTES || length != payload.len() as u64 {
+        return Err(corrupt(
+            path,
+            20,
+            format!(
+                "checkpoint says {length} payload bytes, file holds {}",
+                payload.len()
+            ),
+        ));
+    }
+    if crc(payload) != expected_crc {
+        return Err(corrupt(
+            path,
+            CHECKPOINT_HEADER_BYTES as u64,
+            "checkpoint payload fails its CRC-32 checksum",
+        ));
+    }
+    let checkpoint: Checkpoint = serde_json::from_slice(payload).map_err(|error| {
+        corrupt(
+            path,
+            CHECKPOINT_HEADER_BYTES as u64,
+            format!("checkpoint payload passes its checksum but does not decode: {error}"),
+        )
+    })?;
+    Ok((generation, checkpoint))
+}
+
+/// Result of decoding a journal's bytes.
+#[derive(Debug, Default)]
+pub struct DecodedJournal {
+    pub generation: u64,
+    pub records: Vec<Record>,
+    /// Bytes of valid records (header included): where appends continue.
+    pub valid_bytes: u64,
+    /// A torn final record was dropped.
+    pub torn_tail: Option<String>,
+}
+
+/// Decodes a journal file's bytes (pure: used by recovery and fuzzing).
+pub fn decode_journal(path: &Path, bytes: &[u8]) -> Result<DecodedJournal, MetaError> {
+    if bytes.len() < JOURNAL_HEADER_BYTES {
+        return Err(corrupt(
+            path,
+            0,
+            format!(
+                "journal is {} bytes, shorter than its {JOURNAL_HEADER_BYTES}-byte header",
+                bytes.len()
+            ),
+        ));
+    }
+    if &bytes[0..8] != JOURNAL_MAGIC {
+        return Err(corrupt(path, 0, "not a tierd journal (bad magic)"));
+    }
+    if crc(&bytes[0..20]) != read_u32(bytes, 20) {
+        return Err(corrupt(path, 0, "journal header fails its CRC-32 checksum"));
+    }
+    let version = read_u32(bytes, 8);
+    if version != FORMAT_VERSION {
+        return Err(corrupt(
+            path,
+            8,
+            format!("journal format version {version}, this tierd reads {FORMAT_VERSION}"),
+        ));
+    }
+    let mut decoded = DecodedJournal {
+        generation: read_u64(bytes, 12),
+        ..DecodedJournal::default()
+    };
+    let mut at = JOURNAL_HEADER_BYTES;
+    while at < bytes.len() {
+        let remaining = bytes.len() - at;
+        if remaining < 8 {
+            decoded.torn_tail = Some(format!(
+                "dropped a torn record header of {remaining} bytes at offset {at}"
+            ));
+            break;
+        }
+        let length = read_u32(bytes, at);
+        let expected_crc = read_u32(bytes, at + 4);
+        if length > MAX_RECORD_BYTES {
+            // A length this large is never written: either garbage in the
+            // middle (corruption) or a torn header at the very end.
+            return Err(corrupt(
+                path,
+                at as u64,
+                format!("journal record claims {length} bytes (at most {MAX_RECORD_BYTES})"),
+            ));
+        }
+        let end = at + 8 + length as usize;
+        if end > bytes.len() {
+            decoded.torn_tail = Some(format!(
+                "dropped a torn record at offset {at} ({} of {} bytes present)",
+                bytes.len() - at - 8,
+                length
+            ));
+            break;
+        }
+        let payload = &bytes[at + 8..end];
+        if crc(payload) != expected_crc {
+            if end == bytes.len() {
+                decoded.torn_tail = Some(format!(
+                    "dropped the last record at offset {at}: checksum fails (a crash during its append)"
+                ));
+                break;
+            }
+            return Err(corrupt(
+                path,
+                at as u64,
+                "journal record fails its CRC-32 checksum and more records follow it",
+            ));
+        }
+        let record: Record = serde_json::from_slice(payload).map_err(|error| {
+            corrupt(
+                path,
+                at as u64,
+                format!("journal record passes its checksum but does not decode: {error}"),
+            )
+        })?;
+        decoded.records.push(record);
+        at = end;
+    }
+    decoded.valid_bytes = at.min(bytes.len()) as u64;
+    if decoded.torn_tail.is_some() {
+        decoded.valid_bytes = (bytes.len() as u64).min(decoded.valid_bytes);
+    }
+    Ok(decoded)
+}
+
+fn encode_journal_header(generation: u64) -> Vec<u8> {
+    let mut header = Vec::with_capacity(JOURNAL_HEADER_BYTES);
+    header.extend_from_slice(JOURNAL_MAGIC);
+    header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    header.extend_from_slice(&generation.to_le_bytes());
+    let header_crc = crc(&header);
+    header.extend_from_slice(&header_crc.to_le_bytes());
+    header
+}
+
+fn encode_record(record: &Record) -> Vec<u8> {
+    let payload = serde_json::to_vec(record).expect("journal records always serialise");
+    let mut bytes = Vec::with_capacity(payload.len() + 8);
+    bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&crc(&payload).to_le_bytes());
+    bytes.extend_from_slice(&payload);
+    bytes
+}
+
+impl MetaStore {
+    pub fn checkpoint_path(dir: &Path) -> PathBuf {
+        dir.join("checkpoint")
+    }
+
+    pub fn journal_path(dir: &Path) -> PathBuf {
+        dir.join("journal")
+    }
+
+    /// Opens (creating if needed) the metadata directory and recovers what it
+    /// holds. Fails on corruption (see the module docs).
+    pub fn open(dir: &Path) -> Result<(MetaStore, Recovered), MetaError> {
+        fs::create_dir_all(dir)
+            .map_err(|error| io_error(dir, "creating the metadata directory", error))?;
+        let checkpoint_path = Self::checkpoint_path(dir);
+        let journal_path = Self::journal_path(dir);
+        let mut recovered = Recovered::default();
+        let mut generation = 0;
+        if let Some(bytes) = read_whole(&checkpoint_path)? {
+            let (checkpoint_generation, checkpoint) = decode_checkpoint(&checkpoint_path, &bytes)?;
+            generation = checkpoint_generation;
+            recovered.checkpoint = Some(checkpoint);
+        }
+        let mut journal_bytes = JOURNAL_HEADER_BYTES as u64;
+        let mut rewrite_journal = true;
+        if let Some(bytes) = read_whole(&journal_path)? {
+            let decoded = decode_journal(&journal_path, &bytes)?;
+            if decoded.generation == generation {
+                recovered.records = decoded.records;
+                if let Some(note) = decoded.torn_tail {
+                    recovered
+                        .notes
+                        .push(format!("{}: {note}", journal_path.display()));
+                }
+                journal_bytes = decoded.valid_bytes;
+                rewrite_journal = false;
+                if decoded.valid_bytes < bytes.len() as u64 {
+                    let file = OpenOptions::new()
+                        .write(true)
+                        .open(&journal_path)
+                        .map_err(|error| io_error(&journal_path, "opening", error))?;
+                    file.set_len(decoded.valid_bytes)
+                        .and_then(|()| file.sync_all())
+                        .map_err(|error| {
+                            io_error(&journal_path, "truncating a torn tail", error)
+                        })?;
+                }
+            } else if decoded.generation < generation {
+                recovered.notes.push(format!(
+                    "{}: generation {} predates checkpoint generation {generation} (a crash between writing the checkpoint and resetting the journal); its records are already in the checkpoint",
+                    journal_path.display(),
+                    decoded.generation
+                ));
+            } else {
+                return Err(corrupt(
+                    &journal_path,
+                    12,
+                    format!(
+                        "journal generation {} is newer than the checkpoint's {generation}: the checkpoint is missing or older than its journal",
+                        decoded.generation
+                    ),
+                ));
+            }
+        }
+        if rewrite_journal {
+            Self::write_fresh_journal(dir, generation)?;
+        }
+        let journal = OpenOptions::new()
+            .append(true)
+            .open(&journal_path)
+            .map_err(|error| io_error(&journal_path, "opening for append", error))?;
+        Ok((
+            MetaStore {
+                dir: dir.to_path_buf(),
+                generation,
+                journal,
+                journal_bytes,
+            },
+            recovered,
+        ))
+    }
+
+    fn write_fresh_journal(dir: &Path, generation: u64) -> Result<(), MetaError> {
+        let journal_path = Self::journal_path(dir);
+        let temporary = dir.join("journal.tmp");
+        let mut file =
+            File::create(&temporary).map_err(|error| io_error(&temporary, "creating", error))?;
+        file.write_all(&encode_journal_header(generation))
+            .and_then(|()| file.sync_all())
+            .map_err(|error| io_error(&temporary, "writing", error))?;
+        fs::rename(&temporary, &journal_path).map_err(|error| {
+            io_error(&journal_path, "renaming the new journal into place", error)
+        })?;
+        sync_dir(dir)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Bytes in the journal now (header included).
+    pub fn journal_bytes(&self) -> u64 {
+        self.journal_bytes
+    }
+
+    /// Appends `record` and makes it durable before returning.
+    pub fn append(&mut self, record: &Record) -> Result<(), MetaError> {
+        let bytes = encode_record(record);
+        let path = Self::journal_path(&self.dir);
+        self.journal
+            .write_all(&bytes)
+            .and_then(|()| self.journal.sync_data())
+            .map_err(|error| io_error(&path, "appending a record", error))?;
+        self.journal_bytes += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Writes `checkpoint` atomically as the next generation and starts an
+    /// empty journal for it.
+    pub fn write_checkpoint(&mut self, checkpoint: &Checkpoint) -> Result<(), MetaError> {
+        let next_generation = self.generation + 1;
+        let payload = serde_json::to_vec(checkpoint).expect("checkpoints always serialise");
+        let mut bytes = Vec::with_capacity(CHECKPOINT_HEADER_BYTES + payload.len());
+        bytes.extend_from_slice(CHECKPOINT_MAGIC);
+        bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        bytes.extend_from_slice(&next_generation.to_le_bytes());
+        bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(&crc(&payload).to_le_bytes());
+        bytes.extend_from_slice(&payload);
+        let path = Self::checkpoint_path(&self.dir);
+        let temporary = self.dir.join("checkpoint.tmp");
+        let mut file =
+            File::create(&temporary).map_err(|error| io_error(&temporary, "creating", error))?;
+        file.write_all(&bytes)
+            .and_then(|()| file.sync_all())
+            .map_err(|error| io_error(&temporary, "writing", error))?;
+        fs::rename(&temporary, &path)
+            .map_err(|error| io_error(&path, "renaming the new checkpoint into place", error))?;
+        sync_dir(&self.dir)?;
+        // The checkpoint now covers every journal record; a crash here leaves
+        // an older-generation journal that recovery ignores.
+        Self::write_fresh_journal(&self.dir, next_generation)?;
+        let journal_path = Self::journal_path(&self.dir);
+        self.journal = OpenOptions::new()
+            .append(true)
+            .open(&journal_path)
+            .map_err(|error| io_error(&journal_path, "opening for append", error))?;
+        self.journal_bytes = JOURNAL_HEADER_BYTES as u64;
+        self.generation = next_generation;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checkpoint(segments: u32) -> Checkpoint {
+        Checkpoint {
+            volume: "v".into(),
+            size_bytes: u64::from(segments) << 20,
+            segment_bytes: 1 << 20,
+            tiers: vec!["fast".into(), "home".into()],
+            placement: (0..segments)
+                .map(|segment| Location {
+                    tier: 1,
+                    slot: segment,
+                })
+                .collect(),
+            policy: "none".into(),
+            policy_state: serde_json::json!({}),
+            history: Vec::new(),
+            completed_moves: 0,
+            mean_move_ns: None,
+            recent_moves: Vec::new(),
+        }
+    }
+
+    fn place(segment: u32, tier: u8, slot: u32) -> Record {
+        Record::Place {
+            segment,
+            location: Location { tier, slot },
+        }
+    }
+
+    #[test]
+    fn records_and_checkpoints_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, recovered) = MetaStore::open(dir.path()).unwrap();
+        assert!(recovered.checkpoint.is_none());
+        assert!(recovered.records.is_empty());
+        store.append(&place(3, 0, 0)).unwrap();
+        store.append(&place(4, 0, 1)).unwrap();
+        drop(store);
+        let (mut store, recovered) = MetaStore::open(dir.path()).unwrap();
+        assert_eq!(recovered.records, vec![place(3, 0, 0), place(4, 0, 1)]);
+        store.write_checkpoint(&checkpoint(8)).unwrap();
+        store.append(&place(5, 0, 2)).unwrap();
+        drop(store);
+        let (_store, recovered) = MetaStore::open(dir.path()).unwrap();
+        assert_eq!(recovered.checkpoint.unwrap(), checkpoint(8));
+        assert_eq!(recovered.records, vec![place(5, 0, 2)]);
+        assert!(recovered.notes.is_empty());
+    }
+
+    #[test]
+    fn torn_tail_is_dropped_and_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = MetaStore::open(dir.path()).unwrap();
+        store.append(&place(1, 0, 0)).unwrap();
+        store.append(&place(2, 0, 1)).unwrap();
+        drop(store);
+        let path = MetaStore::journal_path(dir.path());
+        let full = fs::read(&path).unwrap();
+        // Cut the last record in half, as a crash during the append would.
+        fs::write(&path, &full[..full.len() - 5]).unwrap();
+        let (mut store, recovered) = MetaStore::open(dir.path()).unwrap();
+        assert_eq!(recovered.records, vec![place(1, 0, 0)]);
+        assert_eq!(recovered.notes.len(), 1, "{:?}", recovered.notes);
+        // Appends continue after the last good record.
+        store.append(&place(7, 0, 3)).unwrap();
+        drop(store);
+        let (_, recovered) = MetaStore::open(dir.path()).unwrap();
+        assert_eq!(recovered.records, vec![place(1, 0, 0), place(7, 0, 3)]);
+    }
+
+    #[test]
+    fn corruption_in_the_middle_refuses_with_path_and_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = MetaStore::open(dir.path()).unwrap();
+        store.append(&place(1, 0, 0)).unwrap();
+        store.append(&place(2, 0, 1)).unwrap();
+        drop(store);
+        let path = MetaStore::journal_path(dir.path());
+        let mut bytes = fs::read(&path).unwrap();
+        let first_payload = JOURNAL_HEADER_BYTES + 8;
+        bytes[first_payload + 2] ^= 0x40;
+        fs::write(&path, &bytes).unwrap();
+        let error = MetaStore::open(dir.path()).unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("journal"), "{text}");
+        assert!(
+            text.contains(&format!("byte offset {JOURNAL_HEADER_BYTES}")),
+            "{text}"
+        );
+        assert!(text.contains("checksum"), "{text}");
+    }
+
+    #[test]
+    fn damaged_checkpoint_refuses() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = MetaStore::open(dir.path()).unwrap();
+        store.write_checkpoint(&checkpoint(4)).unwrap();
+        drop(store);
+        let path = MetaStore::checkpoint_path(dir.path());
+        let mut bytes = fs::read(&path).unwrap();
+        let last = bytes.len() - 3;
+        bytes[last] ^= 1;
+        fs::write(&path, &bytes).unwrap();
+        let text = MetaStore::open(dir.path()).unwrap_err().to_string();
+        assert!(text.contains("checkpoint"), "{text}");
+        assert!(text.contains("byte offset 32"), "{text}");
+    }
+
+    #[test]
+    fn stale_journal_after_checkpoint_crash_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = MetaStore::open(dir.path()).unwrap();
+        store.append(&place(1, 0, 0)).unwrap();
+        let old_journal = fs::read(MetaStore::journal_path(dir.path())).unwrap();
+        store.write_checkpoint(&checkpoint(4)).unwrap();
+        drop(store);
+        // Simulate the crash between the checkpoint rename and the journal reset.
+        fs::write(MetaStore::journal_path(dir.path()), &old_journal).unwrap();
+        let (_, recovered) = MetaStore::open(dir.path()).unwrap();
+        assert!(recovered.records.is_empty());
+        assert_eq!(recovered.notes.len(), 1);
+    }
+
+    #[test]
+    fn decoders_never_panic_on_garbage() {
+        use tierd_common::rng::Rng;
+        let path = Path::new("fuzz");
+        let mut rng = tierd_common::rng::SeededRng::new(7);
+        let mut valid = encode_journal_header(0);
+        valid.extend(encode_record(&place(1, 0, 0)));
+        for _ in 0..2000 {
+            let mut bytes = valid.clone();
+            let flips = 1 + (rng.next_u64() % 4) as usize;
+            for _ in 0..flips {
+                let at = (rng.next_u64() as usize) % bytes.len();
+                bytes[at] = rng.next_u64() as u8;
+            }
+            let cut = (rng.next_u64() as usize) % (bytes.len() + 1);
+            let _ = decode_journal(path, &bytes[..cut]);
+            let _ = decode_checkpoint(path, &bytes[..cut]);
+        }
+    }
+}

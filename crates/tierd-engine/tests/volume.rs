@@ -1,0 +1,405 @@
+//! Volume behaviour: routing, split requests, online migration under
+//! concurrent IO, durability of placement across a crash, warm restart,
+//! refusal of damaged metadata.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use tierd_common::clock::{Clock, ManualClock};
+use tierd_common::rng::{Rng, SeededRng};
+use tierd_engine::device::memory::MemoryDevice;
+use tierd_engine::device::BlockDevice;
+use tierd_engine::meta::MetaStore;
+use tierd_engine::volume::{StepOutcome, TierSpec, Volume, VolumeOptions};
+use tierd_policy::PolicyConfig;
+
+const SEGMENT: u64 = 1 << 20;
+const CHUNK: u64 = 64 << 10;
+
+struct Stack {
+    fast: Arc<MemoryDevice>,
+    home: Arc<MemoryDevice>,
+    fast_volatile: bool,
+}
+
+impl Stack {
+    fn new(fast_segments: u64, segments: u64, fast_volatile: bool) -> Stack {
+        Stack {
+            fast: Arc::new(MemoryDevice::new("fast", fast_segments * SEGMENT)),
+            home: Arc::new(MemoryDevice::new("home", segments * SEGMENT)),
+            fast_volatile,
+        }
+    }
+
+    fn specs(&self) -> Vec<TierSpec> {
+        vec![
+            TierSpec {
+                name: "fast".into(),
+                device: self.fast.clone(),
+                volatile: self.fast_volatile,
+                unsafe_volatile: false,
+            },
+            // Stands in for a durable file: tests keep the same device
+            // across a "crash" to model what survives it.
+            TierSpec {
+                name: "home".into(),
+                device: self.home.clone(),
+                volatile: false,
+                unsafe_volatile: false,
+            },
+        ]
+    }
+
+    /// What survives a crash: home, and a non-volatile fast tier; a volatile
+    /// one comes back empty.
+    fn crash(&mut self) {
+        if self.fast_volatile {
+            self.fast = Arc::new(MemoryDevice::new("fast", self.fast.size_bytes()));
+        }
+    }
+}
+
+fn options(segments: u64, policy: PolicyConfig) -> VolumeOptions {
+    VolumeOptions {
+        name: "v".into(),
+        size_bytes: segments * SEGMENT,
+        segment_bytes: SEGMENT,
+        chunk_bytes: CHUNK,
+        period_ns: 1_000_000_000,
+        checkpoint_every_periods: 1,
+        policy,
+    }
+}
+
+fn open(stack: &Stack, segments: u64, meta: &std::path::Path, clock: Arc<dyn Clock>) -> Volume {
+    Volume::open(
+        options(segments, PolicyConfig::None),
+        stack.specs(),
+        meta,
+        clock,
+    )
+    .unwrap()
+    .0
+}
+
+fn pattern(seed: u64, length: usize) -> Vec<u8> {
+    let mut rng = SeededRng::new(seed);
+    (0..length).map(|_| rng.next_u64() as u8).collect()
+}
+
+fn run_moves(volume: &Volume) {
+    loop {
+        match volume.copy_step() {
+            StepOutcome::Idle => break,
+            StepOutcome::Failed { segment } => panic!("move of segment {segment} failed"),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn requests_split_across_segments_and_tiers() {
+    let dir = tempfile::tempdir().unwrap();
+    let stack = Stack::new(2, 4, false);
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+    let volume = open(&stack, 4, dir.path(), clock);
+    volume.request_move(1, 0, "test").unwrap();
+    run_moves(&volume);
+    assert_eq!(volume.placement(), vec![1, 0, 1, 1]);
+    // 3 MiB spanning segments 0 (home), 1 (fast), 2 (home) and into 3.
+    let data = pattern(1, 3 * SEGMENT as usize);
+    let offset = SEGMENT / 2;
+    volume.write(offset, &data, false).unwrap();
+    let mut back = vec![0u8; data.len()];
+    volume.read(offset, &mut back).unwrap();
+    assert!(back == data, "read back differs");
+    // Segment 1's bytes are on the fast tier's slot, not at its home offset.
+    let expected = &data[(SEGMENT / 2 + 4096) as usize..(SEGMENT / 2 + 8192) as usize];
+    let mut fast_slot_data = vec![0u8; 4096];
+    // Whichever slot it got, one of the two fast slots holds the bytes.
+    let found = (0..2).any(|slot| {
+        stack
+            .fast
+            .read_at(slot * SEGMENT + 4096, &mut fast_slot_data)
+            .unwrap();
+        fast_slot_data == expected
+    });
+    assert!(found, "segment 1 data not on the fast tier");
+    // Out of range is refused and touches nothing.
+    assert!(volume.write(4 * SEGMENT - 10, &[1u8; 20], false).is_err());
+    assert!(volume.read(4 * SEGMENT, &mut [0u8; 1]).is_err());
+}
+
+#[test]
+fn migration_under_concurrent_writes_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let stack = Stack::new(2, 4, false);
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+    let volume = Arc::new(open(&stack, 4, dir.path(), clock));
+    let stop = Arc::new(AtomicBool::new(false));
+    const BLOCK: u64 = 4096;
+    let blocks = 4 * SEGMENT / BLOCK;
+    let threads = 3u64;
+    let mut workers = Vec::new();
+    for thread in 0..threads {
+        let volume = volume.clone();
+        let stop = stop.clone();
+        workers.push(std::thread::spawn(move || {
+            // Each thread owns blocks b with b % threads == thread and keeps
+            // the last value it wrote to each; unaligned sizes exercise chunk
+            // edges.
+            let mut rng = SeededRng::new(100 + thread);
+            let mut latest: Vec<Option<u8>> = vec![None; blocks as usize];
+            let mut writes = 0u64;
+            while !stop.load(Ordering::Relaxed) || writes < 2000 {
+                let block = (rng.below(blocks / threads)) * threads + thread;
+                let value = rng.next_u64() as u8;
+                volume
+                    .write(
+                        block * BLOCK,
+                        &vec![value; BLOCK as usize],
+                        rng.below(10) == 0,
+                    )
+                    .unwrap();
+                latest[block as usize] = Some(value);
+                let mut back = vec![0u8; BLOCK as usize];
+                volume.read(block * BLOCK, &mut back).unwrap();
+                assert!(
+                    back.iter().all(|byte| *byte == value),
+                    "read-after-write mismatch at block {block}"
+                );
+                writes += 1;
+            }
+            latest
+        }));
+    }
+    // Force moves back and forth while the writers run.
+    let mut rng = SeededRng::new(9);
+    for round in 0..40 {
+        let segment = rng.below(4) as u32;
+        let placement = volume.placement();
+        let to = if placement[segment as usize] == 0 {
+            1
+        } else {
+            0
+        };
+        volume
+            .request_move(segment, to, &format!("round {round}"))
+            .unwrap();
+        run_moves(&volume);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let results: Vec<Vec<Option<u8>>> = workers
+        .into_iter()
+        .map(|worker| worker.join().unwrap())
+        .collect();
+    let status = volume.status();
+    assert!(
+        status.completed_moves >= 20,
+        "{} moves completed",
+        status.completed_moves
+    );
+    for latest in results {
+        for (block, value) in latest.iter().enumerate() {
+            if let Some(value) = value {
+                let mut back = vec![0u8; BLOCK as usize];
+                volume.read(block as u64 * BLOCK, &mut back).unwrap();
+                assert!(
+                    back.iter().all(|byte| byte == value),
+                    "block {block} lost its last write"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn placement_and_data_survive_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut stack = Stack::new(2, 4, false);
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+    let data = pattern(3, (4 * SEGMENT) as usize);
+    {
+        let volume = open(&stack, 4, dir.path(), clock.clone());
+        volume.write(0, &data, false).unwrap();
+        volume.request_move(2, 0, "test").unwrap();
+        volume.request_move(3, 0, "test").unwrap();
+        run_moves(&volume);
+        volume
+            .write(2 * SEGMENT + 100, b"after the move", false)
+            .unwrap();
+        volume.flush().unwrap();
+        // No shutdown, no checkpoint: a kill -9.
+    }
+    stack.crash();
+    let volume = open(&stack, 4, dir.path(), clock);
+    assert_eq!(volume.placement(), vec![1, 1, 0, 0]);
+    let mut expected = data.clone();
+    expected[(2 * SEGMENT + 100) as usize..(2 * SEGMENT + 114) as usize]
+        .copy_from_slice(b"after the move");
+    let mut back = vec![0u8; expected.len()];
+    volume.read(0, &mut back).unwrap();
+    assert!(back == expected);
+    assert_eq!(volume.status().completed_moves, 2);
+}
+
+#[test]
+fn volatile_tier_is_written_through_and_refilled_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut stack = Stack::new(2, 4, true);
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+    let data = pattern(4, SEGMENT as usize);
+    {
+        let volume = open(&stack, 4, dir.path(), clock.clone());
+        volume.request_move(1, 0, "test").unwrap();
+        run_moves(&volume);
+        volume.write(SEGMENT, &data, false).unwrap();
+        // Write-through: home already has it.
+        let mut home = vec![0u8; data.len()];
+        stack.home.read_at(SEGMENT, &mut home).unwrap();
+        assert!(home == data);
+    }
+    stack.crash();
+    let volume = open(&stack, 4, dir.path(), clock);
+    assert_eq!(volume.placement(), vec![1, 0, 1, 1]);
+    let mut back = vec![0u8; data.len()];
+    volume.read(SEGMENT, &mut back).unwrap();
+    assert!(back == data);
+    // And the bytes are really on the refilled memory tier.
+    let mut fast = vec![0u8; data.len()];
+    let found = (0..2).any(|slot| {
+        stack.fast.read_at(slot * SEGMENT, &mut fast).unwrap();
+        fast == data
+    });
+    assert!(found);
+}
+
+#[test]
+fn clean_demotion_needs_no_copy_and_dirty_one_copies() {
+    let dir = tempfile::tempdir().unwrap();
+    let stack = Stack::new(2, 4, false);
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+    let volume = open(&stack, 4, dir.path(), clock);
+    volume.request_move(0, 0, "up").unwrap();
+    run_moves(&volume);
+    let copied_up = volume.status().recent_moves.last().unwrap().bytes_copied;
+    assert_eq!(copied_up, SEGMENT);
+    volume.request_move(0, 1, "down clean").unwrap();
+    run_moves(&volume);
+    assert_eq!(volume.status().recent_moves.last().unwrap().bytes_copied, 0);
+    volume.request_move(0, 0, "up again").unwrap();
+    run_moves(&volume);
+    volume.write(10, b"dirty", false).unwrap();
+    volume.request_move(0, 1, "down dirty").unwrap();
+    run_moves(&volume);
+    assert_eq!(
+        volume.status().recent_moves.last().unwrap().bytes_copied,
+        SEGMENT
+    );
+    let mut back = [0u8; 5];
+    volume.read(10, &mut back).unwrap();
+    assert_eq!(&back, b"dirty");
+}
+
+#[test]
+fn moves_to_a_full_tier_are_dropped_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let stack = Stack::new(1, 4, false);
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+    let volume = open(&stack, 4, dir.path(), clock);
+    volume.request_move(0, 0, "a").unwrap();
+    volume.request_move(1, 0, "b").unwrap();
+    run_moves(&volume);
+    let status = volume.status();
+    assert_eq!(volume.placement(), vec![0, 1, 1, 1]);
+    let last = status.recent_moves.last().unwrap();
+    assert!(last.outcome.contains("full"), "{}", last.outcome);
+    assert_eq!(status.dropped_moves, 1);
+    assert!(volume.request_move(9, 0, "x").is_err());
+    assert!(volume.request_move(0, 5, "x").is_err());
+}
+
+#[test]
+fn damaged_journal_refuses_to_open_with_path_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let stack = Stack::new(2, 4, false);
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+    {
+        let volume = open(&stack, 4, dir.path(), clock.clone());
+        volume.request_move(0, 0, "a").unwrap();
+        volume.request_move(1, 0, "b").unwrap();
+        run_moves(&volume);
+    }
+    let journal = MetaStore::journal_path(dir.path());
+    let mut bytes = std::fs::read(&journal).unwrap();
+    bytes[24 + 8 + 3] ^= 0xff;
+    std::fs::write(&journal, &bytes).unwrap();
+    let error = Volume::open(
+        options(4, PolicyConfig::None),
+        stack.specs(),
+        dir.path(),
+        clock,
+    )
+    .err()
+    .expect("must refuse")
+    .to_string();
+    assert!(error.contains("journal"), "{error}");
+    assert!(error.contains("byte offset 24"), "{error}");
+}
+
+#[test]
+fn a_changed_tier_stack_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let stack = Stack::new(2, 4, false);
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+    drop(open(&stack, 4, dir.path(), clock.clone()));
+    let mut specs = stack.specs();
+    specs[0].name = "other".into();
+    let error = Volume::open(options(4, PolicyConfig::None), specs, dir.path(), clock)
+        .err()
+        .expect("must refuse")
+        .to_string();
+    assert!(error.contains("tier stack"), "{error}");
+}
+
+#[test]
+fn policy_history_survives_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let stack = Stack::new(2, 4, false);
+    let manual = Arc::new(ManualClock::new(0));
+    let clock: Arc<dyn Clock> = manual.clone();
+    let policy = PolicyConfig::default_for(tierd_policy::PolicyKind::Atsmf);
+    {
+        let (volume, _) = Volume::open(
+            options(4, policy.clone()),
+            stack.specs(),
+            dir.path(),
+            clock.clone(),
+        )
+        .unwrap();
+        for period in 0..5u64 {
+            for _ in 0..50 {
+                volume
+                    .read(SEGMENT * (period % 4), &mut [0u8; 4096])
+                    .unwrap();
+            }
+            manual.advance_ns(1_000_000_000);
+            assert!(volume.tick().unwrap());
+        }
+    }
+    let (_, recovered) = MetaStore::open(dir.path()).unwrap();
+    let checkpoint = recovered.checkpoint.unwrap();
+    assert_eq!(checkpoint.history.len(), 5);
+    assert_eq!(checkpoint.policy, "atsmf");
+    let (volume, _) = Volume::open(options(4, policy), stack.specs(), dir.path(), clock).unwrap();
+    manual.advance_ns(1_000_000_000);
+    volume.tick().unwrap();
+    let (_, recovered) = MetaStore::open(dir.path()).unwrap();
+    let history = recovered.checkpoint.unwrap().history;
+    assert_eq!(
+        history.len(),
+        6,
+        "the restarted volume kept the old periods"
+    );
+    assert_eq!(history.last().unwrap().index, 5);
+}
