@@ -1,6 +1,8 @@
 //! `tierd`: the one binary. Subcommands map onto the library crates; this file
 //! only parses arguments, calls them and prints.
 
+mod replay;
+mod serve;
 mod sim;
 mod trace;
 
@@ -14,8 +16,9 @@ use clap::{Parser, Subcommand};
     version,
     about = "Tiered block storage engine and trace lab",
     long_about = "tierd moves hot segments of a slow volume to a fast tier in real time, and replays \
-                  block traces to show whether that pays. This build has the trace toolkit: \
-                  `tierd trace stats|analyze|convert|synth|formats`."
+                  block traces to show whether that pays: `tierd serve` runs volumes over NBD, \
+                  `tierd sim` replays traces through modelled tier stacks, `tierd trace` reads, \
+                  converts and characterises traces."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -31,6 +34,16 @@ enum Command {
     /// them in the papers' tables. With no arguments: a generated usr_1-like
     /// spike workload on hdd-ssd, replayed x8, through none, otf-ast and atsmf.
     Sim(sim::SimArgs),
+    /// Serve tiered volumes over NBD. With no --config: a 1 GiB volume of a
+    /// 256 MiB memory tier over a file tier in ./tierd-data, on a Unix socket.
+    Serve(serve::ServeArgs),
+    /// Placement by tier, tier usage, recent moves and their reasons, moves in flight.
+    Status(serve::StatusArgs),
+    /// Ask a running server to move a segment to a tier (operator move).
+    Move(serve::MoveArgs),
+    /// Replay a trace against a live NBD export, open-loop, and report
+    /// response times in the simulator's format.
+    Replay(replay::ReplayArgs),
 }
 
 /// A failure to report to the user: the message says what went wrong, where,
@@ -62,6 +75,10 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Trace(command) => trace::run(command),
         Command::Sim(args) => sim::run(args),
+        Command::Serve(args) => serve::run(args),
+        Command::Status(args) => serve::status(args),
+        Command::Move(args) => serve::move_segment(args),
+        Command::Replay(args) => replay::run(args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
