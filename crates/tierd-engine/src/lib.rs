@@ -13,6 +13,7 @@
 
 pub mod config;
 pub mod device;
+pub mod dst;
 pub mod engine;
 pub mod log;
 pub mod meta;

@@ -697,17 +697,23 @@ impl Volume {
         let entry = *guard;
         let source = entry.location;
         let source_tier = &self.tiers[source.tier as usize];
-        let needs_home = source.tier != home && source_tier.write_through;
-        if source.tier != home && !needs_home {
-            // The home copy goes stale before the data lands on the fast tier.
-            self.home_current[segment as usize].store(false, Ordering::Release);
-        }
         let active = if entry.moving {
             self.active.read().expect("active lock").clone()
         } else {
             None
         };
         let active = active.filter(|active| active.segment == segment);
+        // Home gets every write to a segment on a write-through tier, and to
+        // one moving onto such a tier from another fast tier (so home is
+        // current when the flip lands it in RAM).
+        let target_write_through = active
+            .as_ref()
+            .is_some_and(|active| self.tiers[active.to.tier as usize].write_through);
+        let needs_home = source.tier != home && (source_tier.write_through || target_write_through);
+        if source.tier != home && !needs_home {
+            // The home copy goes stale before the data lands on the fast tier.
+            self.home_current[segment as usize].store(false, Ordering::Release);
+        }
         let chunk_bytes = self.options.chunk_bytes;
         let first_chunk = (within / chunk_bytes) as usize;
         let last_chunk = ((within + length.max(1) - 1) / chunk_bytes) as usize;
@@ -1071,9 +1077,20 @@ impl Volume {
                 buffer.resize(length as usize, 0);
                 let source = &self.tiers[active.from.tier as usize].device;
                 let target = &self.tiers[active.to.tier as usize].device;
+                let home_too = self.home_too(&active);
                 source
                     .read_at(self.slot_offset(active.from) + start, &mut buffer)
                     .and_then(|()| target.write_at(self.slot_offset(active.to) + start, &buffer))
+                    .and_then(|()| {
+                        if home_too {
+                            self.tiers[self.home() as usize].device.write_at(
+                                u64::from(active.segment) * self.options.segment_bytes + start,
+                                &buffer,
+                            )
+                        } else {
+                            Ok(())
+                        }
+                    })
                     .map(|()| active.copied[chunk as usize].store(true, Ordering::Release))
             };
             match result {
@@ -1090,6 +1107,12 @@ impl Volume {
         } else {
             self.finish(&active)
         }
+    }
+
+    /// A move onto a write-through (volatile) tier from another fast tier
+    /// also copies to home, so home backs the RAM copy after the flip.
+    fn home_too(&self, active: &ActiveMove) -> bool {
+        active.from.tier != self.home() && self.tiers[active.to.tier as usize].write_through
     }
 
     fn abandon(&self, active: &Arc<ActiveMove>, outcome: &str) -> StepOutcome {
@@ -1130,8 +1153,13 @@ impl Volume {
 
     fn finish(&self, active: &Arc<ActiveMove>) -> StepOutcome {
         let home = self.home();
-        // The copied data must be durable before the mapping that points at it.
-        if let Err(error) = self.tiers[active.to.tier as usize].device.flush() {
+        // The copied data must be durable before the mapping that points at it
+        // (on home too when home is what backs a volatile target).
+        let mut flushed = self.tiers[active.to.tier as usize].device.flush();
+        if flushed.is_ok() && self.home_too(active) {
+            flushed = self.tiers[home as usize].device.flush();
+        }
+        if let Err(error) = flushed {
             return self.abandon(active, &format!("failed: flushing the target: {error}"));
         }
         {

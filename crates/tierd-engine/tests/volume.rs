@@ -403,3 +403,64 @@ fn policy_history_survives_restart() {
     );
     assert_eq!(history.last().unwrap().index, 5);
 }
+
+/// Regression (found by DST seed 8): a segment moved from a non-volatile fast
+/// tier into RAM must have a current home copy, or a crash refills RAM with
+/// stale home data.
+#[test]
+fn moving_from_a_fast_disk_into_ram_keeps_home_current() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = Arc::new(MemoryDevice::new("home", 4 * SEGMENT));
+    let disk = Arc::new(MemoryDevice::new("disk", 2 * SEGMENT));
+    let specs = |ram: Arc<MemoryDevice>| {
+        vec![
+            TierSpec {
+                name: "ram".into(),
+                device: ram,
+                volatile: true,
+                unsafe_volatile: false,
+            },
+            TierSpec {
+                name: "disk".into(),
+                device: disk.clone(),
+                volatile: false,
+                unsafe_volatile: false,
+            },
+            TierSpec {
+                name: "home".into(),
+                device: home.clone(),
+                volatile: false,
+                unsafe_volatile: false,
+            },
+        ]
+    };
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+    let data = pattern(11, SEGMENT as usize);
+    {
+        let ram = Arc::new(MemoryDevice::new("ram", 2 * SEGMENT));
+        let (volume, _) = Volume::open(
+            options(4, PolicyConfig::None),
+            specs(ram),
+            dir.path(),
+            clock.clone(),
+        )
+        .unwrap();
+        volume.request_move(2, 1, "to disk").unwrap();
+        run_moves(&volume);
+        volume.write(2 * SEGMENT, &data, false).unwrap();
+        volume.request_move(2, 0, "to ram").unwrap();
+        run_moves(&volume);
+        assert_eq!(volume.placement(), vec![2, 2, 0, 2]);
+    }
+    let ram = Arc::new(MemoryDevice::new("ram", 2 * SEGMENT));
+    let (volume, _) = Volume::open(
+        options(4, PolicyConfig::None),
+        specs(ram),
+        dir.path(),
+        clock,
+    )
+    .unwrap();
+    let mut back = vec![0u8; data.len()];
+    volume.read(2 * SEGMENT, &mut back).unwrap();
+    assert!(back == data, "RAM was refilled from a stale home copy");
+}

@@ -12,6 +12,7 @@
 //! Every device is shared between threads (`&self` methods); implementations
 //! serialise internally where they must.
 
+pub mod crash;
 pub mod fault;
 pub mod file;
 pub mod latency;

@@ -1,0 +1,610 @@
+//! Deterministic simulation testing of the engine core.
+//!
+//! One root seed derives a configuration (tier count and sizes, segment and
+//! chunk size, policy, fault rates) and a workload (reads, writes, FUA
+//! writes, flushes, trims, write-zeroes, hot spots that move, forced moves,
+//! migration steps interleaved with IO, policy periods in virtual time), and
+//! runs it single-threaded on [`CrashDisk`]s and memory tiers with a
+//! [`ManualClock`]. Faults: crashes (unflushed sectors survive or not, at
+//! random), EIO on reads and writes, slow devices, a fast tier that goes away
+//! for a while, damaged journals.
+//!
+//! The checker keeps, for every 512-byte sector, the set of values a read may
+//! return now and the set it may return after a crash:
+//! - every successful read returns a value in the "now" set (normally exactly
+//!   the last acknowledged write);
+//! - after a crash and restart, every sector holds a value in the "crash" set
+//!   (what was flushed or FUA-written, or anything written after that — never
+//!   bytes that were never written there);
+//! - after a restart the placement equals the placement of the last finished
+//!   (journaled) move;
+//! - a damaged journal stops the restart with the file and byte offset.
+//!
+//! Same seed, same run: [`run_seed`] returns a digest of the final state.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Serialize;
+use tierd_common::clock::{Clock, ManualClock};
+use tierd_common::rng::{Rng, SeededRng};
+use tierd_policy::{PolicyConfig, PolicyKind};
+
+use crate::device::crash::{CrashDisk, SECTOR_BYTES};
+use crate::device::fault::{FaultConfig, FaultDevice};
+use crate::device::memory::MemoryDevice;
+use crate::device::BlockDevice;
+use crate::meta::MetaStore;
+use crate::volume::{StepOutcome, TierSpec, Volume, VolumeOptions};
+
+/// What a seed derived (printed at start so a failure can be read).
+#[derive(Clone, Debug, Serialize)]
+pub struct DstConfig {
+    pub seed: u64,
+    pub steps: u32,
+    pub segments: u32,
+    pub segment_bytes: u64,
+    pub chunk_bytes: u64,
+    /// Fastest first; the last is home. `memory` tiers are volatile.
+    pub tiers: Vec<String>,
+    pub tier_segments: Vec<u32>,
+    pub policy: String,
+    pub read_error_probability: f64,
+    pub write_error_probability: f64,
+    pub crash_probability: f64,
+    pub outage_probability: f64,
+    pub journal_corruption_probability: f64,
+}
+
+/// One seed's outcome.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DstReport {
+    pub seed: u64,
+    pub operations: u64,
+    pub faults: BTreeMap<String, u64>,
+    pub moves_completed: u64,
+    /// `None` when every check held.
+    pub failure: Option<String>,
+    /// Hash of the final placement and contents (same seed → same digest).
+    pub digest: u64,
+}
+
+/// Per-sector value sets (write ids; 0 = zeroes).
+#[derive(Clone, Debug)]
+struct Sector {
+    now: Vec<u64>,
+    crash: Vec<u64>,
+}
+
+fn add(set: &mut Vec<u64>, value: u64) {
+    if !set.contains(&value) {
+        set.push(value);
+    }
+}
+
+/// Contents of one sector written by write `id`.
+fn sector_bytes(id: u64, sector: u64, out: &mut [u8]) {
+    if id == 0 {
+        out.fill(0);
+        return;
+    }
+    out[0..8].copy_from_slice(&id.to_le_bytes());
+    out[8..16].copy_from_slice(&sector.to_le_bytes());
+    let mut state = id.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ sector;
+    for byte in &mut out[16..] {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1);
+        *byte = (state >> 56) as u8;
+    }
+}
+
+/// Which write a sector's bytes came from, or `Err` for bytes no write made.
+fn decode_sector(sector: u64, bytes: &[u8]) -> Result<u64, String> {
+    if bytes.iter().all(|byte| *byte == 0) {
+        return Ok(0);
+    }
+    let mut id_bytes = [0u8; 8];
+    id_bytes.copy_from_slice(&bytes[0..8]);
+    let id = u64::from_le_bytes(id_bytes);
+    let mut expected = vec![0u8; bytes.len()];
+    sector_bytes(id, sector, &mut expected);
+    if id != 0 && expected == bytes {
+        Ok(id)
+    } else {
+        Err(format!(
+            "sector {sector} holds bytes no write produced (first bytes {:02x?})",
+            &bytes[..16]
+        ))
+    }
+}
+
+struct Tier {
+    name: String,
+    disk: Option<Arc<CrashDisk>>,
+    memory: Option<Arc<MemoryDevice>>,
+    faults: Arc<FaultDevice>,
+}
+
+struct Run {
+    config: DstConfig,
+    rng: SeededRng,
+    clock: Arc<ManualClock>,
+    tiers: Vec<Tier>,
+    meta_dir: PathBuf,
+    sectors: Vec<Sector>,
+    next_id: u64,
+    report: DstReport,
+    fault_config: FaultConfig,
+    hot_segment: u32,
+}
+
+/// Derives the configuration for `seed`.
+pub fn derive_config(seed: u64, steps: u32) -> DstConfig {
+    let mut rng = SeededRng::new(seed).derive(1);
+    let segment_bytes = 1u64 << 20;
+    let chunk_bytes = [64u64 << 10, 256 << 10, 1 << 20][rng.below(3) as usize];
+    let segments = 4 + rng.below(9) as u32;
+    let tier_count = 2 + rng.below(2) as usize;
+    let mut tiers = Vec::new();
+    let mut tier_segments = Vec::new();
+    for index in 0..tier_count - 1 {
+        let kind = if rng.below(2) == 0 { "memory" } else { "disk" };
+        tiers.push(format!("{kind}{index}"));
+        tier_segments.push(1 + rng.below(u64::from(segments) - 1) as u32);
+    }
+    tiers.push("home".to_string());
+    tier_segments.push(segments);
+    let policy = ["none", "otf-ast", "atsmf"][rng.below(3) as usize].to_string();
+    let faulty = rng.below(3) == 0;
+    DstConfig {
+        seed,
+        steps,
+        segments,
+        segment_bytes,
+        chunk_bytes,
+        tiers,
+        tier_segments,
+        policy,
+        read_error_probability: if faulty { 0.01 } else { 0.0 },
+        write_error_probability: if faulty { 0.01 } else { 0.0 },
+        crash_probability: 0.004 + rng.next_f64() * 0.01,
+        outage_probability: if rng.below(4) == 0 { 0.005 } else { 0.0 },
+        journal_corruption_probability: 0.25,
+    }
+}
+
+fn policy_config(name: &str) -> PolicyConfig {
+    match name {
+        "otf-ast" => PolicyConfig::default_for(PolicyKind::OtfAst),
+        "atsmf" => PolicyConfig::default_for(PolicyKind::Atsmf),
+        _ => PolicyConfig::None,
+    }
+}
+
+impl Run {
+    fn new(config: DstConfig, meta_dir: PathBuf) -> Run {
+        let rng = SeededRng::new(config.seed).derive(2);
+        let clock = Arc::new(ManualClock::new(0));
+        let fault_config = FaultConfig {
+            read_error_probability: config.read_error_probability,
+            write_error_probability: config.write_error_probability,
+            ..FaultConfig::default()
+        };
+        let tiers = config
+            .tiers
+            .iter()
+            .zip(&config.tier_segments)
+            .enumerate()
+            .map(|(index, (name, segments))| {
+                let size = u64::from(*segments) * config.segment_bytes;
+                let (disk, memory, inner): (_, _, Arc<dyn BlockDevice>) =
+                    if name.starts_with("memory") {
+                        let memory = Arc::new(MemoryDevice::new(name.clone(), size));
+                        (None, Some(memory.clone()), memory)
+                    } else {
+                        let disk = Arc::new(CrashDisk::new(name.clone(), size));
+                        (Some(disk.clone()), None, disk)
+                    };
+                let faults = Arc::new(FaultDevice::new(
+                    inner,
+                    fault_config.clone(),
+                    config.seed ^ (index as u64 + 1) << 32,
+                    clock.clone(),
+                ));
+                Tier {
+                    name: name.clone(),
+                    disk,
+                    memory,
+                    faults,
+                }
+            })
+            .collect();
+        let sector_count = u64::from(config.segments) * config.segment_bytes / SECTOR_BYTES;
+        Run {
+            rng,
+            clock,
+            tiers,
+            meta_dir,
+            sectors: vec![
+                Sector {
+                    now: vec![0],
+                    crash: vec![0],
+                };
+                sector_count as usize
+            ],
+            next_id: 1,
+            report: DstReport {
+                seed: config.seed,
+                ..DstReport::default()
+            },
+            fault_config,
+            hot_segment: 0,
+            config,
+        }
+    }
+
+    fn count(&mut self, kind: &str) {
+        *self.report.faults.entry(kind.to_string()).or_insert(0) += 1;
+    }
+
+    fn open(&self) -> Result<Volume, String> {
+        let specs = self
+            .tiers
+            .iter()
+            .map(|tier| TierSpec {
+                name: tier.name.clone(),
+                device: tier.faults.clone(),
+                volatile: tier.memory.is_some(),
+                unsafe_volatile: false,
+            })
+            .collect();
+        let options = VolumeOptions {
+            name: "dst".to_string(),
+            size_bytes: u64::from(self.config.segments) * self.config.segment_bytes,
+            segment_bytes: self.config.segment_bytes,
+            chunk_bytes: self.config.chunk_bytes,
+            period_ns: 1_000_000_000,
+            checkpoint_every_periods: 3,
+            policy: policy_config(&self.config.policy),
+        };
+        let clock: Arc<dyn Clock> = self.clock.clone();
+        // Recovery reads must not see injected faults.
+        self.set_faults(false);
+        let opened = Volume::open(options, specs, &self.meta_dir, clock).map(|(volume, _)| volume);
+        self.set_faults(true);
+        opened.map_err(|error| error.to_string())
+    }
+
+    fn set_faults(&self, on: bool) {
+        for tier in &self.tiers {
+            tier.faults.set_config(if on {
+                self.fault_config.clone()
+            } else {
+                FaultConfig::default()
+            });
+        }
+    }
+
+    fn volume_bytes(&self) -> u64 {
+        u64::from(self.config.segments) * self.config.segment_bytes
+    }
+
+    /// A sector-aligned range, biased to the current hot segment.
+    fn pick_range(&mut self) -> (u64, u64) {
+        let sectors_total = self.volume_bytes() / SECTOR_BYTES;
+        let bound = if self.rng.below(8) == 0 { 1024 } else { 16 };
+        let length_sectors = 1 + self.rng.below(bound);
+        let start = if self.rng.below(3) > 0 {
+            let per_segment = self.config.segment_bytes / SECTOR_BYTES;
+            u64::from(self.hot_segment) * per_segment + self.rng.below(per_segment)
+        } else {
+            self.rng.below(sectors_total)
+        };
+        let start = start.min(sectors_total - 1);
+        let length = length_sectors.min(sectors_total - start);
+        (start * SECTOR_BYTES, length * SECTOR_BYTES)
+    }
+
+    fn check_read(&mut self, volume: &Volume, offset: u64, length: u64) -> Result<(), String> {
+        let mut buffer = vec![0u8; length as usize];
+        match volume.read(offset, &mut buffer) {
+            Err(_) => {
+                self.count("read_errors_surfaced");
+                Ok(())
+            }
+            Ok(()) => {
+                for (index, bytes) in buffer.chunks(SECTOR_BYTES as usize).enumerate() {
+                    let sector = offset / SECTOR_BYTES + index as u64;
+                    let id = decode_sector(sector, bytes)?;
+                    let allowed = &self.sectors[sector as usize].now;
+                    if !allowed.contains(&id) {
+                        return Err(format!(
+                            "read of sector {sector} returned write {id}, expected one of {allowed:?}"
+                        ));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn write(&mut self, volume: &Volume, kind: u64) {
+        let (offset, length) = self.pick_range();
+        let id = self.next_id;
+        self.next_id += 1;
+        let first = offset / SECTOR_BYTES;
+        let count = length / SECTOR_BYTES;
+        let fua = kind == 1;
+        let result = match kind {
+            2 => volume.discard(offset, length, false),
+            3 => volume.write_zeroes(offset, length, false),
+            _ => {
+                let mut data = vec![0u8; length as usize];
+                for (index, chunk) in data.chunks_mut(SECTOR_BYTES as usize).enumerate() {
+                    sector_bytes(id, first + index as u64, chunk);
+                }
+                volume.write(offset, &data, fua)
+            }
+        };
+        let value = if kind >= 2 { 0 } else { id };
+        for sector in first..first + count {
+            let state = &mut self.sectors[sector as usize];
+            match &result {
+                Ok(()) => {
+                    state.now = vec![value];
+                    if fua {
+                        state.crash = vec![value];
+                    } else {
+                        add(&mut state.crash, value);
+                    }
+                }
+                Err(_) => {
+                    add(&mut state.now, value);
+                    add(&mut state.crash, value);
+                }
+            }
+        }
+        if result.is_err() {
+            self.count("write_errors_surfaced");
+        }
+    }
+
+    fn flush(&mut self, volume: &Volume) {
+        if volume.flush().is_ok() {
+            for state in &mut self.sectors {
+                state.crash.clone_from(&state.now);
+            }
+        }
+    }
+
+    /// Crash, maybe damage the journal, restart, and check everything.
+    fn crash_and_restart(&mut self, volume: Volume) -> Result<Volume, String> {
+        let placement_before = volume.placement();
+        drop(volume);
+        self.count("crashes");
+        for tier in &self.tiers {
+            if let Some(disk) = &tier.disk {
+                let lost = disk.crash(&mut self.rng);
+                if lost > 0 {
+                    *self
+                        .report
+                        .faults
+                        .entry("unflushed_sectors_lost".into())
+                        .or_insert(0) += lost;
+                }
+            }
+            tier.faults.set_gone(false);
+        }
+        for tier in &mut self.tiers {
+            if let Some(memory) = &tier.memory {
+                let fresh = Arc::new(MemoryDevice::new(tier.name.clone(), memory.size_bytes()));
+                tier.memory = Some(fresh.clone());
+                tier.faults = Arc::new(FaultDevice::new(
+                    fresh,
+                    self.fault_config.clone(),
+                    self.config.seed ^ self.next_id,
+                    self.clock.clone(),
+                ));
+            }
+        }
+        let journal = MetaStore::journal_path(&self.meta_dir);
+        if self.rng.next_f64() < self.config.journal_corruption_probability {
+            if let Some(damaged) = self.damage_journal(&journal)? {
+                self.count("journal_corruptions");
+                match self.open() {
+                    Ok(_) => return Err("a damaged journal was accepted".to_string()),
+                    Err(message) => {
+                        if !(message.contains("journal") && message.contains("byte offset")) {
+                            return Err(format!(
+                                "damaged journal refused without path and offset: {message}"
+                            ));
+                        }
+                    }
+                }
+                // The operator restores the good copy.
+                std::fs::write(&journal, damaged).map_err(|error| error.to_string())?;
+            }
+        }
+        let volume = self.open()?;
+        let placement_after = volume.placement();
+        if placement_after != placement_before {
+            return Err(format!(
+                "placement after restart {placement_after:?} differs from the last durable one {placement_before:?}"
+            ));
+        }
+        // Every sector must hold something the checker allows after a crash.
+        let total = self.volume_bytes();
+        let mut buffer = vec![0u8; self.config.segment_bytes as usize];
+        let mut offset = 0;
+        self.set_faults(false);
+        while offset < total {
+            volume
+                .read(offset, &mut buffer)
+                .map_err(|error| format!("read after restart failed: {error}"))?;
+            for (index, bytes) in buffer.chunks(SECTOR_BYTES as usize).enumerate() {
+                let sector = offset / SECTOR_BYTES + index as u64;
+                let id = decode_sector(sector, bytes)?;
+                let state = &mut self.sectors[sector as usize];
+                if !state.crash.contains(&id) {
+                    return Err(format!(
+                        "after a crash sector {sector} holds write {id}; flushed or later writes were {:?}",
+                        state.crash
+                    ));
+                }
+                state.now = vec![id];
+                state.crash = vec![id];
+            }
+            offset += buffer.len() as u64;
+        }
+        self.set_faults(true);
+        Ok(volume)
+    }
+
+    /// Flips a byte inside a journal record that has another after it.
+    /// Returns the original bytes, or `None` when the journal is too short.
+    fn damage_journal(&mut self, journal: &Path) -> Result<Option<Vec<u8>>, String> {
+        let bytes = std::fs::read(journal).map_err(|error| error.to_string())?;
+        const HEADER: usize = 24;
+        // Find the first record's extent; damage it only if more follow.
+        if bytes.len() < HEADER + 8 {
+            return Ok(None);
+        }
+        let length =
+            u32::from_le_bytes(bytes[HEADER..HEADER + 4].try_into().expect("4 bytes")) as usize;
+        let end = HEADER + 8 + length;
+        if end >= bytes.len() {
+            return Ok(None);
+        }
+        let mut damaged = bytes.clone();
+        let at = HEADER + 8 + self.rng.below(length as u64) as usize;
+        damaged[at] ^= 1 << self.rng.below(8);
+        std::fs::write(journal, &damaged).map_err(|error| error.to_string())?;
+        Ok(Some(bytes))
+    }
+
+    fn run(&mut self) -> Result<Volume, String> {
+        let mut volume = self.open()?;
+        for step in 0..self.config.steps {
+            self.report.operations += 1;
+            if self.rng.below(50) == 0 {
+                self.hot_segment = self.rng.below(u64::from(self.config.segments)) as u32;
+            }
+            match self.rng.below(100) {
+                0..=34 => {
+                    let (offset, length) = self.pick_range();
+                    self.check_read(&volume, offset, length)?;
+                }
+                35..=59 => self.write(&volume, 0),
+                60..=64 => self.write(&volume, 1),
+                65..=67 => self.write(&volume, 2),
+                68..=70 => self.write(&volume, 3),
+                71..=76 => self.flush(&volume),
+                77..=82 => {
+                    let segment = self.rng.below(u64::from(self.config.segments)) as u32;
+                    let to = self.rng.below(self.tiers.len() as u64) as u8;
+                    volume
+                        .request_move(segment, to, "dst")
+                        .map_err(|error| error.to_string())?;
+                }
+                83..=94 => {
+                    for _ in 0..1 + self.rng.below(6) {
+                        match volume.copy_step() {
+                            StepOutcome::Finished { .. } => self.report.moves_completed += 1,
+                            StepOutcome::Failed { .. } => self.count("moves_failed"),
+                            _ => {}
+                        }
+                    }
+                }
+                95..=97 => {
+                    self.clock.advance_ns(400_000_000);
+                    volume.tick().map_err(|error| format!("tick: {error}"))?;
+                }
+                _ => {
+                    if self.rng.next_f64() < self.config.outage_probability * 30.0
+                        && self.tiers.len() > 1
+                    {
+                        let tier = self.rng.below(self.tiers.len() as u64 - 1) as usize;
+                        let gone = !self.tiers[tier].faults.is_gone();
+                        self.tiers[tier].faults.set_gone(gone);
+                        if gone {
+                            self.count("tier_outages");
+                        }
+                    }
+                }
+            }
+            if step > 0 && self.rng.next_f64() < self.config.crash_probability {
+                volume = self.crash_and_restart(volume)?;
+            }
+        }
+        for tier in &self.tiers {
+            tier.faults.set_gone(false);
+        }
+        // A final crash checks what the last flush promised.
+        self.crash_and_restart(volume)
+    }
+}
+
+/// Runs one seed. `meta_root` is a scratch directory (a subdirectory per
+/// seed is created and removed).
+pub fn run_seed(seed: u64, steps: u32, meta_root: &Path) -> (DstConfig, DstReport) {
+    let config = derive_config(seed, steps);
+    let meta_dir = meta_root.join(format!("dst-{seed}"));
+    let _ = std::fs::remove_dir_all(&meta_dir);
+    let mut run = Run::new(config.clone(), meta_dir.clone());
+    let outcome = run.run();
+    let mut report = std::mem::take(&mut run.report);
+    report.seed = seed;
+    for tier in &run.tiers {
+        let counters = tier.faults.counters();
+        for (kind, value) in [
+            ("reads_failed", counters.reads_failed),
+            ("writes_failed", counters.writes_failed),
+            ("gone_ops", counters.gone_ops),
+        ] {
+            if value > 0 {
+                *report.faults.entry(kind.to_string()).or_insert(0) += value;
+            }
+        }
+    }
+    match outcome {
+        Ok(volume) => {
+            let mut digest: u64 = 0xcbf2_9ce4_8422_2325;
+            let mut mix = |value: u64| {
+                digest ^= value;
+                digest = digest.wrapping_mul(0x0100_0000_01b3);
+            };
+            for tier in volume.placement() {
+                mix(u64::from(tier));
+            }
+            for sector in &run.sectors {
+                mix(sector.now[0]);
+            }
+            mix(report.moves_completed);
+            report.digest = digest;
+        }
+        Err(message) => report.failure = Some(message),
+    }
+    let _ = std::fs::remove_dir_all(&meta_dir);
+    (config, report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sector_encoding_round_trips_and_rejects_garbage() {
+        let mut bytes = vec![0u8; SECTOR_BYTES as usize];
+        sector_bytes(42, 7, &mut bytes);
+        assert_eq!(decode_sector(7, &bytes), Ok(42));
+        assert!(
+            decode_sector(8, &bytes).is_err(),
+            "a sector's bytes name its sector"
+        );
+        bytes[100] ^= 1;
+        assert!(decode_sector(7, &bytes).is_err());
+        assert_eq!(decode_sector(3, &[0u8; 512]), Ok(0));
+    }
+}
