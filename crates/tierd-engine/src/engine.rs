@@ -85,8 +85,11 @@ pub fn build_tier(
         device = fault;
     }
     if let Some(preset) = tier.model {
+        // The model addresses exactly the backend's bytes (a short-stroked
+        // disk, as the simulator's tier stacks model a tier's capacity), so
+        // offsets map straight through.
         let model = preset
-            .build(None, seed)
+            .build(Some(device.size_bytes()), seed)
             .map_err(|error| fail(format!("model {}: {error}", preset.name())))?;
         device = Arc::new(LatencyDevice::new(device, model, clock.clone()));
     }
