@@ -1,0 +1,989 @@
+//! `tierd serve` against the NBD clients people use (issue 4 §5): nbdinfo,
+//! qemu-io, qemu-img, nbdcopy, nbdsh, fio and an ext4 file system through
+//! nbdfuse + losetup, on a volume of a memory tier over a file tier, while a
+//! background thread keeps forcing segments back and forth between the two
+//! tiers with `tierd move`.
+//!
+//! Each test needs some tools; when one is missing the test prints why and
+//! returns, except under `CI=true`, where it fails. Install them with
+//! `../shared/tools/install-nbd-clients.sh`. Every test uses its own temporary
+//! directory, socket and server, so they run in parallel.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tierd_common::clock::{Clock, SystemClock};
+
+const VOLUME_BYTES: u64 = 64 << 20;
+const SEGMENT_BYTES: u64 = 1 << 20;
+const SEGMENTS: u64 = VOLUME_BYTES / SEGMENT_BYTES;
+/// How long any one tool may take before the test gives up on it.
+const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
+
+// ---------------------------------------------------------------- tools
+
+fn in_ci() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
+}
+
+/// Skips (prints the reason, returns false) or, under `CI=true`, fails.
+fn missing(what: &str) -> bool {
+    let message =
+        format!("skipping: {what} not installed (run ../shared/tools/install-nbd-clients.sh)");
+    if in_ci() {
+        panic!("{message}; CI=true requires it");
+    }
+    eprintln!("{message}");
+    false
+}
+
+fn tool_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let found = path
+        .split(':')
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"])
+        .filter(|directory| !directory.is_empty())
+        .map(|directory| Path::new(directory).join(name))
+        .find(|candidate| {
+            use std::os::unix::fs::PermissionsExt;
+            candidate.metadata().is_ok_and(|metadata| {
+                metadata.is_file() && metadata.permissions().mode() & 0o111 != 0
+            })
+        });
+    found
+}
+
+/// True when `name` is an executable in PATH (or the sbin directories).
+fn require_tool(name: &str) -> bool {
+    tool_path(name).is_some() || missing(name)
+}
+
+/// The full path of a tool `require_tool` accepted (sbin may be off PATH).
+fn tool(name: &str) -> Command {
+    Command::new(tool_path(name).unwrap_or_else(|| PathBuf::from(name)))
+}
+
+/// nbdsh is `python3 -m nbd`; Debian's python3 has the module, a pyenv
+/// python3 earlier in PATH may not.
+fn debian_first_path() -> String {
+    format!("/usr/bin:{}", std::env::var("PATH").unwrap_or_default())
+}
+
+/// Runs `command` to completion (killed after `TOOL_TIMEOUT`), returning its
+/// output whatever the exit status.
+fn run_unchecked(command: &mut Command) -> Output {
+    let description = format!("{command:?}");
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|error| panic!("cannot start {description}: {error}"));
+    let pid = child.id() as libc::pid_t;
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(child.wait_with_output());
+    });
+    match receiver.recv_timeout(TOOL_TIMEOUT) {
+        Ok(output) => output.unwrap_or_else(|error| panic!("{description}: {error}")),
+        Err(_) => {
+            // SAFETY: kill(2) on the pid of our own child, which has not been reaped.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("{description} did not finish in {TOOL_TIMEOUT:?}; killed");
+        }
+    }
+}
+
+fn describe(command: &Command, output: &Output) -> String {
+    format!(
+        "{command:?}\nstatus: {}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Runs `command` and fails the test (with its output) unless it succeeds.
+fn run(command: &mut Command) -> Output {
+    let output = run_unchecked(command);
+    assert!(output.status.success(), "{}", describe(command, &output));
+    output
+}
+
+/// Deterministic bytes (xorshift64*), so expected contents need not be stored.
+fn pattern(seed: u64, length: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut bytes = Vec::with_capacity(length + 8);
+    while bytes.len() < length {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        bytes.extend_from_slice(&state.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    bytes.truncate(length);
+    bytes
+}
+
+/// A real-time limit on waiting for an outside process (never a measurement:
+/// the tests assert no timing).
+struct Deadline {
+    clock: SystemClock,
+    end_ns: u64,
+}
+
+impl Deadline {
+    fn after(duration: Duration) -> Deadline {
+        let clock = SystemClock::new();
+        let end_ns = clock.now_ns() + duration.as_nanos() as u64;
+        Deadline { clock, end_ns }
+    }
+
+    fn passed(&self) -> bool {
+        self.clock.now_ns() >= self.end_ns
+    }
+
+    fn left(&self) -> Duration {
+        Duration::from_nanos(self.end_ns.saturating_sub(self.clock.now_ns()))
+    }
+}
+
+fn pause_ms(milliseconds: u64) {
+    SystemClock::new().sleep_ns(milliseconds * 1_000_000);
+}
+
+// ---------------------------------------------------------------- server
+
+/// A `tierd serve` process on its own directory, config and socket.
+struct Tierd {
+    directory: tempfile::TempDir,
+    config: PathBuf,
+    stderr_path: PathBuf,
+    child: Option<Child>,
+    socket: PathBuf,
+    uri: String,
+}
+
+fn config_text(data_dir: &Path) -> String {
+    format!(
+        r#"data_dir = "{data_dir}"
+
+[server]
+listen = ["unix:tierd.sock"]
+
+[[tier]]
+name = "mem"
+backend = "memory"
+size = "16MiB"
+
+[[tier]]
+name = "disk"
+backend = "file"
+path = "disk.img"
+size = "64MiB"
+
+[[volume]]
+name = "vol0"
+size = "64MiB"
+segment = "1MiB"
+chunk = "256KiB"
+tiers = ["mem", "disk"]
+period = "200ms"
+
+[volume.policy]
+kind = "none"
+"#,
+        data_dir = data_dir.display()
+    )
+}
+
+impl Tierd {
+    fn start() -> Tierd {
+        let directory = tempfile::Builder::new()
+            .prefix("tierd-clients-")
+            .tempdir()
+            .expect("temp dir");
+        let config = directory.path().join("tierd.toml");
+        std::fs::write(&config, config_text(&directory.path().join("data"))).unwrap();
+        let stderr_path = directory.path().join("tierd.stderr");
+        let mut server = Tierd {
+            directory,
+            config,
+            stderr_path,
+            child: None,
+            socket: PathBuf::new(),
+            uri: String::new(),
+        };
+        server.spawn();
+        server
+    }
+
+    /// Starts the process and waits for both lines it prints when ready.
+    fn spawn(&mut self) {
+        assert!(self.child.is_none(), "already running");
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.stderr_path)
+            .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tierd"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&self.config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("start tierd serve");
+        let stdout = child.stdout.take().unwrap();
+        self.child = Some(child);
+        let (sender, receiver) = mpsc::channel();
+        // Keeps draining stdout for the process's whole life.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if sender.send(line).is_err() {
+                    // Nobody listens any more; keep reading so the pipe never fills.
+                }
+            }
+        });
+        let deadline = Deadline::after(Duration::from_secs(60));
+        let (mut socket, mut uri) = (None, None);
+        while socket.is_none() || uri.is_none() {
+            let left = deadline.left();
+            match receiver.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(path) = line.strip_prefix("tierd: listening on unix:") {
+                        socket = Some(PathBuf::from(path.trim()));
+                    } else if let Some(rest) = line.strip_prefix("tierd: volume vol0 at ") {
+                        uri = Some(rest.trim().to_string());
+                    }
+                }
+                Err(_) => panic!(
+                    "tierd serve did not print its socket and volume lines (got socket {socket:?}, uri {uri:?})\n{}",
+                    self.log()
+                ),
+            }
+        }
+        self.socket = socket.unwrap();
+        self.uri = uri.unwrap();
+        assert!(
+            self.socket.is_absolute() && self.socket.extension().is_some_and(|e| e == "sock"),
+            "socket path {:?}",
+            self.socket
+        );
+        assert_eq!(
+            self.uri,
+            format!("nbd+unix:///vol0?socket={}", self.socket.display()),
+            "the URI names the volume and the socket"
+        );
+    }
+
+    fn log(&self) -> String {
+        let text = std::fs::read_to_string(&self.stderr_path).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(40).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        format!("tierd stderr (last 40 lines):\n{}", tail.join("\n"))
+    }
+
+    /// SIGTERM, then waits for the process (SIGKILL after 30 s).
+    fn stop(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        // SAFETY: kill(2) on the pid of our own child, not yet reaped.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Deadline::after(Duration::from_secs(30));
+        loop {
+            if let Some(status) = child.try_wait().expect("wait for tierd") {
+                return status;
+            }
+            if deadline.passed() {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("tierd did not stop within 30 s of SIGTERM\n{}", self.log());
+            }
+            pause_ms(20);
+        }
+    }
+
+    fn tierd(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tierd"));
+        command.args(args).arg("--config").arg(&self.config);
+        command
+    }
+
+    /// `tierd status --json`, the one volume's object.
+    fn volume_status(&self) -> serde_json::Value {
+        let mut command = self.tierd(&["status", "--json"]);
+        let output = run(&mut command);
+        let json: serde_json::Value =
+            serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+                panic!(
+                    "status is not JSON ({error}):\n{}",
+                    describe(&command, &output)
+                )
+            });
+        assert_eq!(json["server_running"], true, "{json}");
+        let volume = json["volumes"][0].clone();
+        assert_eq!(volume["name"], "vol0", "{json}");
+        volume
+    }
+
+    fn completed_moves(&self) -> u64 {
+        let status = self.volume_status();
+        status["completed_moves"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("completed_moves missing: {status}"))
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.directory.path().join(name)
+    }
+}
+
+impl Drop for Tierd {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill(2) on the pid of our own child, not yet reaped.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            for _ in 0..500 {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                pause_ms(20);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+// ---------------------------------------------------------------- migrations
+
+/// Keeps forcing segments between the memory tier and the file tier with
+/// `tierd move` until finished: each round moves one segment up and the one
+/// moved up eight rounds ago back down (so at most half the memory tier is
+/// asked for), every 20–50 ms. Segments are visited in a stride that covers
+/// all 64.
+struct Mover {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Vec<String>>>,
+}
+
+impl Mover {
+    fn start(server: &Tierd) -> Mover {
+        let stop = Arc::new(AtomicBool::new(false));
+        let config = server.config.clone();
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut refusals = Vec::new();
+            let mut round: u64 = 0;
+            while !flag.load(Ordering::Relaxed) {
+                let up = (round * 5) % SEGMENTS;
+                let mut moves = vec![(up, "mem")];
+                if round >= 8 {
+                    moves.push((((round - 8) * 5) % SEGMENTS, "disk"));
+                }
+                for (segment, tier) in moves {
+                    let mut command = Command::new(env!("CARGO_BIN_EXE_tierd"));
+                    command
+                        .arg("move")
+                        .arg("--config")
+                        .arg(&config)
+                        .args(["--volume", "vol0", "--segment"])
+                        .arg(segment.to_string())
+                        .args(["--to", tier]);
+                    let output = run_unchecked(&mut command);
+                    if !output.status.success() {
+                        refusals.push(describe(&command, &output));
+                    }
+                }
+                round += 1;
+                pause_ms(20 + (round * 13) % 31);
+            }
+            refusals
+        });
+        Mover {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Keeps moving until the server has completed at least `minimum` moves
+    /// in all, then stops and returns that count.
+    fn finish(mut self, server: &Tierd, minimum: u64) -> u64 {
+        let deadline = Deadline::after(Duration::from_secs(60));
+        let mut completed = server.completed_moves();
+        while completed < minimum && !deadline.passed() {
+            pause_ms(50);
+            completed = server.completed_moves();
+        }
+        let refusals = self.stop_thread();
+        assert!(
+            completed >= minimum,
+            "only {completed} moves completed (wanted {minimum}); status {}\nrefused moves: {refusals:#?}\n{}",
+            server.volume_status(),
+            server.log()
+        );
+        if !refusals.is_empty() {
+            eprintln!(
+                "{} `tierd move` calls were refused, e.g.:\n{}",
+                refusals.len(),
+                refusals[0]
+            );
+        }
+        completed
+    }
+
+    fn stop_thread(&mut self) -> Vec<String> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .take()
+            .map(|thread| thread.join().expect("mover thread"))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Mover {
+    fn drop(&mut self) {
+        let _ = self.stop_thread();
+    }
+}
+
+/// Starts a server and the mover, and waits until the first move has
+/// completed so that the client runs while migrations do.
+fn start_with_moves() -> (Tierd, Mover) {
+    let server = Tierd::start();
+    let mover = Mover::start(&server);
+    let deadline = Deadline::after(Duration::from_secs(60));
+    while server.completed_moves() == 0 {
+        assert!(
+            !deadline.passed(),
+            "no move completed: {}\n{}",
+            server.volume_status(),
+            server.log()
+        );
+        pause_ms(20);
+    }
+    (server, mover)
+}
+
+/// Waits until no move is queued or copying.
+fn wait_until_settled(server: &Tierd) -> serde_json::Value {
+    let deadline = Deadline::after(Duration::from_secs(60));
+    loop {
+        let status = server.volume_status();
+        let idle = status["in_flight"]
+            .as_array()
+            .is_some_and(|moves| moves.is_empty())
+            && status["pending_moves"].as_u64().unwrap_or(0) == 0;
+        if idle {
+            return status;
+        }
+        assert!(!deadline.passed(), "moves never settled: {status}");
+        pause_ms(20);
+    }
+}
+
+// ---------------------------------------------------------------- tests
+
+#[test]
+fn nbdinfo_shows_size_and_capabilities() {
+    if !require_tool("nbdinfo") {
+        return;
+    }
+    let (server, mover) = start_with_moves();
+    let output = run(tool("nbdinfo").arg("--json").arg(&server.uri));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["protocol"], "newstyle-fixed", "{json}");
+    let export = &json["exports"][0];
+    assert_eq!(export["export-name"], "vol0", "{export}");
+    assert_eq!(export["export-size"], VOLUME_BYTES, "{export}");
+    assert_eq!(export["is_read_only"], false, "{export}");
+    for capability in [
+        "can_flush",
+        "can_fua",
+        "can_trim",
+        "can_zero",
+        "can_fast_zero",
+        "can_multi_conn",
+    ] {
+        assert_eq!(export[capability], true, "{capability} in {export}");
+    }
+    let contexts = export["contexts"].as_array().expect("contexts listed");
+    assert!(
+        contexts.iter().any(|context| context == "base:allocation"),
+        "{contexts:?}"
+    );
+    // The export list names the volume.
+    let output = run(tool("nbdinfo").arg("--list").arg(&server.uri));
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("export=\"vol0\""),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    mover.finish(&server, 3);
+}
+
+#[test]
+fn qemu_io_patterns_zeroes_discards_and_fua_across_segments() {
+    if !require_tool("qemu-io") {
+        return;
+    }
+    let (server, mover) = start_with_moves();
+    // Offsets straddle segment boundaries (every 1 MiB) on purpose.
+    let writes = [
+        "write -P 0x5a 1020k 8k",
+        "write -P 0xa5 2944k 2176k",
+        "write -P 0x77 8M 2M",
+        "write -P 0x3c 20476k 12k",
+        "write -z 2044k 8k",
+        "discard 8M 2M",
+        "flush",
+        "write -f -P 0xc3 33788k 8k",
+        "aio_write -P 0x11 40M 1M",
+        "aio_write -P 0x22 41M 1M",
+        "aio_flush",
+    ];
+    let reads = [
+        "read -P 0x5a 1020k 8k",
+        "read -P 0xa5 2944k 2176k",
+        "read -P 0 8M 2M",
+        "read -P 0x3c 20476k 4k",
+        "read -P 0 2044k 8k",
+        "read -P 0 2052k 892k",
+        "read -P 0xc3 33788k 8k",
+        "read -P 0x11 40M 1M",
+        "read -P 0x22 41M 1M",
+    ];
+    let qemu_io = |lines: &[&str]| {
+        let mut command = tool("qemu-io");
+        command.args(["-f", "raw"]);
+        for line in lines {
+            command.arg("-c").arg(line);
+        }
+        command.arg(&server.uri);
+        let output = run(&mut command);
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            !stdout.contains("failed") && !stdout.contains("error"),
+            "{}",
+            describe(&command, &output)
+        );
+        stdout
+    };
+    let mut both: Vec<&str> = writes.to_vec();
+    both.extend_from_slice(&reads);
+    qemu_io(&both);
+    // Pattern checking is really on: a wrong pattern is reported.
+    let output = run_unchecked(
+        tool("qemu-io")
+            .args(["-f", "raw", "-c", "read -P 0x5b 1020k 8k"])
+            .arg(&server.uri),
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("Pattern verification failed"),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    // The data are still right after many more moves, and once they settle.
+    let completed = mover.finish(&server, server.completed_moves() + 8);
+    qemu_io(&reads);
+    wait_until_settled(&server);
+    qemu_io(&reads);
+    eprintln!("qemu-io: {completed} moves completed");
+}
+
+#[test]
+fn qemu_img_converts_in_and_out_and_compares() {
+    if !require_tool("qemu-img") {
+        return;
+    }
+    let (server, mover) = start_with_moves();
+    let source = server.path("source.img");
+    let data = pattern(32, 32 << 20);
+    std::fs::write(&source, &data).unwrap();
+    run(tool("qemu-img")
+        .args(["convert", "-n", "-f", "raw", "-O", "raw"])
+        .arg(&source)
+        .arg(&server.uri));
+    // compare treats the export's extra 32 MiB as zeroes, which they are.
+    run(tool("qemu-img")
+        .args(["compare", "-f", "raw", "-F", "raw"])
+        .arg(&source)
+        .arg(&server.uri));
+    let copy = server.path("copy.img");
+    run(tool("qemu-img")
+        .args(["convert", "-f", "raw", "-O", "raw"])
+        .arg(&server.uri)
+        .arg(&copy));
+    let copied = std::fs::read(&copy).unwrap();
+    assert_eq!(copied.len() as u64, VOLUME_BYTES);
+    assert!(copied[..data.len()] == data[..], "the first 32 MiB differ");
+    assert!(
+        copied[data.len()..].iter().all(|byte| *byte == 0),
+        "the unwritten half is not zero"
+    );
+    // compare does notice a difference.
+    let mut changed = data;
+    changed[12_345_678] ^= 1;
+    std::fs::write(&source, &changed).unwrap();
+    let output = run_unchecked(
+        tool("qemu-img")
+            .args(["compare", "-f", "raw", "-F", "raw"])
+            .arg(&source)
+            .arg(&server.uri),
+    );
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "compare must report the change"
+    );
+    mover.finish(&server, 3);
+}
+
+fn sha256_of(path: &Path) -> String {
+    let output = run(tool("sha256sum").arg(path));
+    String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn nbdcopy_round_trip_keeps_the_checksum() {
+    if !require_tool("nbdcopy") || !require_tool("sha256sum") {
+        return;
+    }
+    let (server, mover) = start_with_moves();
+    let source = server.path("source.img");
+    std::fs::write(&source, pattern(64, VOLUME_BYTES as usize)).unwrap();
+    let expected = sha256_of(&source);
+    run(tool("nbdcopy")
+        .arg("--connections=4")
+        .arg(&source)
+        .arg(&server.uri));
+    // Out again to a file, and straight into sha256sum through a pipe.
+    let copy = server.path("copy.img");
+    run(tool("nbdcopy").arg(&server.uri).arg(&copy));
+    assert_eq!(sha256_of(&copy), expected, "nbdcopy out differs");
+    let mut reader = tool("nbdcopy")
+        .arg("--connections=1")
+        .arg(&server.uri)
+        .arg("-")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start nbdcopy");
+    let mut streamed = Vec::new();
+    reader
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut streamed)
+        .unwrap();
+    assert!(reader.wait().unwrap().success());
+    let streamed_path = server.path("streamed.img");
+    std::fs::write(&streamed_path, &streamed).unwrap();
+    assert_eq!(
+        sha256_of(&streamed_path),
+        expected,
+        "nbdcopy to stdout differs"
+    );
+    mover.finish(&server, 3);
+}
+
+#[test]
+fn nbdsh_script_writes_reads_flushes_and_zeroes() {
+    if !require_tool("nbdsh") {
+        return;
+    }
+    let (server, mover) = start_with_moves();
+    // Every request straddles a segment boundary.
+    let script = r#"
+import os
+MiB = 1 << 20
+data = os.urandom(3 * MiB + 4096)
+h.pwrite(data, 5 * MiB - 2048)
+assert h.pread(len(data), 5 * MiB - 2048) == data
+h.pwrite(b"fua!" * 1024, 12 * MiB - 2048, nbd.CMD_FLAG_FUA)
+h.flush()
+h.zero(2 * MiB, 6 * MiB - 4096)
+assert h.pread(2 * MiB, 6 * MiB - 4096) == bytes(2 * MiB)
+assert h.pread(4096, 8 * MiB - 2048) == data[-4096:]
+assert h.pread(4096, 12 * MiB - 2048) == b"fua!" * 1024
+assert h.get_size() == 64 * MiB
+assert h.can_multi_conn() and h.can_fua() and h.can_zero() and h.can_trim()
+seen = []
+h.block_status(MiB, 0, lambda context, offset, entries, error: seen.append(context))
+assert seen == ["base:allocation"], seen
+print("nbdsh ok")
+"#;
+    let output = run(tool("nbdsh")
+        .env("PATH", debian_first_path())
+        .arg("--base-allocation")
+        .arg("-u")
+        .arg(&server.uri)
+        .arg("-c")
+        .arg(script));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("nbdsh ok"));
+    mover.finish(&server, 3);
+}
+
+#[test]
+fn fio_randwrite_verifies_with_crc32c() {
+    if !require_tool("fio") {
+        return;
+    }
+    let (server, mover) = start_with_moves();
+    let mut command = tool("fio");
+    command
+        .arg("--name=tierd")
+        .arg("--ioengine=nbd")
+        .arg(format!("--uri={}", server.uri))
+        .args([
+            "--rw=randwrite",
+            "--bs=4k",
+            "--iodepth=16",
+            "--size=32M",
+            "--offset=16M",
+            "--verify=crc32c",
+            "--do_verify=1",
+            "--verify_fatal=1",
+        ]);
+    let output = run(&mut command);
+    let text = describe(&command, &output);
+    assert!(text.contains("err= 0"), "{text}");
+    for bad in ["verify failed", "bad magic", "bad header", "mismatch"] {
+        assert!(!text.contains(bad), "{bad}: {text}");
+    }
+    mover.finish(&server, 3);
+}
+
+// ---------------------------------------------------------------- ext4
+
+/// Cleanup steps run in reverse order on drop, so a failing test leaves no
+/// mount, loop device or FUSE mount behind.
+#[derive(Default)]
+struct Cleanup {
+    steps: Vec<(String, Box<dyn FnOnce()>)>,
+}
+
+impl Cleanup {
+    fn push(&mut self, name: String, step: impl FnOnce() + 'static) {
+        self.steps.push((name, Box::new(step)));
+    }
+
+    /// Runs the newest step now (the normal, checked path does its own work
+    /// first and then calls this only to drop the step).
+    fn forget_last(&mut self) {
+        self.steps.pop();
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        while let Some((name, step)) = self.steps.pop() {
+            eprintln!("cleanup: {name}");
+            step();
+        }
+    }
+}
+
+/// Runs a cleanup command quietly, ignoring failure.
+fn quietly(program: &'static str, args: Vec<String>) -> impl FnOnce() {
+    move || {
+        let _ = tool(program)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// The volume as a block device: nbdfuse exposes it as a file, losetup
+/// makes a loop device of that file.
+struct Attached {
+    fuse_dir: PathBuf,
+    fuse: Option<Child>,
+    device: String,
+}
+
+fn attach(server: &Tierd, name: &str, cleanup: &mut Cleanup) -> Attached {
+    let fuse_dir = server.path(name);
+    std::fs::create_dir_all(&fuse_dir).unwrap();
+    let file = fuse_dir.join("disk");
+    let pid_file = server.path(&format!("{name}.pid"));
+    let _ = std::fs::remove_file(&pid_file);
+    let fuse = tool("nbdfuse")
+        .arg("-P")
+        .arg(&pid_file)
+        .arg(&file)
+        .arg(&server.uri)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("start nbdfuse");
+    let fuse_pid = fuse.id() as libc::pid_t;
+    let dir_text = fuse_dir.display().to_string();
+    cleanup.push(format!("unmount {dir_text}"), {
+        let dir_text = dir_text.clone();
+        move || {
+            quietly("fusermount3", vec!["-u".into(), dir_text])();
+            // SAFETY: kill(2) on our own nbdfuse child's pid.
+            unsafe { libc::kill(fuse_pid, libc::SIGTERM) };
+        }
+    });
+    // nbdfuse writes the pid file once the file system is mounted.
+    let deadline = Deadline::after(Duration::from_secs(30));
+    while !pid_file.exists() || file.metadata().map(|m| m.len()).unwrap_or(0) != VOLUME_BYTES {
+        assert!(!deadline.passed(), "nbdfuse did not expose {file:?}");
+        pause_ms(20);
+    }
+    let output = run(tool("losetup").args(["-f", "--show"]).arg(&file));
+    let device = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    assert!(
+        device.starts_with("/dev/loop"),
+        "losetup printed {device:?}"
+    );
+    cleanup.push(
+        format!("losetup -d {device}"),
+        quietly("losetup", vec!["-d".into(), device.clone()]),
+    );
+    Attached {
+        fuse_dir,
+        fuse: Some(fuse),
+        device,
+    }
+}
+
+/// Detaches the loop device and unmounts nbdfuse, checking each step.
+fn detach(mut attached: Attached, cleanup: &mut Cleanup) {
+    run(tool("losetup").arg("-d").arg(&attached.device));
+    cleanup.forget_last();
+    let fusermount = if tool_path("fusermount3").is_some() {
+        "fusermount3"
+    } else {
+        "fusermount"
+    };
+    run(tool(fusermount).arg("-u").arg(&attached.fuse_dir));
+    let mut fuse = attached.fuse.take().unwrap();
+    let deadline = Deadline::after(Duration::from_secs(30));
+    while fuse.try_wait().unwrap().is_none() {
+        assert!(!deadline.passed(), "nbdfuse did not exit after unmount");
+        pause_ms(20);
+    }
+    cleanup.forget_last();
+}
+
+fn mount(device: &str, point: &Path, cleanup: &mut Cleanup) {
+    std::fs::create_dir_all(point).unwrap();
+    run(tool("mount").arg(device).arg(point));
+    cleanup.push(
+        format!("umount {}", point.display()),
+        quietly("umount", vec!["-l".into(), point.display().to_string()]),
+    );
+}
+
+fn unmount(point: &Path, cleanup: &mut Cleanup) {
+    run(tool("umount").arg(point));
+    cleanup.forget_last();
+}
+
+fn file_contents(index: u64) -> Vec<u8> {
+    // 100 KiB to about 3 MiB, odd sizes.
+    pattern(
+        1000 + index,
+        (100 << 10) + (index as usize * 619_111) % (3 << 20),
+    )
+}
+
+const FILES: u64 = 8;
+
+#[test]
+fn ext4_over_nbdfuse_and_loop_survives_a_restart() {
+    for name in [
+        "nbdfuse",
+        "losetup",
+        "mkfs.ext4",
+        "e2fsck",
+        "mount",
+        "umount",
+    ] {
+        if !require_tool(name) {
+            return;
+        }
+    }
+    if tool_path("fusermount3").is_none() && !require_tool("fusermount") {
+        return;
+    }
+    if !Path::new("/dev/fuse").exists() && !missing("/dev/fuse (FUSE)") {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 && !missing("root (for losetup and mount)") {
+        return;
+    }
+    let (mut server, mover) = start_with_moves();
+    let mut cleanup = Cleanup::default();
+    let point = server.path("mnt");
+
+    let attached = attach(&server, "fuse", &mut cleanup);
+    run(tool("mkfs.ext4")
+        .args(["-q", "-F", "-L", "tierd"])
+        .arg(&attached.device));
+    mount(&attached.device, &point, &mut cleanup);
+    std::fs::create_dir_all(point.join("dir")).unwrap();
+    for index in 0..FILES {
+        std::fs::write(point.join(format!("dir/file{index}")), file_contents(index)).unwrap();
+    }
+    unmount(&point, &mut cleanup);
+    run(tool("e2fsck").arg("-fn").arg(&attached.device));
+    detach(attached, &mut cleanup);
+
+    // Stop with every move settled, so placement can be compared.
+    let completed = mover.finish(&server, 3);
+    let before = wait_until_settled(&server);
+    let status = server.stop();
+    assert!(
+        status.success(),
+        "tierd exited with {status} on SIGTERM\n{}",
+        server.log()
+    );
+    assert!(
+        !server.socket.exists(),
+        "the socket {:?} is left behind after a clean stop",
+        server.socket
+    );
+    server.spawn();
+    let after = server.volume_status();
+    assert_eq!(
+        after["placement"], before["placement"],
+        "placement changed across the restart"
+    );
+    assert!(
+        after["placement"]
+            .as_str()
+            .is_some_and(|placement| placement.contains('0')),
+        "no segment was on the memory tier at the stop: {after}"
+    );
+
+    let mover = Mover::start(&server);
+    let attached = attach(&server, "fuse2", &mut cleanup);
+    mount(&attached.device, &point, &mut cleanup);
+    for index in 0..FILES {
+        let path = point.join(format!("dir/file{index}"));
+        let read = std::fs::read(&path).unwrap_or_else(|error| panic!("{path:?}: {error}"));
+        assert!(
+            read == file_contents(index),
+            "{path:?} differs after the restart"
+        );
+    }
+    unmount(&point, &mut cleanup);
+    run(tool("e2fsck").arg("-fn").arg(&attached.device));
+    detach(attached, &mut cleanup);
+    mover.finish(&server, 1);
+    eprintln!("ext4: {completed} moves before the restart");
+}
