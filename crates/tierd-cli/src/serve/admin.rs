@@ -1,0 +1,413 @@
+//! The admin socket: `data_dir/tierd-admin.sock` (mode 0600), one JSON
+//! request per line, one JSON reply per line.
+//!
+//! | request | reply |
+//! |---|---|
+//! | `{"cmd":"status"}` | `{"volumes":[VolumeStatus, ...]}` |
+//! | `{"cmd":"move","volume":"vol0","segment":3,"to":"mem"}` | `{"ok":true}` |
+//! | anything else, malformed JSON, a line over 64 KiB | `{"error":"..."}` |
+//!
+//! A line over the limit also closes its connection (the rest of it cannot be
+//! told from the next request). Nothing a client sends can stop the server.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tierd_engine::engine::Engine;
+use tierd_engine::log::Logger;
+use tierd_engine::volume::Volume;
+
+/// Longest request line accepted.
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// Admin connections served at once; more get an error reply and are closed.
+const MAX_CONNECTIONS: usize = 32;
+/// An idle admin connection is closed after this long.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long `tierd status` / `tierd move` wait for a reply.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+struct Context {
+    volumes: Vec<Arc<Volume>>,
+    engine: Arc<Mutex<Engine>>,
+    logger: Logger,
+    connections: AtomicUsize,
+    stopping: AtomicBool,
+}
+
+/// The running admin listener.
+pub struct AdminServer {
+    path: PathBuf,
+    identity: (u64, u64),
+    context: Arc<Context>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl AdminServer {
+    /// Listens on `path` (replacing a stale socket there: the caller holds
+    /// the data directory lock, so no other server uses it).
+    pub fn start(
+        path: &Path,
+        volumes: Vec<Arc<Volume>>,
+        engine: Arc<Mutex<Engine>>,
+        logger: Logger,
+    ) -> io::Result<AdminServer> {
+        match std::fs::symlink_metadata(path) {
+            Ok(metadata) if metadata.file_type().is_socket() => std::fs::remove_file(path)?,
+            Ok(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    "the path exists and is not a socket; refusing to replace it",
+                ))
+            }
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            Err(error) => return Err(error),
+        }
+        let listener = bind_private(path)?;
+        let metadata = std::fs::symlink_metadata(path)?;
+        let context = Arc::new(Context {
+            volumes,
+            engine,
+            logger,
+            connections: AtomicUsize::new(0),
+            stopping: AtomicBool::new(false),
+        });
+        let accept_context = context.clone();
+        let thread = std::thread::Builder::new()
+            .name("admin-accept".into())
+            .spawn(move || accept_loop(listener, accept_context))?;
+        Ok(AdminServer {
+            path: path.to_path_buf(),
+            identity: (metadata.dev(), metadata.ino()),
+            context,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops accepting and removes the socket file (if it is still ours).
+    /// Connections being served finish their current request on their own.
+    pub fn stop(mut self) {
+        self.stop_listener();
+    }
+
+    fn stop_listener(&mut self) {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        self.context.stopping.store(true, Ordering::SeqCst);
+        // Wake the blocked accept; the loop sees `stopping` and ends.
+        drop(UnixStream::connect(&self.path));
+        let _ = thread.join();
+        if let Ok(metadata) = std::fs::symlink_metadata(&self.path) {
+            if (metadata.dev(), metadata.ino()) == self.identity {
+                let _ = std::fs::remove_file(&self.path);
+            }
+        }
+    }
+}
+
+impl Drop for AdminServer {
+    fn drop(&mut self) {
+        self.stop_listener();
+    }
+}
+
+/// Binds and chmods to 0600 before `listen`, so no client can connect while
+/// the socket is still open to everyone.
+fn bind_private(path: &Path) -> io::Result<UnixListener> {
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: sockaddr_un is plain data; all-zero is a valid value.
+    let mut address: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.is_empty() || bytes.len() >= address.sun_path.len() || bytes.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "a socket path must be 1 to {} bytes; use a shorter data_dir",
+                address.sun_path.len() - 1
+            ),
+        ));
+    }
+    address.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (slot, byte) in address.sun_path.iter_mut().zip(bytes) {
+        *slot = *byte as libc::c_char;
+    }
+    let mut c_path = bytes.to_vec();
+    c_path.push(0);
+    // SAFETY: system calls on a descriptor owned here, with a valid address
+    // and a NUL-terminated path.
+    unsafe {
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let owned = OwnedFd::from_raw_fd(fd);
+        let length = (std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1) as u32;
+        if libc::bind(
+            owned.as_raw_fd(),
+            &address as *const libc::sockaddr_un as *const libc::sockaddr,
+            length,
+        ) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::chmod(c_path.as_ptr() as *const libc::c_char, 0o600) != 0
+            || libc::listen(owned.as_raw_fd(), 16) != 0
+        {
+            let error = io::Error::last_os_error();
+            let _ = std::fs::remove_file(path);
+            return Err(error);
+        }
+        Ok(UnixListener::from(owned))
+    }
+}
+
+fn accept_loop(listener: UnixListener, context: Arc<Context>) {
+    loop {
+        let accepted = listener.accept();
+        if context.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                context.logger.warn(
+                    "admin socket accept failed",
+                    &[("error", &error.to_string())],
+                );
+                // Do not spin on a persistent error (EMFILE).
+                let clock = tierd_common::clock::SystemClock::new();
+                tierd_common::clock::Clock::sleep_ns(&clock, 100_000_000);
+                continue;
+            }
+        };
+        if context.connections.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            context.connections.fetch_sub(1, Ordering::SeqCst);
+            let mut stream = stream;
+            let _ = reply(
+                &mut stream,
+                &error_reply("too many admin connections; try again"),
+            );
+            continue;
+        }
+        let connection_context = context.clone();
+        let spawned = std::thread::Builder::new()
+            .name("admin-conn".into())
+            .spawn(move || {
+                serve_connection(stream, &connection_context);
+                connection_context
+                    .connections
+                    .fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            context.connections.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+fn reply(stream: &mut UnixStream, value: &Value) -> io::Result<()> {
+    let mut line = value.to_string();
+    line.push('\n');
+    stream.write_all(line.as_bytes())
+}
+
+fn error_reply(message: impl Into<String>) -> Value {
+    json!({ "error": message.into() })
+}
+
+fn serve_connection(stream: UnixStream, context: &Context) {
+    let _ = stream.set_read_timeout(Some(IDLE_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(IDLE_TIMEOUT));
+    let Ok(mut writer) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(stream);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = (&mut reader)
+            .take(MAX_REQUEST_BYTES as u64 + 1)
+            .read_until(b'\n', &mut line);
+        match read {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        if line.len() > MAX_REQUEST_BYTES {
+            let _ = reply(
+                &mut writer,
+                &error_reply(format!(
+                    "request line longer than {MAX_REQUEST_BYTES} bytes; closing"
+                )),
+            );
+            return;
+        }
+        let answer = handle_request(&line, context);
+        if reply(&mut writer, &answer).is_err() {
+            return;
+        }
+    }
+}
+
+/// Answers one request line.
+fn handle_request(line: &[u8], context: &Context) -> Value {
+    let request: Value = match serde_json::from_slice(line) {
+        Ok(request) => request,
+        Err(error) => {
+            return error_reply(format!(
+                "request is not JSON ({error}); send e.g. {{\"cmd\":\"status\"}}"
+            ))
+        }
+    };
+    match request.get("cmd").and_then(Value::as_str) {
+        Some("status") => {
+            let volumes: Vec<Value> = context
+                .volumes
+                .iter()
+                .map(|volume| serde_json::to_value(volume.status()).unwrap_or(Value::Null))
+                .collect();
+            json!({ "volumes": volumes })
+        }
+        Some("move") => match queue_move(&request, context) {
+            Ok(()) => json!({ "ok": true }),
+            Err(message) => error_reply(message),
+        },
+        Some(other) => error_reply(format!(
+            "unknown cmd {other:?}: allowed are \"status\" and \"move\""
+        )),
+        None => error_reply("the request needs a \"cmd\" string: \"status\" or \"move\""),
+    }
+}
+
+fn queue_move(request: &Value, context: &Context) -> Result<(), String> {
+    let name = request
+        .get("volume")
+        .and_then(Value::as_str)
+        .ok_or("move needs \"volume\": a volume name")?;
+    let volume = context
+        .volumes
+        .iter()
+        .find(|volume| volume.name() == name)
+        .ok_or_else(|| {
+            let known: Vec<&str> = context.volumes.iter().map(|volume| volume.name()).collect();
+            format!("no volume {name:?} (volumes: {known:?})")
+        })?;
+    let segment = request
+        .get("segment")
+        .and_then(Value::as_u64)
+        .ok_or("move needs \"segment\": a segment number")?;
+    let segment = u32::try_from(segment)
+        .ok()
+        .filter(|segment| *segment < volume.segment_count())
+        .ok_or_else(|| {
+            format!(
+                "segment {segment} is beyond volume {name}'s {} segments (0 to {})",
+                volume.segment_count(),
+                volume.segment_count().saturating_sub(1)
+            )
+        })?;
+    let tier_name = request
+        .get("to")
+        .and_then(Value::as_str)
+        .ok_or("move needs \"to\": a tier name")?;
+    let tiers = volume.tier_names();
+    let tier = tiers
+        .iter()
+        .position(|tier| tier == tier_name)
+        .ok_or_else(|| {
+            format!("volume {name} has no tier {tier_name:?} (its stack, fastest first: {tiers:?})")
+        })?;
+    volume
+        .request_move(segment, tier as u8, "requested with tierd move")
+        .map_err(|error| error.to_string())?;
+    context.logger.info(
+        "operator move queued",
+        &[
+            ("volume", name),
+            ("segment", &segment.to_string()),
+            ("to", tier_name),
+        ],
+    );
+    context
+        .engine
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .wake();
+    Ok(())
+}
+
+/// Why a request to the admin socket got no reply.
+#[derive(Debug)]
+pub enum RequestError {
+    /// Nothing listens on the socket (no server for this data directory).
+    NotRunning,
+    /// The server answered with an error, or the exchange failed.
+    Failed(String),
+}
+
+/// Sends one request and returns the reply (an `{"error": ...}` reply
+/// becomes [`RequestError::Failed`]).
+pub fn request(path: &Path, request: &Value) -> Result<Value, RequestError> {
+    let mut stream = match UnixStream::connect(path) {
+        Ok(stream) => stream,
+        Err(error)
+            if matches!(
+                error.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+            ) =>
+        {
+            return Err(RequestError::NotRunning)
+        }
+        Err(error) => {
+            return Err(RequestError::Failed(format!(
+                "{}: cannot connect to the admin socket: {error}",
+                path.display()
+            )))
+        }
+    };
+    let failed = |error: io::Error| {
+        RequestError::Failed(format!("{}: admin request failed: {error}", path.display()))
+    };
+    stream
+        .set_read_timeout(Some(CLIENT_TIMEOUT))
+        .map_err(failed)?;
+    let mut line = request.to_string();
+    line.push('\n');
+    stream.write_all(line.as_bytes()).map_err(failed)?;
+    let mut answer = Vec::new();
+    BufReader::new(&stream)
+        .take(1 << 30)
+        .read_until(b'\n', &mut answer)
+        .map_err(failed)?;
+    let reply: Value = serde_json::from_slice(&answer).map_err(|error| {
+        RequestError::Failed(format!(
+            "{}: the admin reply is not JSON ({error})",
+            path.display()
+        ))
+    })?;
+    if let Some(message) = reply.get("error") {
+        let message = message
+            .as_str()
+            .map_or_else(|| message.to_string(), str::to_string);
+        return Err(RequestError::Failed(message));
+    }
+    Ok(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_paths_are_refused_with_a_hint() {
+        let long = PathBuf::from(format!("/tmp/{}", "x".repeat(200)));
+        let error = bind_private(&long).unwrap_err();
+        assert!(error.to_string().contains("shorter data_dir"), "{error}");
+    }
+}

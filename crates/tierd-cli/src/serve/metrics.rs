@@ -1,0 +1,477 @@
+//! The Prometheus endpoint (`[metrics] listen = "127.0.0.1:PORT"`): a tiny
+//! HTTP/1.0 server that answers `GET /metrics` with the text exposition
+//! format and anything else with 404 (405 for other methods). One connection
+//! at a time, each answered and closed; a slow client gets 5 s.
+
+use std::fmt::Write as _;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tierd_engine::device::DeviceStats;
+use tierd_engine::volume::{Volume, VolumeStatus};
+use tierd_nbd::{Server, ServerStats};
+
+/// Longest request head read.
+const MAX_REQUEST_BYTES: usize = 8 * 1024;
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Latency histogram buckets exported: `le` = 2^(i+1) ns for these `i`
+/// (1.024 µs to about 68.7 s); the device's finer and coarser buckets fold
+/// into the first bucket and `+Inf`.
+const FIRST_BUCKET: usize = 9;
+const LAST_BUCKET: usize = 35;
+
+/// The running metrics listener.
+pub struct MetricsServer {
+    address: SocketAddr,
+    stopping: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// Listens on `address` (`HOST:PORT`; port 0 picks one, see
+    /// [`MetricsServer::address`]).
+    pub fn start(
+        address: &str,
+        volumes: Vec<Arc<Volume>>,
+        server: Server,
+    ) -> io::Result<MetricsServer> {
+        let listener = TcpListener::bind(address)?;
+        let address = listener.local_addr()?;
+        let stopping = Arc::new(AtomicBool::new(false));
+        let thread_stopping = stopping.clone();
+        let thread = std::thread::Builder::new()
+            .name("metrics".into())
+            .spawn(move || {
+                for stream in listener.incoming() {
+                    if thread_stopping.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    if let Ok(stream) = stream {
+                        let _ = answer(stream, &volumes, &server);
+                    }
+                }
+            })?;
+        Ok(MetricsServer {
+            address,
+            stopping,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    pub fn stop(mut self) {
+        self.stop_listener();
+    }
+
+    fn stop_listener(&mut self) {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        self.stopping.store(true, Ordering::SeqCst);
+        drop(TcpStream::connect_timeout(&self.address, CLIENT_TIMEOUT));
+        let _ = thread.join();
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop_listener();
+    }
+}
+
+fn answer(mut stream: TcpStream, volumes: &[Arc<Volume>], server: &Server) -> io::Result<()> {
+    stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
+    stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
+    let mut head = Vec::with_capacity(512);
+    let mut buffer = [0u8; 1024];
+    while !head.windows(4).any(|window| window == b"\r\n\r\n")
+        && !head.windows(2).any(|window| window == b"\n\n")
+    {
+        let read = stream.read(&mut buffer)?;
+        if read == 0 {
+            break;
+        }
+        head.extend_from_slice(&buffer[..read]);
+        if head.len() > MAX_REQUEST_BYTES {
+            break;
+        }
+    }
+    let request_line = head
+        .split(|&byte| byte == b'\n')
+        .next()
+        .map(|line| String::from_utf8_lossy(line).trim_end().to_string())
+        .unwrap_or_default();
+    let mut parts = request_line.split_ascii_whitespace();
+    let method = parts.next().unwrap_or("");
+    let target = parts.next().unwrap_or("");
+    let path = target.split('?').next().unwrap_or("");
+    let (status, content_type, body) = match (method, path) {
+        ("GET", "/metrics") => (
+            "200 OK",
+            "text/plain; version=0.0.4; charset=utf-8",
+            render(volumes, &server.stats()),
+        ),
+        ("GET", _) => (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "not found: tierd serves only /metrics\n".to_string(),
+        ),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain; charset=utf-8",
+            "only GET /metrics\n".to_string(),
+        ),
+    };
+    let response = format!(
+        "HTTP/1.0 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(response.as_bytes())?;
+    if method != "HEAD" {
+        stream.write_all(body.as_bytes())?;
+    }
+    stream.flush()
+}
+
+/// Escapes a label value (`\`, `"`, newline).
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+struct Family<'a> {
+    name: &'a str,
+    kind: &'a str,
+    help: &'a str,
+    samples: Vec<(String, String)>,
+}
+
+impl<'a> Family<'a> {
+    fn new(name: &'a str, kind: &'a str, help: &'a str) -> Self {
+        Family {
+            name,
+            kind,
+            help,
+            samples: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, labels: &str, value: impl ToString) {
+        self.add_suffixed("", labels, value);
+    }
+
+    fn add_suffixed(&mut self, suffix: &str, labels: &str, value: impl ToString) {
+        let series = if labels.is_empty() {
+            format!("{}{suffix}", self.name)
+        } else {
+            format!("{}{suffix}{{{labels}}}", self.name)
+        };
+        self.samples.push((series, value.to_string()));
+    }
+
+    fn write(&self, out: &mut String) {
+        let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
+        let _ = writeln!(out, "# TYPE {} {}", self.name, self.kind);
+        for (series, value) in &self.samples {
+            let _ = writeln!(out, "{series} {value}");
+        }
+    }
+}
+
+fn seconds(nanoseconds: u64) -> String {
+    format!("{}", nanoseconds as f64 / 1e9)
+}
+
+fn add_histogram(family: &mut Family<'_>, labels: &str, buckets: &[u64], count: u64, sum_ns: u64) {
+    let mut cumulative = 0u64;
+    for (index, bucket) in buckets.iter().enumerate() {
+        cumulative += bucket;
+        if (FIRST_BUCKET..=LAST_BUCKET).contains(&index) {
+            let upper_ns = 1u64 << (index + 1);
+            family.add_suffixed(
+                "_bucket",
+                &format!("{labels},le=\"{}\"", seconds(upper_ns)),
+                cumulative,
+            );
+        }
+    }
+    family.add_suffixed("_bucket", &format!("{labels},le=\"+Inf\""), count);
+    family.add_suffixed("_sum", labels, seconds(sum_ns));
+    family.add_suffixed("_count", labels, count);
+}
+
+/// The exposition text for every volume and the NBD server.
+pub fn render(volumes: &[Arc<Volume>], nbd: &ServerStats) -> String {
+    let statuses: Vec<VolumeStatus> = volumes.iter().map(|volume| volume.status()).collect();
+    render_statuses(&statuses, nbd)
+}
+
+fn render_statuses(statuses: &[VolumeStatus], nbd: &ServerStats) -> String {
+    let mut volume_size = Family::new("tierd_volume_size_bytes", "gauge", "Volume size.");
+    let mut segments = Family::new(
+        "tierd_volume_segments",
+        "gauge",
+        "Segments of the volume placed on each tier.",
+    );
+    let mut completed = Family::new(
+        "tierd_volume_moves_completed_total",
+        "counter",
+        "Segment moves finished (since the volume was created, as far as the checkpoint knows).",
+    );
+    let mut dropped = Family::new(
+        "tierd_volume_moves_dropped_total",
+        "counter",
+        "Planned moves dropped before copying (tier full, segment elsewhere) since start.",
+    );
+    let mut in_flight = Family::new(
+        "tierd_volume_moves_in_flight",
+        "gauge",
+        "Moves being copied now.",
+    );
+    let mut pending = Family::new(
+        "tierd_volume_moves_pending",
+        "gauge",
+        "Moves queued and not started.",
+    );
+    let mut periods = Family::new(
+        "tierd_volume_periods_closed_total",
+        "counter",
+        "Monitor periods closed (policy runs) since start.",
+    );
+    let mut used = Family::new(
+        "tierd_tier_used_bytes",
+        "gauge",
+        "Bytes of segments placed on the tier.",
+    );
+    let mut capacity = Family::new("tierd_tier_capacity_bytes", "gauge", "Tier device size.");
+    let mut reads = Family::new(
+        "tierd_tier_reads_total",
+        "counter",
+        "Read operations on the tier device (user IO and migration).",
+    );
+    let mut writes = Family::new(
+        "tierd_tier_writes_total",
+        "counter",
+        "Write operations on the tier device (user IO, write-through and migration).",
+    );
+    let mut read_bytes = Family::new(
+        "tierd_tier_read_bytes_total",
+        "counter",
+        "Bytes read from the tier device.",
+    );
+    let mut write_bytes = Family::new(
+        "tierd_tier_write_bytes_total",
+        "counter",
+        "Bytes written to the tier device.",
+    );
+    let mut flushes = Family::new("tierd_tier_flushes_total", "counter", "Device flushes.");
+    let mut discards = Family::new(
+        "tierd_tier_discards_total",
+        "counter",
+        "Device discards and zeroings.",
+    );
+    let mut errors = Family::new(
+        "tierd_tier_errors_total",
+        "counter",
+        "Device operations that failed.",
+    );
+    let mut busy = Family::new(
+        "tierd_tier_busy_seconds_total",
+        "counter",
+        "Time the device had at least one operation outstanding.",
+    );
+    let mut read_latency = Family::new(
+        "tierd_tier_read_latency_seconds",
+        "histogram",
+        "Device read latency.",
+    );
+    let mut write_latency = Family::new(
+        "tierd_tier_write_latency_seconds",
+        "histogram",
+        "Device write latency.",
+    );
+    for status in statuses {
+        let volume = label(&status.name);
+        let volume_labels = format!("volume=\"{volume}\"");
+        volume_size.add(&volume_labels, status.size_bytes);
+        completed.add(&volume_labels, status.completed_moves);
+        dropped.add(&volume_labels, status.dropped_moves);
+        in_flight.add(&volume_labels, status.in_flight.len());
+        pending.add(&volume_labels, status.pending_moves);
+        periods.add(&volume_labels, status.periods_closed);
+        for (tier, count) in &status.placement_by_tier {
+            segments.add(
+                &format!("volume=\"{volume}\",tier=\"{}\"", label(tier)),
+                count,
+            );
+        }
+        for tier in &status.tiers {
+            let labels = format!("volume=\"{volume}\",tier=\"{}\"", label(&tier.name));
+            used.add(&labels, tier.used_bytes);
+            capacity.add(&labels, tier.capacity_bytes);
+            let stats = tier.stats.clone().unwrap_or_else(DeviceStats::default);
+            reads.add(&labels, stats.reads);
+            writes.add(&labels, stats.writes);
+            read_bytes.add(&labels, stats.read_bytes);
+            write_bytes.add(&labels, stats.write_bytes);
+            flushes.add(&labels, stats.flushes);
+            discards.add(&labels, stats.discards);
+            errors.add(&labels, stats.errors);
+            busy.add(&labels, seconds(stats.busy_ns));
+            add_histogram(
+                &mut read_latency,
+                &labels,
+                &stats.read_latency_buckets,
+                stats.reads,
+                stats.read_latency_ns_total,
+            );
+            add_histogram(
+                &mut write_latency,
+                &labels,
+                &stats.write_latency_buckets,
+                stats.writes,
+                stats.write_latency_ns_total,
+            );
+        }
+    }
+    let mut requests = Family::new(
+        "tierd_nbd_requests_total",
+        "counter",
+        "NBD requests received, by command.",
+    );
+    for (name, count) in ServerStats::COMMAND_NAMES.iter().zip(nbd.requests) {
+        requests.add(&format!("command=\"{name}\""), count);
+    }
+    let mut nbd_families = vec![requests];
+    for (name, kind, help, value) in [
+        (
+            "tierd_nbd_read_bytes_total",
+            "counter",
+            "Bytes returned by successful NBD reads.",
+            nbd.bytes_read,
+        ),
+        (
+            "tierd_nbd_written_bytes_total",
+            "counter",
+            "Bytes stored by successful NBD writes.",
+            nbd.bytes_written,
+        ),
+        (
+            "tierd_nbd_request_errors_total",
+            "counter",
+            "NBD requests answered with an error.",
+            nbd.request_errors,
+        ),
+        (
+            "tierd_nbd_connections_accepted_total",
+            "counter",
+            "NBD connections accepted.",
+            nbd.connections_accepted,
+        ),
+        (
+            "tierd_nbd_connections_active",
+            "gauge",
+            "NBD connections open now.",
+            nbd.connections_active,
+        ),
+        (
+            "tierd_nbd_connections_refused_total",
+            "counter",
+            "NBD connections closed at once because too many were open.",
+            nbd.connections_refused,
+        ),
+        (
+            "tierd_nbd_handshakes_failed_total",
+            "counter",
+            "NBD handshakes that did not reach transmission.",
+            nbd.handshakes_failed,
+        ),
+        (
+            "tierd_nbd_protocol_errors_total",
+            "counter",
+            "NBD connections closed because the client broke the protocol.",
+            nbd.protocol_errors,
+        ),
+    ] {
+        let mut family = Family::new(name, kind, help);
+        family.add("", value);
+        nbd_families.push(family);
+    }
+    let mut out = String::new();
+    for family in [
+        &volume_size,
+        &segments,
+        &completed,
+        &dropped,
+        &in_flight,
+        &pending,
+        &periods,
+        &used,
+        &capacity,
+        &reads,
+        &writes,
+        &read_bytes,
+        &write_bytes,
+        &flushes,
+        &discards,
+        &errors,
+        &busy,
+        &read_latency,
+        &write_latency,
+    ]
+    .into_iter()
+    .chain(nbd_families.iter())
+    {
+        family.write(&mut out);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative_and_end_at_the_count() {
+        let mut family = Family::new("x_seconds", "histogram", "h");
+        let mut buckets = vec![0u64; 40];
+        buckets[0] = 1; // < 2 ns: folds into the first exported bucket
+        buckets[12] = 3; // [4096, 8192) ns
+        buckets[39] = 2; // beyond the last exported bucket: only in +Inf
+        add_histogram(&mut family, "tier=\"a\"", &buckets, 6, 1_000_000_000);
+        let mut out = String::new();
+        family.write(&mut out);
+        assert!(
+            out.contains("x_seconds_bucket{tier=\"a\",le=\"0.000001024\"} 1\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("x_seconds_bucket{tier=\"a\",le=\"0.000008192\"} 4\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("x_seconds_bucket{tier=\"a\",le=\"68.719476736\"} 4\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("x_seconds_bucket{tier=\"a\",le=\"+Inf\"} 6\n"),
+            "{out}"
+        );
+        assert!(out.contains("x_seconds_sum{tier=\"a\"} 1\n"), "{out}");
+        assert!(out.contains("x_seconds_count{tier=\"a\"} 6\n"), "{out}");
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

@@ -1,0 +1,420 @@
+//! `tierd serve`, `tierd status`, `tierd move`: the live engine behind an
+//! NBD server, its admin socket and its metrics endpoint.
+//!
+//! - [`run`] loads the configuration (or the embedded default), locks the
+//!   data directory, opens the engine (recovering placement and policy
+//!   state), serves every volume over NBD on every `server.listen` target,
+//!   starts the admin socket, the optional metrics endpoint and the engine's
+//!   threads, prints where it listens, and waits for SIGINT/SIGTERM to stop
+//!   cleanly.
+//! - [`status`] and [`move_segment`] talk to a running server over the admin
+//!   socket (`data_dir/tierd-admin.sock`); `status` falls back to reading the
+//!   metadata files when no server answers.
+//!
+//! `docs/engine/serve.md` is the user-facing reference.
+
+mod admin;
+mod export;
+mod metrics;
+mod status;
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use clap::Args;
+use tierd_common::clock::{Clock, SystemClock};
+use tierd_engine::config::{Config, ListenTarget, EMBEDDED_DEFAULT};
+use tierd_engine::engine::Engine;
+use tierd_engine::log::{Level, Logger};
+use tierd_nbd::{Export, Server, ServerConfig, ServerHandle};
+
+use crate::CliError;
+
+/// Worker threads per NBD connection when a stack has an emulated
+/// (latency-model) tier and `server.workers_per_connection` is not set.
+const EMULATED_WORKERS_PER_CONNECTION: usize = 16;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// TOML configuration (tiers, volumes, listen addresses, metadata dir).
+    /// Without it: the embedded default, with its data in ./tierd-data.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct StatusArgs {
+    /// The configuration the server runs with (finds its data directory).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Print `{"server_running": bool, "volumes": [...]}` instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct MoveArgs {
+    /// The configuration the server runs with (finds its admin socket).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Volume (export) name.
+    #[arg(long)]
+    pub volume: String,
+    /// Segment number (offset / segment size).
+    #[arg(long)]
+    pub segment: u32,
+    /// Target tier, by name (see `tierd status`).
+    #[arg(long)]
+    pub to: String,
+}
+
+/// Loads `path`, or the embedded default resolved against the working
+/// directory when there is none.
+fn load_config(path: Option<&Path>) -> Result<Config, CliError> {
+    let current_dir = std::env::current_dir()
+        .map_err(|error| CliError(format!("cannot read the working directory: {error}")))?;
+    match path {
+        Some(path) => {
+            // Absolute, so relative paths inside resolve to absolute paths
+            // and the printed socket paths work from anywhere.
+            let path = if path.is_relative() {
+                current_dir.join(path)
+            } else {
+                path.to_path_buf()
+            };
+            Ok(Config::load(&path)?)
+        }
+        None => Ok(Config::parse(
+            EMBEDDED_DEFAULT,
+            "<embedded default>",
+            &current_dir,
+        )?),
+    }
+}
+
+/// The admin socket of the server that uses `config`.
+fn admin_socket_path(config: &Config) -> PathBuf {
+    config.data_dir.join("tierd-admin.sock")
+}
+
+/// The lock file that keeps two servers off one data directory.
+fn lock_file_path(config: &Config) -> PathBuf {
+    config.data_dir.join("tierd.lock")
+}
+
+/// An exclusive `flock` on `data_dir/tierd.lock`, held while the file is open
+/// (the kernel drops it when the process ends, even on `kill -9`).
+struct DataDirLock {
+    _file: File,
+}
+
+fn lock_data_dir(config: &Config) -> Result<DataDirLock, CliError> {
+    let path = lock_file_path(config);
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|error| {
+            CliError(format!(
+                "{}: cannot open the lock file: {error}",
+                path.display()
+            ))
+        })?;
+    // SAFETY: flock on a descriptor this function owns; no memory is passed.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+    if !locked {
+        let error = std::io::Error::last_os_error();
+        if error.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            let who = if holder.is_empty() {
+                "another tierd".to_string()
+            } else {
+                format!("another tierd (pid {holder})")
+            };
+            return Err(CliError(format!(
+                "{who} already serves {} (it holds the lock on {}); stop it first, or give this server its own data_dir",
+                config.data_dir.display(),
+                path.display()
+            )));
+        }
+        return Err(CliError(format!(
+            "{}: cannot lock: {error}",
+            path.display()
+        )));
+    }
+    let pid = format!("{}\n", std::process::id());
+    file.set_len(0)
+        .and_then(|()| file.write_all(pid.as_bytes()))
+        .map_err(|error| CliError(format!("{}: cannot write the pid: {error}", path.display())))?;
+    Ok(DataDirLock { _file: file })
+}
+
+/// A client hanging up must not kill the server: `main` restores SIGPIPE's
+/// default action for CLI pipes, so serve ignores it again (writes then fail
+/// with EPIPE, which ends only that connection).
+fn ignore_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_IGN has no precondition.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
+
+/// Blocks SIGINT and SIGTERM in this thread and every thread it starts later,
+/// so [`wait_for_stop_signal`] receives them synchronously.
+fn block_stop_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data initialised by sigemptyset; the mask
+    // change applies to the calling thread, before any other thread exists.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// Waits for SIGINT or SIGTERM; returns its name.
+fn wait_for_stop_signal(set: &libc::sigset_t) -> &'static str {
+    loop {
+        let mut signal: libc::c_int = 0;
+        // SAFETY: `set` is an initialised sigset_t; `signal` is a valid out pointer.
+        let result = unsafe { libc::sigwait(set, &mut signal) };
+        if result == 0 {
+            return match signal {
+                libc::SIGINT => "SIGINT",
+                libc::SIGTERM => "SIGTERM",
+                _ => continue,
+            };
+        }
+    }
+}
+
+/// Worker threads per NBD connection: the configured number, else 0 (each
+/// connection's thread serves its requests inline) unless a volume's stack
+/// has an emulated tier, whose held-back completions need overlap.
+fn workers_per_connection(config: &Config) -> usize {
+    if let Some(workers) = config.server.workers_per_connection {
+        return workers;
+    }
+    let emulated = config.volumes.iter().any(|volume| {
+        volume.tiers.iter().any(|name| {
+            config
+                .tiers
+                .iter()
+                .any(|tier| &tier.name == name && tier.model.is_some())
+        })
+    });
+    if emulated {
+        EMULATED_WORKERS_PER_CONNECTION
+    } else {
+        0
+    }
+}
+
+/// NBD server log lines go through the engine's structured logger.
+fn nbd_logger(logger: &Logger) -> tierd_nbd::Logger {
+    let logger = logger.clone();
+    Arc::new(move |level: tierd_nbd::LogLevel, message: &str| {
+        let level = match level {
+            tierd_nbd::LogLevel::Error => Level::Error,
+            tierd_nbd::LogLevel::Warn => Level::Warn,
+            tierd_nbd::LogLevel::Info => Level::Info,
+            tierd_nbd::LogLevel::Debug => Level::Debug,
+        };
+        logger.log(level, message, &[("component", "nbd")]);
+    })
+}
+
+/// Prints one line to stdout and flushes it (the line is how scripts and
+/// tests learn the socket path). A closed stdout is not an error.
+fn announce(line: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{line}");
+    let _ = stdout.flush();
+}
+
+/// `tierd serve`.
+pub fn run(args: ServeArgs) -> Result<(), CliError> {
+    ignore_sigpipe();
+    let stop_signals = block_stop_signals();
+    let config = load_config(args.config.as_deref())?;
+    std::fs::create_dir_all(&config.data_dir).map_err(|error| {
+        CliError(format!(
+            "data_dir {}: cannot create it: {error}",
+            config.data_dir.display()
+        ))
+    })?;
+    let _lock = lock_data_dir(&config)?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let level = Level::parse(&config.log.level).unwrap_or(Level::Info);
+    let logger = Logger::stderr(level, config.log.format == "json", clock.clone());
+
+    let engine = Engine::open(&config, clock.clone(), logger.clone())?;
+    let volumes = engine.volumes.clone();
+    let exports: Vec<(String, Arc<dyn Export>)> = volumes
+        .iter()
+        .map(|volume| {
+            let export: Arc<dyn Export> = Arc::new(export::VolumeExport::new(volume.clone()));
+            (volume.name().to_string(), export)
+        })
+        .collect();
+    let server_config = ServerConfig {
+        allow_list: config.server.allow_list,
+        workers_per_connection: workers_per_connection(&config),
+        logger: nbd_logger(&logger),
+        ..ServerConfig::default()
+    };
+    let server = Server::new(exports, server_config)?;
+    let mut listeners: Vec<ServerHandle> = Vec::new();
+    for target in config.listen_targets() {
+        let handle = match &target {
+            ListenTarget::Unix(path) => server.serve_unix(path)?,
+            ListenTarget::Tcp(address) => server.serve_tcp(address.as_str())?,
+        };
+        listeners.push(handle);
+    }
+    let admin_path = admin_socket_path(&config);
+    let engine = Arc::new(Mutex::new(engine));
+    let admin =
+        admin::AdminServer::start(&admin_path, volumes.clone(), engine.clone(), logger.clone())
+            .map_err(|error| {
+                CliError(format!("{}: cannot listen: {error}", admin_path.display()))
+            })?;
+    let metrics = match &config.metrics.listen {
+        Some(address) => Some(
+            metrics::MetricsServer::start(address, volumes.clone(), server.clone())
+                .map_err(|error| CliError(format!("metrics.listen = {address:?}: {error}")))?,
+        ),
+        None => None,
+    };
+    // Last: everything that can fail to start has started, so a failed
+    // start never leaves policy or copier threads running.
+    engine
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .start(&config, clock.clone());
+
+    for listener in &listeners {
+        announce(&format!(
+            "tierd: listening on {}",
+            listen_text(listener.address())
+        ));
+    }
+    for volume in &volumes {
+        for listener in &listeners {
+            announce(&format!(
+                "tierd: volume {} at {}",
+                volume.name(),
+                listener.address().uri(volume.name())
+            ));
+        }
+    }
+    announce(&format!("tierd: admin socket {}", admin_path.display()));
+    if let Some(metrics) = &metrics {
+        announce(&format!(
+            "tierd: metrics at http://{}/metrics",
+            metrics.address()
+        ));
+    }
+    logger.info(
+        "serving",
+        &[
+            ("data_dir", &config.data_dir.display().to_string()),
+            ("pid", &std::process::id().to_string()),
+        ],
+    );
+
+    let signal = wait_for_stop_signal(&stop_signals);
+    logger.info("stopping", &[("signal", signal)]);
+    admin.stop();
+    if let Some(metrics) = metrics {
+        metrics.stop();
+    }
+    // Stop accepting and let in-flight requests finish before the engine
+    // flushes and checkpoints.
+    for listener in listeners {
+        listener.shutdown();
+    }
+    let mut engine = engine
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    engine
+        .shutdown()
+        .map_err(|error| CliError(format!("clean stop failed: {error}")))?;
+    logger.info("stopped", &[]);
+    Ok(())
+}
+
+fn listen_text(address: &tierd_nbd::ListenAddress) -> String {
+    match address {
+        tierd_nbd::ListenAddress::Unix(path) => format!("unix:{}", path.display()),
+        tierd_nbd::ListenAddress::Tcp(address) => format!("tcp:{address}"),
+    }
+}
+
+/// `tierd status`.
+pub fn status(args: StatusArgs) -> Result<(), CliError> {
+    let config = load_config(args.config.as_deref())?;
+    let admin_path = admin_socket_path(&config);
+    let (server_running, volumes) =
+        match admin::request(&admin_path, &serde_json::json!({"cmd": "status"})) {
+            Ok(reply) => (true, reply.get("volumes").cloned().unwrap_or_default()),
+            Err(admin::RequestError::NotRunning) => {
+                let volumes = status::offline_status(&config)?;
+                (false, serde_json::to_value(volumes)?)
+            }
+            Err(admin::RequestError::Failed(message)) => return Err(CliError(message)),
+        };
+    let report = serde_json::json!({
+        "server_running": server_running,
+        "volumes": volumes,
+    });
+    let mut stdout = std::io::stdout().lock();
+    let text = if args.json {
+        format!("{}\n", serde_json::to_string_pretty(&report)?)
+    } else {
+        status::render_text(&report)
+    };
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())?;
+    Ok(())
+}
+
+/// `tierd move`.
+pub fn move_segment(args: MoveArgs) -> Result<(), CliError> {
+    let config = load_config(args.config.as_deref())?;
+    let admin_path = admin_socket_path(&config);
+    let request = serde_json::json!({
+        "cmd": "move",
+        "volume": args.volume,
+        "segment": args.segment,
+        "to": args.to,
+    });
+    match admin::request(&admin_path, &request) {
+        Ok(_) => {
+            println!(
+                "tierd: queued the move of segment {} of volume {} to tier {}",
+                args.segment, args.volume, args.to
+            );
+            Ok(())
+        }
+        Err(admin::RequestError::NotRunning) => Err(CliError(format!(
+            "no tierd server answers on {}: moves happen in a running server; start it with `tierd serve{}`",
+            admin_path.display(),
+            args.config
+                .as_ref()
+                .map(|path| format!(" --config {}", path.display()))
+                .unwrap_or_default()
+        ))),
+        Err(admin::RequestError::Failed(message)) => Err(CliError(message)),
+    }
+}

@@ -1,0 +1,419 @@
+//! `tierd status` without a server (placement read from the metadata files,
+//! never written), and the text rendering of the status JSON.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde_json::Value;
+use tierd_engine::config::{Backend, Config, VolumeConfig};
+use tierd_engine::meta::{decode_checkpoint, decode_journal, Location, MetaStore, Record};
+use tierd_engine::volume::{TierStatus, VolumeStatus};
+use tierd_policy::build_policy;
+
+use crate::CliError;
+
+/// Recent moves the text output lists per volume.
+const RECENT_MOVES_SHOWN: usize = 10;
+/// Volumes with at most this many segments get their full placement map.
+const MAP_SEGMENTS: usize = 256;
+
+/// Every configured volume's status as its metadata describes it. Reads the
+/// checkpoint and journal bytes and decodes them as recovery would (a
+/// journal older than the checkpoint is ignored; damage is an error naming
+/// the file and byte offset), without opening them for writing.
+pub fn offline_status(config: &Config) -> Result<Vec<VolumeStatus>, CliError> {
+    config
+        .volumes
+        .iter()
+        .map(|volume| offline_volume(config, volume))
+        .collect()
+}
+
+fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, CliError> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(CliError(format!(
+            "{}: cannot read: {error}",
+            path.display()
+        ))),
+    }
+}
+
+fn offline_volume(config: &Config, volume: &VolumeConfig) -> Result<VolumeStatus, CliError> {
+    let meta_dir = config.metadata_dir().join(&volume.name);
+    let segment_bytes = volume.segment.0;
+    let segments = volume.size.0.div_ceil(segment_bytes) as u32;
+    let home = (volume.tiers.len() - 1) as u8;
+    let mut placement: Vec<Location> = (0..segments)
+        .map(|segment| Location {
+            tier: home,
+            slot: segment,
+        })
+        .collect();
+    let mut warnings = Vec::new();
+    let checkpoint_path = MetaStore::checkpoint_path(&meta_dir);
+    let journal_path = MetaStore::journal_path(&meta_dir);
+    let mut generation = 0;
+    let mut checkpoint = None;
+    if let Some(bytes) = read_optional(&checkpoint_path)? {
+        let (checkpoint_generation, decoded) = decode_checkpoint(&checkpoint_path, &bytes)?;
+        generation = checkpoint_generation;
+        if decoded.placement.len() == placement.len() && decoded.tiers == volume.tiers {
+            placement.clone_from(&decoded.placement);
+        } else {
+            warnings.push(format!(
+                "{}: the checkpoint describes {} segments over tiers {:?}, the configuration {} segments over {:?}; the server will refuse to start until they agree",
+                checkpoint_path.display(),
+                decoded.placement.len(),
+                decoded.tiers,
+                segments,
+                volume.tiers
+            ));
+        }
+        checkpoint = Some(decoded);
+    } else {
+        warnings.push(format!(
+            "no checkpoint in {}: the volume has not been served yet (every segment is home)",
+            meta_dir.display()
+        ));
+    }
+    let mut journal_records = 0u64;
+    if let Some(bytes) = read_optional(&journal_path)? {
+        let decoded = decode_journal(&journal_path, &bytes)?;
+        if decoded.generation == generation {
+            for record in &decoded.records {
+                match record {
+                    Record::Place { segment, location } => {
+                        if let Some(slot) = placement.get_mut(*segment as usize) {
+                            *slot = *location;
+                            journal_records += 1;
+                        }
+                    }
+                }
+            }
+            if let Some(note) = decoded.torn_tail {
+                warnings.push(format!("{}: {note}", journal_path.display()));
+            }
+        } else if decoded.generation > generation {
+            return Err(CliError(format!(
+                "{} at byte offset 12: journal generation {} is newer than the checkpoint's {generation}; the server will refuse to start on it",
+                journal_path.display(),
+                decoded.generation
+            )));
+        }
+    }
+    let tiers: Vec<TierStatus> = volume
+        .tiers
+        .iter()
+        .enumerate()
+        .map(|(index, name)| {
+            let tier = config.tiers.iter().find(|tier| &tier.name == name);
+            let capacity_bytes = tier
+                .and_then(|tier| tier.size.map(|size| size.0))
+                .or_else(|| {
+                    tier.and_then(|tier| tier.path.as_ref())
+                        .and_then(|path| std::fs::metadata(path).ok())
+                        .map(|metadata| metadata.len())
+                })
+                .unwrap_or(0);
+            let volatile = tier.is_some_and(|tier| tier.backend == Backend::Memory);
+            let used_segments = placement
+                .iter()
+                .filter(|location| location.tier as usize == index)
+                .count() as u32;
+            TierStatus {
+                name: name.clone(),
+                volatile,
+                write_through: volatile && !tier.is_some_and(|tier| tier.unsafe_volatile),
+                capacity_segments: if index == home as usize {
+                    segments
+                } else {
+                    (capacity_bytes / segment_bytes) as u32
+                },
+                used_segments,
+                used_bytes: u64::from(used_segments) * segment_bytes,
+                capacity_bytes,
+                stats: None,
+            }
+        })
+        .collect();
+    let policy = checkpoint.as_ref().map_or_else(
+        || build_policy(&volume.policy).name().to_string(),
+        |checkpoint| checkpoint.policy.clone(),
+    );
+    Ok(VolumeStatus {
+        name: volume.name.clone(),
+        size_bytes: volume.size.0,
+        segment_bytes,
+        segments,
+        policy,
+        periods_closed: 0,
+        placement_by_tier: tiers
+            .iter()
+            .map(|tier| (tier.name.clone(), tier.used_segments))
+            .collect(),
+        placement: placement
+            .iter()
+            .map(|location| char::from_digit(u32::from(location.tier), 10).unwrap_or('?'))
+            .collect(),
+        tiers,
+        in_flight: Vec::new(),
+        pending_moves: 0,
+        completed_moves: checkpoint
+            .as_ref()
+            .map_or(0, |checkpoint| checkpoint.completed_moves)
+            + journal_records,
+        dropped_moves: 0,
+        mean_move_ns: checkpoint
+            .as_ref()
+            .and_then(|checkpoint| checkpoint.mean_move_ns),
+        recent_moves: checkpoint
+            .map(|checkpoint| checkpoint.recent_moves)
+            .unwrap_or_default(),
+        warnings,
+    })
+}
+
+/// `12.0 MiB`-style sizes.
+fn size_text(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else if value.fract() == 0.0 {
+        format!("{value:.0} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+fn number(value: &Value, key: &str) -> u64 {
+    value.get(key).and_then(Value::as_u64).unwrap_or(0)
+}
+
+fn text<'a>(value: &'a Value, key: &str) -> &'a str {
+    value.get(key).and_then(Value::as_str).unwrap_or("?")
+}
+
+fn array<'a>(value: &'a Value, key: &str) -> &'a [Value] {
+    value
+        .get(key)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// The human-readable status: per volume its placement by tier, tier usage
+/// and IO counters, moves in flight, recent moves with their reasons, and
+/// warnings.
+pub fn render_text(report: &Value) -> String {
+    let mut out = String::new();
+    if report.get("server_running").and_then(Value::as_bool) == Some(true) {
+        out.push_str("server running\n");
+    } else {
+        out.push_str("server not running; placement from metadata\n");
+    }
+    for volume in array(report, "volumes") {
+        let segment_bytes = number(volume, "segment_bytes");
+        let _ = writeln!(
+            out,
+            "\nvolume {}: {}, {} segments of {}, policy {}, {} periods closed",
+            text(volume, "name"),
+            size_text(number(volume, "size_bytes")),
+            number(volume, "segments"),
+            size_text(segment_bytes),
+            text(volume, "policy"),
+            number(volume, "periods_closed"),
+        );
+        let placement: Vec<String> = array(volume, "placement_by_tier")
+            .iter()
+            .map(|pair| {
+                let name = pair.get(0).and_then(Value::as_str).unwrap_or("?");
+                let count = pair.get(1).and_then(Value::as_u64).unwrap_or(0);
+                format!(
+                    "{name} {count} segments ({})",
+                    size_text(count * segment_bytes)
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "  placement: {}", placement.join(", "));
+        let map = text(volume, "placement");
+        if map.len() <= MAP_SEGMENTS {
+            let _ = writeln!(out, "  map (tier index per segment, 0 = fastest): {map}");
+        }
+        out.push_str("  tiers:\n");
+        for tier in array(volume, "tiers") {
+            let mut flags = Vec::new();
+            if tier.get("volatile").and_then(Value::as_bool) == Some(true) {
+                flags.push(
+                    if tier.get("write_through").and_then(Value::as_bool) == Some(true) {
+                        "volatile, written through"
+                    } else {
+                        "volatile, NOT written through (unsafe_volatile)"
+                    },
+                );
+            }
+            let _ = write!(
+                out,
+                "    {:<10} used {}/{} segments ({} of {})",
+                text(tier, "name"),
+                number(tier, "used_segments"),
+                number(tier, "capacity_segments"),
+                size_text(number(tier, "used_bytes")),
+                size_text(number(tier, "capacity_bytes")),
+            );
+            if let Some(stats) = tier.get("stats").filter(|stats| stats.is_object()) {
+                let _ = write!(
+                    out,
+                    "; reads {} ({}), writes {} ({}), busy {:.3} s, errors {}",
+                    number(stats, "reads"),
+                    size_text(number(stats, "read_bytes")),
+                    number(stats, "writes"),
+                    size_text(number(stats, "write_bytes")),
+                    number(stats, "busy_ns") as f64 / 1e9,
+                    number(stats, "errors"),
+                );
+            }
+            if !flags.is_empty() {
+                let _ = write!(out, " [{}]", flags.join("; "));
+            }
+            out.push('\n');
+        }
+        let mean = volume
+            .get("mean_move_ns")
+            .and_then(Value::as_f64)
+            .map(|mean| format!(", mean {:.1} ms each", mean / 1e6))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  moves: {} completed, {} dropped, {} queued{mean}",
+            number(volume, "completed_moves"),
+            number(volume, "dropped_moves"),
+            number(volume, "pending_moves"),
+        );
+        let in_flight = array(volume, "in_flight");
+        if in_flight.is_empty() {
+            out.push_str("  in flight: none\n");
+        } else {
+            out.push_str("  in flight:\n");
+            for moving in in_flight {
+                let _ = writeln!(
+                    out,
+                    "    segment {} {} -> {}: {} of {} copied; rule {}: {}",
+                    number(moving, "segment"),
+                    text(moving, "from"),
+                    text(moving, "to"),
+                    size_text(number(moving, "copied_bytes")),
+                    size_text(number(moving, "total_bytes")),
+                    text(moving, "rule"),
+                    text(moving, "detail"),
+                );
+            }
+        }
+        let recent = array(volume, "recent_moves");
+        if recent.is_empty() {
+            out.push_str("  recent moves: none\n");
+        } else {
+            let shown = recent.len().min(RECENT_MOVES_SHOWN);
+            let _ = writeln!(
+                out,
+                "  recent moves (newest last, {shown} of {}):",
+                recent.len()
+            );
+            for moved in &recent[recent.len() - shown..] {
+                let took_ns =
+                    number(moved, "finished_ns").saturating_sub(number(moved, "started_ns"));
+                let _ = writeln!(
+                    out,
+                    "    segment {} {} -> {}: {} ({} copied in {:.1} ms); rule {}: {}",
+                    number(moved, "segment"),
+                    text(moved, "from"),
+                    text(moved, "to"),
+                    text(moved, "outcome"),
+                    size_text(number(moved, "bytes_copied")),
+                    took_ns as f64 / 1e6,
+                    text(moved, "rule"),
+                    text(moved, "detail"),
+                );
+            }
+        }
+        let warnings = array(volume, "warnings");
+        if !warnings.is_empty() {
+            out.push_str("  warnings:\n");
+            for warning in warnings {
+                let _ = writeln!(out, "    {}", warning.as_str().unwrap_or("?"));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_naturally() {
+        assert_eq!(size_text(0), "0 B");
+        assert_eq!(size_text(1 << 20), "1 MiB");
+        assert_eq!(size_text(3 << 29), "1.5 GiB");
+    }
+
+    #[test]
+    fn text_shows_placement_moves_and_reasons() {
+        let report = serde_json::json!({
+            "server_running": true,
+            "volumes": [{
+                "name": "vol0", "size_bytes": 4u64 << 20, "segment_bytes": 1u64 << 20,
+                "segments": 4, "policy": "otf-ast", "periods_closed": 7,
+                "placement_by_tier": [["mem", 1], ["disk", 3]],
+                "placement": "1011",
+                "tiers": [
+                    {"name": "mem", "volatile": true, "write_through": true,
+                     "capacity_segments": 2, "used_segments": 1, "used_bytes": 1u64 << 20,
+                     "capacity_bytes": 2u64 << 20,
+                     "stats": {"reads": 5, "read_bytes": 5 * 4096, "writes": 2,
+                               "write_bytes": 8192, "busy_ns": 1_500_000_000u64, "errors": 0}},
+                    {"name": "disk", "volatile": false, "write_through": false,
+                     "capacity_segments": 4, "used_segments": 3, "used_bytes": 3u64 << 20,
+                     "capacity_bytes": 4u64 << 20, "stats": null}
+                ],
+                "in_flight": [{"segment": 2, "from": "disk", "to": "mem", "rule": "promote",
+                               "detail": "heat 9 > 4", "copied_bytes": 1u64 << 19,
+                               "total_bytes": 1u64 << 20}],
+                "pending_moves": 0, "completed_moves": 3, "dropped_moves": 1,
+                "mean_move_ns": 2_000_000.0,
+                "recent_moves": [{"segment": 1, "from": "disk", "to": "mem", "rule": "operator",
+                                  "detail": "requested with tierd move", "started_ns": 0,
+                                  "finished_ns": 3_000_000u64, "bytes_copied": 1u64 << 20,
+                                  "outcome": "done"}],
+                "warnings": ["something to know"]
+            }]
+        });
+        let text = render_text(&report);
+        assert!(text.starts_with("server running\n"), "{text}");
+        assert!(
+            text.contains("placement: mem 1 segments (1 MiB), disk 3 segments (3 MiB)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("used 1/2 segments (1 MiB of 2 MiB); reads 5 (20 KiB)"),
+            "{text}"
+        );
+        assert!(text.contains("busy 1.500 s"), "{text}");
+        assert!(
+            text.contains(
+                "segment 2 disk -> mem: 512 KiB of 1 MiB copied; rule promote: heat 9 > 4"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("segment 1 disk -> mem: done (1 MiB copied in 3.0 ms); rule operator: requested with tierd move"), "{text}");
+        assert!(text.contains("mean 2.0 ms each"), "{text}");
+        assert!(text.contains("    something to know"), "{text}");
+    }
+}
