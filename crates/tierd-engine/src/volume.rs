@@ -1019,11 +1019,11 @@ impl Volume {
                 );
                 continue;
             };
-            if to.tier != home {
-                self.tiers[to.tier as usize]
-                    .used_segments
-                    .fetch_add(1, Ordering::Relaxed);
-            }
+            // Counted on the target from the start (home included, as the
+            // simulator counts it), released from the source at the flip.
+            self.tiers[to.tier as usize]
+                .used_segments
+                .fetch_add(1, Ordering::Relaxed);
             let chunks = self
                 .options
                 .segment_bytes
@@ -1124,14 +1124,15 @@ impl Volume {
             guard.moving = false;
             *self.active.write().expect("active lock") = None;
         }
+        let target = &self.tiers[active.to.tier as usize];
         if active.to.tier != home {
-            let tier = &self.tiers[active.to.tier as usize];
-            tier.free_slots
+            target
+                .free_slots
                 .lock()
                 .expect("slots lock")
                 .push(active.to.slot);
-            tier.used_segments.fetch_sub(1, Ordering::Relaxed);
         }
+        target.used_segments.fetch_sub(1, Ordering::Relaxed);
         let planned = Move {
             segment: active.segment,
             from: active.from.tier,
@@ -1184,14 +1185,15 @@ impl Volume {
             self.home_current[active.segment as usize].store(home_current, Ordering::Release);
             *self.active.write().expect("active lock") = None;
         }
+        let source = &self.tiers[active.from.tier as usize];
         if active.from.tier != home {
-            let tier = &self.tiers[active.from.tier as usize];
-            tier.free_slots
+            source
+                .free_slots
                 .lock()
                 .expect("slots lock")
                 .push(active.from.slot);
-            tier.used_segments.fetch_sub(1, Ordering::Relaxed);
         }
+        source.used_segments.fetch_sub(1, Ordering::Relaxed);
         let planned = Move {
             segment: active.segment,
             from: active.from.tier,
