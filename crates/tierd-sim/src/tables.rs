@@ -37,7 +37,7 @@ fn ratio(ratio: Option<f64>) -> String {
 
 /// Lays out `rows` (first row = header) in aligned columns: the first
 /// column left-aligned, the others right-aligned.
-fn columns(rows: &[Vec<String>]) -> String {
+pub fn columns(rows: &[Vec<String>]) -> String {
     let count = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..count)
         .map(|column| {
@@ -121,6 +121,14 @@ pub const IOPS_TABLE_TITLE: &str =
 pub const RESPONSE_TABLE_TITLE: &str =
     "Response time, as paper 002 (ATSMF) Tables 5-6 (ratio to none = fast tier unused)";
 
+/// Cells that come from the tiers: `-` for a run without tier figures
+/// (`tiers` empty: a live replay measured from outside the server, `tierd
+/// replay`), the value otherwise.
+fn tier_cell(run: &RunResult) -> impl Fn(String) -> String {
+    let known = !run.tiers.is_empty();
+    move |cell| if known { cell } else { "-".to_string() }
+}
+
 /// The paper 000 Tables 4–5 table, one row per run after the header row,
 /// formatted as the text output prints it (the HTML report shows the same cells).
 pub fn iops_rows(report: &SimReport) -> Vec<Vec<String>> {
@@ -139,6 +147,7 @@ pub fn iops_rows(report: &SimReport) -> Vec<Vec<String>> {
         "replay".to_string(),
     ]];
     for run in &report.runs {
+        let tiered = tier_cell(run);
         rows.push(vec![
             run.policy.clone(),
             format!("{:.1}", run.avg_iops),
@@ -148,12 +157,12 @@ pub fn iops_rows(report: &SimReport) -> Vec<Vec<String>> {
                     .as_ref()
                     .and_then(|gain| gain.iops_first_hour_ratio),
             ),
-            percent(run.fast_io_share),
-            format!("{:.2}", run.home_svctm_ms),
-            percent(run.home_util),
-            format!("{:.1}", gigabytes(run.fast_bytes_max)),
-            run.moves.to_string(),
-            format!("{:.1}", gigabytes(run.migrated_bytes)),
+            tiered(percent(run.fast_io_share)),
+            tiered(format!("{:.2}", run.home_svctm_ms)),
+            tiered(percent(run.home_util)),
+            tiered(format!("{:.1}", gigabytes(run.fast_bytes_max))),
+            tiered(run.moves.to_string()),
+            tiered(format!("{:.1}", gigabytes(run.migrated_bytes))),
             Duration(run.settings.period_ns).to_string(),
             Duration(run.elapsed_ns).to_string(),
         ]);
@@ -176,19 +185,20 @@ pub fn response_rows(report: &SimReport) -> Vec<Vec<String>> {
         "cache hit ratio".to_string(),
     ]];
     for run in &report.runs {
+        let tiered = tier_cell(run);
         rows.push(vec![
             run.policy.clone(),
             format!("{:.4}", run.avg_response_us / 1e3),
             ratio(run.gain.as_ref().and_then(|gain| gain.response_ratio)),
             format!("{:.3}", run.response_p99_us / 1e3),
-            percent(run.fast_io_share),
-            format!("{:.1}", gigabytes(run.fast_bytes_max)),
-            percent(if run.settings.volume_bytes == 0 {
+            tiered(percent(run.fast_io_share)),
+            tiered(format!("{:.1}", gigabytes(run.fast_bytes_max))),
+            tiered(percent(if run.settings.volume_bytes == 0 {
                 0.0
             } else {
                 run.fast_bytes_max as f64 / run.settings.volume_bytes as f64
-            }),
-            format!("{:.2}", run.switch_over_stall_max_us / 1e3),
+            })),
+            tiered(format!("{:.2}", run.switch_over_stall_max_us / 1e3)),
             run.cache
                 .as_ref()
                 .map_or_else(|| "-".to_string(), |cache| percent(cache.hit_ratio)),
