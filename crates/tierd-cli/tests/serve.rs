@@ -1,0 +1,782 @@
+//! `tierd serve`, `tierd status` and `tierd move` end to end: the real binary
+//! in a temporary directory, driven over NBD (our client), the admin socket
+//! and the metrics endpoint. Every server is killed when its guard drops.
+//! Waits have generous deadlines that fail loudly; nothing asserts speed.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tierd_common::clock::{Clock, SystemClock};
+use tierd_nbd::Client;
+
+const MIB: u64 = 1 << 20;
+/// How long a server gets to print its lines or to stop.
+const START_DEADLINE: Duration = Duration::from_secs(60);
+/// How long moves get to finish.
+const MOVE_DEADLINE_NS: u64 = 120_000_000_000;
+
+/// A small stack: a 64 MiB volume of 1 MiB segments, a 16 MiB memory tier
+/// over a file tier, 200 ms periods, the `none` policy (so only operator
+/// moves change placement). `extra` is appended to `[[volume]]`; `top` goes
+/// before the first table.
+fn small_config(top: &str, volume_extra: &str) -> String {
+    format!(
+        r#"data_dir = "data"
+{top}
+[[tier]]
+name = "mem"
+backend = "memory"
+size = "16MiB"
+
+[[tier]]
+name = "disk"
+backend = "file"
+path = "disk.img"
+size = "64MiB"
+
+[[volume]]
+name = "vol0"
+size = "64MiB"
+segment = "1MiB"
+tiers = ["mem", "disk"]
+period = "200ms"
+{volume_extra}
+
+[volume.policy]
+kind = "none"
+"#
+    )
+}
+
+/// A running `tierd serve`; killed (SIGKILL) on drop if still running.
+struct Server {
+    child: Option<Child>,
+    lines: Receiver<String>,
+    stdout: Vec<String>,
+    stderr: Arc<Mutex<String>>,
+    stderr_reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Starts `tierd serve` in `dir` (with `--config config` when given).
+    fn spawn(dir: &Path, config: Option<&Path>) -> Server {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tierd"));
+        command.arg("serve").current_dir(dir);
+        if let Some(config) = config {
+            command.arg("--config").arg(config);
+        }
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start tierd serve");
+        let (sender, lines) = channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let collected = stderr.clone();
+        let mut pipe = child.stderr.take().unwrap();
+        let stderr_reader = std::thread::spawn(move || {
+            let mut buffer = [0u8; 4096];
+            while let Ok(read) = pipe.read(&mut buffer) {
+                if read == 0 {
+                    break;
+                }
+                collected
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buffer[..read]));
+            }
+        });
+        Server {
+            child: Some(child),
+            lines,
+            stdout: Vec::new(),
+            stderr,
+            stderr_reader: Some(stderr_reader),
+        }
+    }
+
+    /// Starts a server and waits until it has printed its admin socket line
+    /// (printed after every listener and volume line).
+    fn start(dir: &Path, config: Option<&Path>) -> Server {
+        let mut server = Server::spawn(dir, config);
+        server.wait_line("tierd: admin socket ");
+        server
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// The first stdout line starting with `prefix` (waiting for it).
+    fn wait_line(&mut self, prefix: &str) -> String {
+        if let Some(line) = self.stdout.iter().find(|line| line.starts_with(prefix)) {
+            return line.clone();
+        }
+        loop {
+            match self.lines.recv_timeout(START_DEADLINE) {
+                Ok(line) => {
+                    self.stdout.push(line.clone());
+                    if line.starts_with(prefix) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!(
+                    "tierd serve printed no line starting with {prefix:?}\nstdout: {:?}\nstderr:\n{}",
+                    self.stdout,
+                    self.stderr()
+                ),
+            }
+        }
+    }
+
+    /// The `nbd+unix://` URI of `volume`.
+    fn uri(&mut self, volume: &str) -> String {
+        let line = self.wait_line(&format!("tierd: volume {volume} at nbd+unix://"));
+        line.rsplit(' ').next().unwrap().to_string()
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    fn is_running(&mut self) -> bool {
+        self.child.as_mut().unwrap().try_wait().unwrap().is_none()
+    }
+
+    /// Waits for the process to end by itself.
+    fn wait_exit(&mut self) -> ExitStatus {
+        let clock = SystemClock::new();
+        let deadline_ns = START_DEADLINE.as_nanos() as u64;
+        let child = self.child.as_mut().unwrap();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.child = None;
+                // The pipe closed with the process: collect everything it wrote.
+                if let Some(reader) = self.stderr_reader.take() {
+                    reader.join().unwrap();
+                }
+                return status;
+            }
+            if clock.now_ns() > deadline_ns {
+                panic!(
+                    "tierd serve did not exit within {START_DEADLINE:?}\nstderr:\n{}",
+                    self.stderr()
+                );
+            }
+            clock.sleep_ns(20_000_000);
+        }
+    }
+
+    /// SIGTERM, then waits for the clean stop.
+    fn stop(&mut self) -> ExitStatus {
+        // SAFETY: kill with a pid of a child we have not reaped yet.
+        let sent = unsafe { libc::kill(self.pid(), libc::SIGTERM) };
+        assert_eq!(sent, 0, "send SIGTERM");
+        self.wait_exit()
+    }
+
+    /// `kill -9`.
+    fn kill(&mut self) {
+        let mut child = self.child.take().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn tierd_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tierd"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run tierd")
+}
+
+/// `tierd status --json` (must succeed).
+fn status_json(dir: &Path) -> Value {
+    let output = tierd_in(dir, &["status", "--config", "config.toml", "--json"]);
+    assert!(
+        output.status.success(),
+        "tierd status failed:\n{}",
+        common::stderr(&output)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!("status is not JSON ({error}):\n{}", common::stdout(&output))
+    })
+}
+
+fn move_segment(dir: &Path, segment: u32, tier: &str) {
+    let output = tierd_in(
+        dir,
+        &[
+            "move",
+            "--config",
+            "config.toml",
+            "--volume",
+            "vol0",
+            "--segment",
+            &segment.to_string(),
+            "--to",
+            tier,
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "tierd move failed:\n{}",
+        common::stderr(&output)
+    );
+}
+
+/// Polls status until `done` holds for the volume, or fails loudly.
+fn wait_for_status(dir: &Path, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let clock = SystemClock::new();
+    loop {
+        let status = status_json(dir);
+        let volume = &status["volumes"][0];
+        if done(volume) {
+            return volume.clone();
+        }
+        if clock.now_ns() > MOVE_DEADLINE_NS {
+            panic!("waited too long for {what}; status:\n{status:#}");
+        }
+        clock.sleep_ns(50_000_000);
+    }
+}
+
+/// Bytes that differ per position and per seed.
+fn pattern(seed: u8, offset: u64, length: usize) -> Vec<u8> {
+    (0..length as u64)
+        .map(|index| {
+            let position = offset + index;
+            (position as u8)
+                .wrapping_mul(31)
+                .wrapping_add((position >> 12) as u8)
+                ^ seed
+        })
+        .collect()
+}
+
+/// Writes `pattern(seed)` over `[offset, offset + length)` in pieces and
+/// records it in `model`.
+fn write_pattern(client: &mut Client, model: &mut [u8], seed: u8, offset: u64, length: u64) {
+    let mut at = offset;
+    while at < offset + length {
+        let piece = (offset + length - at).min(256 * 1024);
+        let data = pattern(seed, at, piece as usize);
+        client.write(at, &data, false).unwrap();
+        model[at as usize..(at + piece) as usize].copy_from_slice(&data);
+        at += piece;
+    }
+}
+
+/// Reads `[0, model.len())` back and compares it with `model`.
+fn check_reads(client: &mut Client, model: &[u8]) {
+    let mut buffer = vec![0u8; MIB as usize];
+    for (index, expected) in model.chunks(MIB as usize).enumerate() {
+        let offset = index as u64 * MIB;
+        client.read(offset, &mut buffer[..expected.len()]).unwrap();
+        if let Some(first) = (0..expected.len()).find(|&at| buffer[at] != expected[at]) {
+            panic!(
+                "byte {} reads {:#04x}, wrote {:#04x}",
+                offset + first as u64,
+                buffer[first],
+                expected[first]
+            );
+        }
+    }
+}
+
+fn setup(config: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::write_file(dir.path(), "config.toml", config);
+    (dir, path)
+}
+
+fn placement(volume: &Value) -> String {
+    volume["placement"].as_str().unwrap().to_string()
+}
+
+fn idle(volume: &Value) -> bool {
+    volume["in_flight"].as_array().is_some_and(Vec::is_empty)
+        && volume["pending_moves"].as_u64() == Some(0)
+}
+
+// (a)
+#[test]
+fn serve_without_config_prints_its_socket_and_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), None);
+    let listening = server.wait_line("tierd: listening on unix:");
+    let socket = PathBuf::from(listening.trim_start_matches("tierd: listening on unix:"));
+    assert!(socket.is_absolute(), "{listening}");
+    assert!(socket.to_str().unwrap().ends_with(".sock"), "{listening}");
+    assert_eq!(
+        socket,
+        dir.path()
+            .canonicalize()
+            .unwrap()
+            .join("tierd-data/tierd.sock")
+    );
+    let uri = server.uri("vol0");
+    assert_eq!(uri, format!("nbd+unix:///vol0?socket={}", socket.display()));
+    let mut client = Client::connect_uri(&uri).unwrap();
+    assert_eq!(client.info().size_bytes, 1 << 30);
+    let data = pattern(7, 5 * MIB + 123, 300_000);
+    client.write(5 * MIB + 123, &data, true).unwrap();
+    let mut back = vec![0u8; data.len()];
+    client.read(5 * MIB + 123, &mut back).unwrap();
+    assert_eq!(back, data);
+    client.disconnect().unwrap();
+
+    let status = server.stop();
+    assert!(status.success(), "{status:?}\n{}", server.stderr());
+    assert!(!socket.exists(), "the socket outlived a clean stop");
+    assert!(!dir.path().join("tierd-data/tierd-admin.sock").exists());
+    // The embedded default's data directory is reused by the next start.
+    let mut server = Server::start(dir.path(), None);
+    let mut client = Client::connect_uri(&server.uri("vol0")).unwrap();
+    client.read(5 * MIB + 123, &mut back).unwrap();
+    assert_eq!(back, data);
+}
+
+// (b)
+#[test]
+fn kill_9_and_restart_keep_placement_and_flushed_data() {
+    let (dir, _) = setup(&small_config("", ""));
+    let dir = dir.path();
+    let mut server = Server::start(dir, Some(Path::new("config.toml")));
+    let uri = server.uri("vol0");
+    let mut client = Client::connect_uri(&uri).unwrap();
+    let mut model = vec![0u8; 8 * MIB as usize];
+    write_pattern(&mut client, &mut model, 0x11, 0, 8 * MIB);
+    client.flush().unwrap();
+
+    for segment in [1, 2, 3, 5] {
+        move_segment(dir, segment, "mem");
+    }
+    move_segment(dir, 2, "disk");
+    let volume = wait_for_status(dir, "five operator moves", |volume| {
+        volume["completed_moves"].as_u64() >= Some(5) && idle(volume)
+    });
+    let placed = placement(&volume);
+    assert_eq!(&placed[..8], "10101011", "{volume:#}");
+    assert_eq!(
+        volume["placement_by_tier"][0],
+        serde_json::json!(["mem", 3])
+    );
+
+    // Writes to segments on the memory tier (and across a boundary between
+    // tiers) are written through before their ack.
+    write_pattern(&mut client, &mut model, 0x5a, 3 * MIB + 4096, 200 * 1024);
+    write_pattern(&mut client, &mut model, 0x77, 5 * MIB - 8192, 16384);
+    client.flush().unwrap();
+    drop(client);
+
+    server.kill();
+    let mut server = Server::start(dir, Some(Path::new("config.toml")));
+    let status = status_json(dir);
+    assert_eq!(status["server_running"], true);
+    assert_eq!(placement(&status["volumes"][0]), placed);
+    let mut client = Client::connect_uri(&server.uri("vol0")).unwrap();
+    check_reads(&mut client, &model);
+}
+
+// (c)
+#[test]
+fn clean_stop_and_restart_keep_placement_data_and_policy_history() {
+    // Checkpoints only at start and at a clean stop, so the checkpoint read
+    // right after a restart is the one the restarted server wrote from what
+    // it recovered.
+    let (dir, _) = setup(&small_config("", "checkpoint_every = 1000000"));
+    let dir = dir.path();
+    let mut server = Server::start(dir, Some(Path::new("config.toml")));
+    let mut client = Client::connect_uri(&server.uri("vol0")).unwrap();
+    let mut model = vec![0u8; 6 * MIB as usize];
+    write_pattern(&mut client, &mut model, 0x21, 0, 6 * MIB);
+    client.flush().unwrap();
+    move_segment(dir, 0, "mem");
+    move_segment(dir, 4, "mem");
+    let volume = wait_for_status(dir, "two moves and three periods", |volume| {
+        volume["completed_moves"].as_u64() >= Some(2)
+            && idle(volume)
+            && volume["periods_closed"].as_u64() >= Some(3)
+    });
+    let placed = placement(&volume);
+    assert_eq!(&placed[..6], "011101");
+    // Written after the moves, not flushed: a clean stop flushes.
+    write_pattern(&mut client, &mut model, 0x42, 4 * MIB + 1000, 5000);
+    drop(client);
+
+    let status = server.stop();
+    assert!(status.success(), "{status:?}\n{}", server.stderr());
+    assert!(!dir.join("data/tierd.sock").exists());
+    assert!(!dir.join("data/tierd-admin.sock").exists());
+    let offline = status_json(dir);
+    assert_eq!(offline["server_running"], false);
+    assert_eq!(placement(&offline["volumes"][0]), placed);
+    let text = tierd_in(dir, &["status", "--config", "config.toml"]);
+    assert!(
+        common::stdout(&text).starts_with("server not running; placement from metadata"),
+        "{}",
+        common::stdout(&text)
+    );
+
+    let checkpoint_path = dir.join("data/meta/vol0/checkpoint");
+    let read_checkpoint = || {
+        let bytes = std::fs::read(&checkpoint_path).unwrap();
+        tierd_engine::meta::decode_checkpoint(&checkpoint_path, &bytes)
+            .unwrap()
+            .1
+    };
+    let before = read_checkpoint();
+    assert!(
+        !before.history.is_empty(),
+        "the clean stop saved no policy history"
+    );
+
+    let mut server = Server::start(dir, Some(Path::new("config.toml")));
+    let after = read_checkpoint();
+    assert_eq!(
+        after.history, before.history,
+        "the restarted server did not come back with the saved history"
+    );
+    assert_eq!(after.policy_state, before.policy_state);
+    assert_eq!(placement(&status_json(dir)["volumes"][0]), placed);
+    let mut client = Client::connect_uri(&server.uri("vol0")).unwrap();
+    check_reads(&mut client, &model);
+}
+
+// (d)
+#[test]
+fn corrupted_journal_refuses_to_start_naming_the_file_and_offset() {
+    // No periodic checkpoints: the two moves stay in the journal.
+    let (dir, _) = setup(&small_config("", "checkpoint_every = 1000000"));
+    let dir = dir.path();
+    let mut server = Server::start(dir, Some(Path::new("config.toml")));
+    move_segment(dir, 1, "mem");
+    move_segment(dir, 2, "mem");
+    wait_for_status(dir, "two moves", |volume| {
+        volume["completed_moves"].as_u64() >= Some(2) && idle(volume)
+    });
+    // kill -9: a clean stop would fold the journal into a checkpoint.
+    server.kill();
+
+    let journal = dir.join("data/meta/vol0/journal");
+    let mut bytes = std::fs::read(&journal).unwrap();
+    // Header 24 bytes, then [length u32][crc u32][payload]: damage the first
+    // record's payload; the second record follows it.
+    let first_length = u32::from_le_bytes(bytes[24..28].try_into().unwrap()) as usize;
+    assert!(
+        bytes.len() > 24 + 8 + first_length + 8,
+        "expected two records in the journal ({} bytes)",
+        bytes.len()
+    );
+    bytes[24 + 8 + first_length / 2] ^= 0x20;
+    std::fs::write(&journal, &bytes).unwrap();
+
+    let mut server = Server::spawn(dir, Some(Path::new("config.toml")));
+    let status = server.wait_exit();
+    let stderr = server.stderr();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&journal.display().to_string()),
+        "stderr does not name {}:\n{stderr}",
+        journal.display()
+    );
+    assert!(stderr.contains("byte offset 24"), "{stderr}");
+    // The process has exited, so its stdout reader ends: collect every line.
+    let printed: Vec<String> = server.lines.iter().collect();
+    assert!(
+        server.stdout.is_empty() && printed.is_empty(),
+        "a server that refuses to start printed {printed:?}"
+    );
+    // Offline status reports the same damage instead of guessing.
+    let output = tierd_in(dir, &["status", "--config", "config.toml"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        common::stderr(&output).contains("byte offset 24"),
+        "{}",
+        common::stderr(&output)
+    );
+}
+
+// (e)
+#[test]
+fn config_errors_name_the_key() {
+    let cases = [
+        (
+            small_config("", "").replace("segment = \"1MiB\"", "segment = \"3MiB\""),
+            vec!["config.toml", "volume[0]", ".segment", "power of two"],
+        ),
+        (
+            small_config("[server]\nlisten = [\"tcp:0.0.0.0:10809\"]", ""),
+            vec!["config.toml", "server.listen", "loopback"],
+        ),
+        (
+            small_config("[server]\nlisen = [\"unix:x.sock\"]", ""),
+            vec!["config.toml", "lisen"],
+        ),
+        (
+            small_config("", "")
+                .replace("tiers = [\"mem\", \"disk\"]", "tiers = [\"mem\", \"dsk\"]"),
+            vec!["volume[0]", "tiers[1]", "dsk"],
+        ),
+    ];
+    for (config, expected) in cases {
+        let (dir, _) = setup(&config);
+        let mut server = Server::spawn(dir.path(), Some(Path::new("config.toml")));
+        let status = server.wait_exit();
+        let stderr = server.stderr();
+        assert_eq!(status.code(), Some(1), "{stderr}");
+        for text in expected {
+            assert!(stderr.contains(text), "expected {text:?} in:\n{stderr}");
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let output = tierd_in(dir.path(), &["serve", "--config", "missing.toml"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(common::stderr(&output).contains("missing.toml"));
+}
+
+// (f)
+#[test]
+fn status_json_keys_are_stable_online_and_offline() {
+    let (dir, _) = setup(&small_config("", ""));
+    let dir = dir.path();
+    let mut server = Server::start(dir, Some(Path::new("config.toml")));
+    let online = status_json(dir);
+    let keys = |value: &Value| -> Vec<String> {
+        let mut keys: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
+        keys.sort();
+        keys
+    };
+    assert_eq!(keys(&online), ["server_running", "volumes"]);
+    let volume = &online["volumes"][0];
+    for key in [
+        "name",
+        "size_bytes",
+        "segment_bytes",
+        "segments",
+        "policy",
+        "periods_closed",
+        "placement_by_tier",
+        "placement",
+        "tiers",
+        "in_flight",
+        "pending_moves",
+        "completed_moves",
+        "dropped_moves",
+        "mean_move_ns",
+        "recent_moves",
+        "warnings",
+    ] {
+        assert!(volume.get(key).is_some(), "{key} missing: {volume:#}");
+    }
+    assert_eq!(volume["segments"], 64);
+    assert_eq!(volume["policy"], "none");
+    assert_eq!(placement(volume), "1".repeat(64));
+    let tier = &volume["tiers"][0];
+    for key in [
+        "name",
+        "volatile",
+        "write_through",
+        "capacity_segments",
+        "used_segments",
+        "used_bytes",
+        "capacity_bytes",
+        "stats",
+    ] {
+        assert!(tier.get(key).is_some(), "{key} missing: {tier:#}");
+    }
+    assert_eq!(tier["capacity_segments"], 16);
+    assert!(tier["stats"].is_object());
+    let online_volume_keys = keys(volume);
+    assert!(server.stop().success());
+
+    let offline = status_json(dir);
+    assert_eq!(keys(&offline), ["server_running", "volumes"]);
+    assert_eq!(offline["server_running"], false);
+    assert_eq!(keys(&offline["volumes"][0]), online_volume_keys);
+    assert_eq!(keys(&offline["volumes"][0]["tiers"][0]), keys(tier));
+    // And `tierd move` without a server says so.
+    let output = tierd_in(
+        dir,
+        &[
+            "move",
+            "--config",
+            "config.toml",
+            "--volume",
+            "vol0",
+            "--segment",
+            "1",
+            "--to",
+            "mem",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        common::stderr(&output).contains("no tierd server answers"),
+        "{}",
+        common::stderr(&output)
+    );
+}
+
+fn http_get(address: &str, path: &str) -> String {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
+// (g)
+#[test]
+fn metrics_endpoint_serves_prometheus_text() {
+    let (dir, _) = setup(&small_config("[metrics]\nlisten = \"127.0.0.1:0\"", ""));
+    let dir = dir.path();
+    let mut server = Server::start(dir, Some(Path::new("config.toml")));
+    let line = server.wait_line("tierd: metrics at http://");
+    let address = line
+        .trim_start_matches("tierd: metrics at http://")
+        .trim_end_matches("/metrics")
+        .to_string();
+    let mut client = Client::connect_uri(&server.uri("vol0")).unwrap();
+    client.write(0, &pattern(1, 0, 8192), false).unwrap();
+    client.flush().unwrap();
+
+    let response = http_get(&address, "/metrics");
+    assert!(response.starts_with("HTTP/1.0 200 OK\r\n"), "{response}");
+    for expected in [
+        "# TYPE tierd_volume_segments gauge",
+        "tierd_volume_segments{volume=\"vol0\",tier=\"disk\"} 64",
+        "tierd_volume_segments{volume=\"vol0\",tier=\"mem\"} 0",
+        "tierd_tier_capacity_bytes{volume=\"vol0\",tier=\"mem\"} 16777216",
+        "# TYPE tierd_tier_write_latency_seconds histogram",
+        "tierd_tier_write_latency_seconds_count{volume=\"vol0\",tier=\"disk\"} ",
+        "tierd_tier_busy_seconds_total{volume=\"vol0\",tier=\"disk\"} ",
+        "tierd_volume_moves_completed_total{volume=\"vol0\"} 0",
+        "tierd_nbd_requests_total{command=\"write\"} 1",
+        "tierd_nbd_requests_total{command=\"flush\"} 1",
+        "tierd_nbd_written_bytes_total 8192",
+        "tierd_nbd_connections_active 1",
+    ] {
+        assert!(
+            response.contains(expected),
+            "{expected:?} missing:\n{response}"
+        );
+    }
+    let missing = http_get(&address, "/other");
+    assert!(missing.starts_with("HTTP/1.0 404"), "{missing}");
+}
+
+// (h)
+#[test]
+fn garbage_from_clients_does_not_stop_the_server() {
+    let (dir, _) = setup(&small_config("", ""));
+    let dir = dir.path();
+    let mut server = Server::start(dir, Some(Path::new("config.toml")));
+    let socket = PathBuf::from(
+        server
+            .wait_line("tierd: listening on unix:")
+            .trim_start_matches("tierd: listening on unix:"),
+    );
+    let mut garbage = Vec::new();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..64 * 1024 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        garbage.push(state as u8);
+    }
+    // Garbage in place of a handshake, then a client that hangs up at once.
+    {
+        let mut stream = UnixStream::connect(&socket).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let _ = stream.write_all(&garbage);
+        let mut sink = Vec::new();
+        let _ = stream.read_to_end(&mut sink);
+        drop(UnixStream::connect(&socket).unwrap());
+    }
+    // A client that negotiates properly, then sends garbage as a request.
+    {
+        let client = Client::connect_uri(&server.uri("vol0")).unwrap();
+        drop(client);
+        let mut raw = UnixStream::connect(&socket).unwrap();
+        let _ = raw.write_all(&garbage[..1000]);
+    }
+    // Garbage on the admin socket gets error replies.
+    {
+        let mut admin = UnixStream::connect(dir.join("data/tierd-admin.sock")).unwrap();
+        admin
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        admin
+            .write_all(b"not json\n{\"cmd\":\"launch\"}\n{\"cmd\":\"move\",\"volume\":\"vol0\",\"segment\":999,\"to\":\"mem\"}\n")
+            .unwrap();
+        let mut reader = BufReader::new(admin);
+        for expected in ["not JSON", "unknown cmd", "beyond"] {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            let reply: Value = serde_json::from_str(&line).unwrap();
+            assert!(
+                reply["error"].as_str().unwrap().contains(expected),
+                "{reply}"
+            );
+        }
+    }
+    assert!(server.is_running(), "{}", server.stderr());
+    let mut client = Client::connect_uri(&server.uri("vol0")).unwrap();
+    let data = pattern(3, 10 * MIB, 4096);
+    client.write(10 * MIB, &data, false).unwrap();
+    let mut back = vec![0u8; data.len()];
+    client.read(10 * MIB, &mut back).unwrap();
+    assert_eq!(back, data);
+    assert_eq!(status_json(dir)["server_running"], true);
+}
+
+#[test]
+fn a_second_server_on_the_same_data_dir_is_refused() {
+    let (dir, _) = setup(&small_config("", ""));
+    let dir = dir.path();
+    let server = Server::start(dir, Some(Path::new("config.toml")));
+    let output = tierd_in(dir, &["serve", "--config", "config.toml"]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = common::stderr(&output);
+    assert!(
+        stderr.contains(&format!("pid {}", server.pid())),
+        "{stderr}"
+    );
+    assert!(stderr.contains("tierd.lock"), "{stderr}");
+}
