@@ -1,6 +1,7 @@
 //! `tierd`: the one binary. Subcommands map onto the library crates; this file
 //! only parses arguments, calls them and prints.
 
+mod dst;
 mod replay;
 mod serve;
 mod sim;
@@ -44,6 +45,9 @@ enum Command {
     /// Replay a trace against a live NBD export, open-loop, and report
     /// response times in the simulator's format.
     Replay(replay::ReplayArgs),
+    /// Deterministic simulation testing of the engine: seeded workloads,
+    /// crashes and faults, every acknowledged write checked.
+    Dst(dst::DstArgs),
 }
 
 /// A failure to report to the user: the message says what went wrong, where,
@@ -79,6 +83,7 @@ fn main() -> ExitCode {
         Command::Status(args) => serve::status(args),
         Command::Move(args) => serve::move_segment(args),
         Command::Replay(args) => replay::run(args),
+        Command::Dst(args) => dst::run(args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
