@@ -1,0 +1,382 @@
+#!/usr/bin/env bash
+# compare.sh - tierd serve against nbdkit and qemu-nbd, side by side in one run,
+# over Unix sockets, with fio's nbd engine at 4 KiB (issue 4 §6).
+#
+#   mem    tierd volume whose segments all sit on a memory tier
+#          (unsafe_volatile = true, every segment moved there with `tierd move`
+#          before measuring), the same with a write-through memory tier, and
+#          `nbdkit memory 256M`
+#   file   tierd volume on one file tier (tiers = ["disk"]; page cache with
+#          requests run on the connection thread, and direct = true with 4
+#          workers per connection), `nbdkit file` and
+#          `qemu-nbd --cache=none --aio=io_uring` on the same file
+#   stall  fio randrw 4k QD4 on a 1 GiB volume while its one 1 GiB segment
+#          migrates file -> memory and back; fio's clat max / p99.9 against the
+#          same run without a migration
+#
+# Workloads for mem/file: randread and randwrite at QD1 and QD16, RUNTIME s
+# each (plus 1 s ramp), size 256M. Every server of a group stays up; the runs
+# alternate between them workload by workload, ROUNDS times, and the server
+# order is reversed every other round, so drift on this shared machine hits
+# all of them alike.
+#
+# Usage:   bench/nbd/compare.sh [mem] [file] [stall]      (default: all three)
+# Env:     ROUNDS (2)  RUNTIME (10)  STALL_RUNTIME (20)
+#          PIN=none|split  (split: servers on CPU 0, fio on CPU 1, via taskset)
+#          CARGO_TARGET_DIR (where the release tierd is built)
+#          RESULTS (default /tmp/tierd-nbd-bench.<date>; raw fio JSON lands there)
+# Prints markdown tables on stdout; nothing is written inside the repository.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+parts=("$@")
+[ ${#parts[@]} -gt 0 ] || parts=(mem file stall)
+ROUNDS=${ROUNDS:-2}
+RUNTIME=${RUNTIME:-10}
+STALL_RUNTIME=${STALL_RUNTIME:-20}
+PIN=${PIN:-none}
+RESULTS=${RESULTS:-/tmp/tierd-nbd-bench.$(date +%Y%m%d-%H%M%S)}
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
+
+for tool in fio nbdkit qemu-nbd jq taskset; do
+  command -v "$tool" >/dev/null || { echo "compare.sh: $tool is missing (../shared/tools/install-nbd-clients.sh)" >&2; exit 1; }
+done
+fio --enghelp 2>/dev/null | grep -qx '[[:space:]]*nbd' || { echo "compare.sh: this fio has no nbd engine" >&2; exit 1; }
+
+mkdir -p "$RESULTS"
+work=$(mktemp -d /tmp/tierd-nbd-work.XXXXXX)
+server_pids=()
+cleanup() {
+  for pid in "${server_pids[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+  for pid in "${server_pids[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+case $PIN in
+  none)  server_cpu=(); fio_cpu=() ;;
+  split) server_cpu=(taskset -c 0); fio_cpu=(taskset -c 1) ;;
+  *) echo "compare.sh: PIN must be none or split" >&2; exit 1 ;;
+esac
+
+echo "building tierd (release)..." >&2
+target_dir=${CARGO_TARGET_DIR:-$repo/target}
+(cd "$repo" && CARGO_TARGET_DIR=$target_dir cargo build --release -q -p tierd-cli)
+tierd=$target_dir/release/tierd
+
+# ------------------------------------------------------------------ servers
+
+# start_tierd NAME CONFIG_TEXT -> sets $uri; the config's data_dir is $work/NAME
+start_tierd() {
+  local name=$1 text=$2
+  mkdir -p "$work/$name"
+  printf '%s\n' "$text" > "$work/$name.toml"
+  "${server_cpu[@]}" "$tierd" serve --config "$work/$name.toml" > "$work/$name.out" 2> "$work/$name.err" &
+  server_pids+=($!)
+  local waited=0
+  until uri=$(sed -n 's/^tierd: volume vol0 at //p' "$work/$name.out" | head -1) && [ -n "$uri" ]; do
+    sleep 0.1
+    waited=$((waited + 1))
+    if [ $waited -gt 600 ]; then
+      echo "compare.sh: tierd $name did not start:" >&2
+      cat "$work/$name.err" >&2
+      exit 1
+    fi
+  done
+}
+
+# wait_for_socket PATH
+wait_for_socket() {
+  local waited=0
+  until [ -S "$1" ]; do
+    sleep 0.1
+    waited=$((waited + 1))
+    [ $waited -lt 300 ] || { echo "compare.sh: no socket $1" >&2; exit 1; }
+  done
+}
+
+start_nbdkit() { # NAME PLUGIN ARGS... -> $uri
+  local name=$1; shift
+  "${server_cpu[@]}" nbdkit -f -U "$work/$name.sock" "$@" 2> "$work/$name.err" &
+  server_pids+=($!)
+  wait_for_socket "$work/$name.sock"
+  uri="nbd+unix:///vol0?socket=$work/$name.sock"
+}
+
+start_qemu_nbd() { # NAME FILE -> $uri
+  local name=$1 file=$2
+  "${server_cpu[@]}" qemu-nbd -t -e 16 -x vol0 --cache=none --aio=io_uring -f raw \
+    -k "$work/$name.sock" "$file" 2> "$work/$name.err" &
+  server_pids+=($!)
+  wait_for_socket "$work/$name.sock"
+  uri="nbd+unix:///vol0?socket=$work/$name.sock"
+}
+
+# tierd_status NAME -> the volume's JSON
+tierd_status() {
+  "$tierd" status --config "$work/$1.toml" --json | jq -c '.volumes[0]'
+}
+
+# move_all NAME TIER SEGMENTS EXPECTED_PLACEMENT: queue moves, wait for them
+move_all() {
+  local name=$1 tier=$2 segments=$3 expected=$4 segment waited=0
+  for ((segment = 0; segment < segments; segment++)); do
+    "$tierd" move --config "$work/$name.toml" --volume vol0 --segment "$segment" --to "$tier" >/dev/null
+  done
+  until [ "$(tierd_status "$name" | jq -r '.placement')" = "$expected" ]; do
+    sleep 0.1
+    waited=$((waited + 1))
+    [ $waited -lt 1200 ] || { echo "compare.sh: $name never reached placement $expected: $(tierd_status "$name")" >&2; exit 1; }
+  done
+}
+
+# ------------------------------------------------------------------ fio
+
+# run_fio LABEL URI RW QD [extra fio args...]: JSON into $RESULTS/LABEL.json
+run_fio() {
+  local label=$1 target=$2 rw=$3 depth=$4; shift 4
+  "${fio_cpu[@]}" fio --name="$label" --ioengine=nbd --uri="$target" \
+    --rw="$rw" --bs=4k --iodepth="$depth" --size=256M \
+    --runtime="$RUNTIME" --ramp_time=1 --time_based \
+    --output-format=json --output="$RESULTS/$label.json" "$@" >/dev/null
+}
+
+fill() { # URI SIZE: write every byte once, so reads never hit holes
+  "${fio_cpu[@]}" fio --name=fill --ioengine=nbd --uri="$1" --rw=write --bs=1M \
+    --iodepth=4 --size="$2" --output-format=terse >/dev/null
+}
+
+# The markdown summary of a group: SERVERS (label=name ...) and baseline name.
+summarize() {
+  ROUNDS=$ROUNDS /usr/bin/python3 - "$RESULTS" "$@" <<'PY'
+import json, os, statistics, sys
+results, baseline, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+workloads = [("randread", 1), ("randread", 16), ("randwrite", 1), ("randwrite", 16)]
+def load(name, rw, qd, rnd):
+    path = os.path.join(results, f"{name}-{rw}-qd{qd}-r{rnd}.json")
+    if not os.path.exists(path):
+        return None
+    job = json.load(open(path))["jobs"][0]
+    side = job["read" if rw == "randread" else "write"]
+    pct = side["clat_ns"].get("percentile", {})
+    return side["iops"], pct.get("50.000000", 0) / 1e3, pct.get("99.000000", 0) / 1e3
+rounds = range(1, int(os.environ["ROUNDS"]) + 1)
+print("| workload | server | iops per round | mean iops | p50 µs per round | p99 µs per round | iops / " + baseline + " (per round) | p50 / " + baseline + " |")
+print("|---|---|---|---|---|---|---|---|")
+for rw, qd in workloads:
+    base = {r: load(baseline, rw, qd, r) for r in rounds}
+    for name in names:
+        runs = {r: load(name, rw, qd, r) for r in rounds}
+        got = [runs[r] for r in rounds if runs[r]]
+        if not got:
+            continue
+        iops = " / ".join(f"{x[0]/1e3:.1f} k" for x in got)
+        p50 = " / ".join(f"{x[1]:.1f}" for x in got)
+        p99 = " / ".join(f"{x[2]:.1f}" for x in got)
+        mean = statistics.mean(x[0] for x in got)
+        if name == baseline:
+            ratio, lat = "1", "1"
+        else:
+            pairs = [(runs[r], base[r]) for r in rounds if runs[r] and base[r]]
+            ratio = " / ".join(f"{a[0]/b[0]:.2f}" for a, b in pairs)
+            lat = " / ".join(f"{a[1]/b[1]:.2f}" for a, b in pairs if b[1])
+        print(f"| {rw} QD{qd} | {name} | {iops} | {mean/1e3:.1f} k | {p50} | {p99} | {ratio} | {lat} |")
+PY
+}
+
+# run_group NAME=URI...: the alternating runs
+run_group() {
+  local -a pairs=("$@") order
+  local round rw qd pair name target
+  for ((round = 1; round <= ROUNDS; round++)); do
+    if ((round % 2)); then order=("${pairs[@]}"); else
+      order=(); for ((i = ${#pairs[@]} - 1; i >= 0; i--)); do order+=("${pairs[$i]}"); done
+    fi
+    for rw in randread randwrite; do
+      for qd in 1 16; do
+        for pair in "${order[@]}"; do
+          name=${pair%%=*}; target=${pair#*=}
+          echo "round $round: $name $rw QD$qd" >&2
+          run_fio "$name-$rw-qd$qd-r$round" "$target" "$rw" "$qd"
+        done
+      done
+    done
+  done
+}
+
+machine() {
+  echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); nproc $(nproc); $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); kernel $(uname -r); load $(cut -d' ' -f1-3 /proc/loadavg); PIN=$PIN"
+  echo "tierd $(cd "$repo" && git rev-parse --short HEAD); $(nbdkit --version | head -1); $(qemu-nbd --version | head -1); $(fio --version)"
+  echo
+}
+
+# ------------------------------------------------------------------ parts
+
+part_mem() {
+  local volatile_config write_through_config
+  volatile_config=$(cat <<EOF
+data_dir = "$work/tmem"
+[server]
+listen = ["unix:$work/tmem.sock"]
+[[tier]]
+name = "mem"
+backend = "memory"
+size = "256MiB"
+unsafe_volatile = true
+[[tier]]
+name = "home"
+backend = "file"
+path = "home.img"
+size = "256MiB"
+[[volume]]
+name = "vol0"
+size = "256MiB"
+segment = "64MiB"
+tiers = ["mem", "home"]
+period = "60s"
+[volume.policy]
+kind = "none"
+EOF
+)
+  write_through_config=${volatile_config//tmem/twt}
+  write_through_config=${write_through_config//unsafe_volatile = true/unsafe_volatile = false}
+  start_tierd tmem "$volatile_config"; local tmem=$uri
+  start_tierd twt "$write_through_config"; local twt=$uri
+  start_nbdkit kmem memory 256M; local kmem=$uri
+  move_all tmem mem 4 0000
+  move_all twt mem 4 0000
+  for target in "$tmem" "$twt" "$kmem"; do fill "$target" 256M; done
+  run_group "tierd-mem=$tmem" "nbdkit-memory=$kmem" "tierd-mem-wt=$twt"
+  echo "### Memory: tierd (all segments on the memory tier) vs nbdkit memory"
+  echo
+  summarize nbdkit-memory tierd-mem nbdkit-memory tierd-mem-wt
+  echo
+}
+
+# file_config NAME FILE DIRECT WORKERS: one file tier holding the whole volume
+file_config() {
+  cat <<EOF
+data_dir = "$work/$1"
+[server]
+listen = ["unix:$work/$1.sock"]
+workers_per_connection = $4
+[[tier]]
+name = "disk"
+backend = "file"
+path = "$2"
+size = "256MiB"
+direct = $3
+[[volume]]
+name = "vol0"
+size = "256MiB"
+segment = "64MiB"
+tiers = ["disk"]
+period = "60s"
+[volume.policy]
+kind = "none"
+EOF
+}
+
+part_file() {
+  local file=$work/file.img
+  dd if=/dev/urandom of="$file" bs=1M count=256 status=none
+  start_tierd tfile "$(file_config tfile "$file" false 0)"; local tfile=$uri
+  start_tierd tdirect "$(file_config tdirect "$file" true 4)"; local tdirect=$uri
+  start_nbdkit kfile file "$file"; local kfile=$uri
+  start_qemu_nbd qnbd "$file"; local qnbd=$uri
+  run_group "tierd-file=$tfile" "nbdkit-file=$kfile" "qemu-nbd=$qnbd" "tierd-direct=$tdirect"
+  echo "### File: tierd (one file tier) vs nbdkit file vs qemu-nbd --cache=none --aio=io_uring"
+  echo
+  summarize nbdkit-file tierd-file nbdkit-file qemu-nbd tierd-direct
+  echo
+}
+
+# One stall run: LABEL, optional move target ("" = none). fio randrw 4k QD4
+# over the whole 1 GiB volume; the move starts 3 s in.
+stall_run() {
+  local label=$1 to=$2 started finished
+  "${fio_cpu[@]}" fio --name="$label" --ioengine=nbd --uri="$stall_uri" --rw=randrw --bs=4k \
+    --iodepth=4 --size=1G --runtime="$STALL_RUNTIME" --time_based \
+    --percentile_list=50:99:99.9:99.99 \
+    --output-format=json --output="$RESULTS/stall-$label.json" >/dev/null &
+  local fio_pid=$!
+  if [ -n "$to" ]; then
+    sleep 3
+    started=$(date +%s.%N)
+    "$tierd" move --config "$work/tstall.toml" --volume vol0 --segment 0 --to "$to" >/dev/null
+    local expected=0; [ "$to" = mem ] || expected=1
+    until [ "$(tierd_status tstall | jq -r '.placement')" = "$expected" ]; do sleep 0.05; done
+    finished=$(date +%s.%N)
+    echo "$label: move to $to took $(echo "$finished - $started" | bc) s" >&2
+    echo "$label $(echo "$finished - $started" | bc)" >> "$RESULTS/stall-moves.txt"
+  fi
+  wait "$fio_pid"
+}
+
+part_stall() {
+  local file=$work/stall.img
+  dd if=/dev/urandom of="$file" bs=1M count=1024 status=none
+  start_tierd tstall "data_dir = \"$work/tstall\"
+[server]
+listen = [\"unix:$work/tstall.sock\"]
+[[tier]]
+name = \"mem\"
+backend = \"memory\"
+size = \"1GiB\"
+[[tier]]
+name = \"disk\"
+backend = \"file\"
+path = \"$file\"
+size = \"1GiB\"
+[[volume]]
+name = \"vol0\"
+size = \"1GiB\"
+segment = \"1GiB\"
+tiers = [\"mem\", \"disk\"]
+period = \"60s\"
+[volume.policy]
+kind = \"none\""
+  stall_uri=$uri
+  local round
+  for ((round = 1; round <= ROUNDS; round++)); do
+    stall_run "disk-still-r$round" ""
+    stall_run "up-r$round" mem
+    stall_run "mem-still-r$round" ""
+    stall_run "down-r$round" disk
+  done
+  echo "### Migration stall: fio randrw 4k QD4 while the 1 GiB segment moves"
+  echo
+  /usr/bin/python3 - "$RESULTS" "$ROUNDS" <<'PY'
+import json, os, sys
+results, rounds = sys.argv[1], int(sys.argv[2])
+moves = dict(line.split() for line in open(os.path.join(results, "stall-moves.txt")))
+print("| run | move took s | read iops | read clat p50 / p99.9 / max µs | write clat p50 / p99.9 / max µs |")
+print("|---|---|---|---|---|")
+for r in range(1, rounds + 1):
+    for label in (f"disk-still-r{r}", f"up-r{r}", f"mem-still-r{r}", f"down-r{r}"):
+        job = json.load(open(os.path.join(results, f"stall-{label}.json")))["jobs"][0]
+        cells = []
+        for side in ("read", "write"):
+            clat = job[side]["clat_ns"]
+            pct = clat["percentile"]
+            cells.append(f'{pct["50.000000"]/1e3:.0f} / {pct["99.900000"]/1e3:.0f} / {clat["max"]/1e3:.0f}')
+        print(f'| {label} | {moves.get(label, "–")} | {job["read"]["iops"]/1e3:.1f} k | {cells[0]} | {cells[1]} |')
+PY
+  echo
+}
+
+machine
+for part in "${parts[@]}"; do
+  case $part in
+    mem) part_mem ;;
+    file) part_file ;;
+    stall) part_stall ;;
+    *) echo "compare.sh: unknown part $part (mem, file, stall)" >&2; exit 1 ;;
+  esac
+done
+echo "raw fio JSON: $RESULTS" >&2
