@@ -160,6 +160,11 @@ pub struct Volume {
     clock: Arc<dyn Clock>,
     /// Set by startup when volatile tiers lost data (unsafe_volatile).
     warnings: Mutex<Vec<String>>,
+    /// Longest a chunk copy held its chunk lock (writes to that chunk wait
+    /// at most this long), and longest switch-over (waiting for IO in flight
+    /// on the segment plus the flip; new IO to the segment waits for it).
+    max_chunk_hold_ns: AtomicU64,
+    max_switch_over_ns: AtomicU64,
 }
 
 /// Per-tier figures for status.
@@ -206,6 +211,12 @@ pub struct VolumeStatus {
     pub completed_moves: u64,
     pub dropped_moves: u64,
     pub mean_move_ns: Option<f64>,
+    /// Since start: the longest time a copy held one chunk's lock (the most
+    /// a write to that chunk waited for the copy) ...
+    pub max_chunk_hold_ns: u64,
+    /// ... and the longest switch-over (the most IO to a moving segment
+    /// waited for its flip).
+    pub max_switch_over_ns: u64,
     pub recent_moves: Vec<MoveRecord>,
     pub warnings: Vec<String>,
 }
@@ -449,6 +460,8 @@ impl Volume {
             meta: Mutex::new(meta),
             clock,
             warnings: Mutex::new(Vec::new()),
+            max_chunk_hold_ns: AtomicU64::new(0),
+            max_switch_over_ns: AtomicU64::new(0),
             options,
         };
         volume.refill_volatile_tiers(&mut notes)?;
@@ -1069,6 +1082,7 @@ impl Volume {
             let chunk_bytes = self.options.chunk_bytes;
             let start = u64::from(chunk) * chunk_bytes;
             let length = chunk_bytes.min(self.options.segment_bytes - start);
+            let hold_started_ns = self.clock.now_ns();
             let result = {
                 let _exclusive = active.chunk_locks[chunk as usize]
                     .write()
@@ -1093,6 +1107,10 @@ impl Volume {
                     })
                     .map(|()| active.copied[chunk as usize].store(true, Ordering::Release))
             };
+            self.max_chunk_hold_ns.fetch_max(
+                self.clock.now_ns().saturating_sub(hold_started_ns),
+                Ordering::Relaxed,
+            );
             match result {
                 Ok(()) => {
                     active.next_chunk.store(chunk + 1, Ordering::Relaxed);
@@ -1172,6 +1190,7 @@ impl Volume {
                 drop(meta);
                 return self.abandon(active, &format!("failed: journal: {error}"));
             }
+            let switch_started_ns = self.clock.now_ns();
             let mut guard = self.entries[active.segment as usize]
                 .write()
                 .expect("entry lock");
@@ -1184,6 +1203,11 @@ impl Volume {
                     && self.home_current[active.segment as usize].load(Ordering::Acquire));
             self.home_current[active.segment as usize].store(home_current, Ordering::Release);
             *self.active.write().expect("active lock") = None;
+            drop(guard);
+            self.max_switch_over_ns.fetch_max(
+                self.clock.now_ns().saturating_sub(switch_started_ns),
+                Ordering::Relaxed,
+            );
         }
         let source = &self.tiers[active.from.tier as usize];
         if active.from.tier != home {
@@ -1319,6 +1343,8 @@ impl Volume {
             dropped_moves: planner.dropped_moves,
             mean_move_ns: (planner.completed_moves > 0)
                 .then(|| planner.total_move_ns / planner.completed_moves as f64),
+            max_chunk_hold_ns: self.max_chunk_hold_ns.load(Ordering::Relaxed),
+            max_switch_over_ns: self.max_switch_over_ns.load(Ordering::Relaxed),
             recent_moves: planner.recent.iter().cloned().collect(),
             warnings: self.warnings.lock().expect("lock").clone(),
         }
