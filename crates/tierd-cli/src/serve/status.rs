@@ -168,6 +168,8 @@ fn offline_volume(config: &Config, volume: &VolumeConfig) -> Result<VolumeStatus
         mean_move_ns: checkpoint
             .as_ref()
             .and_then(|checkpoint| checkpoint.mean_move_ns),
+        max_chunk_hold_ns: 0,
+        max_switch_over_ns: 0,
         recent_moves: checkpoint
             .map(|checkpoint| checkpoint.recent_moves)
             .unwrap_or_default(),
@@ -291,10 +293,12 @@ pub fn render_text(report: &Value) -> String {
             .unwrap_or_default();
         let _ = writeln!(
             out,
-            "  moves: {} completed, {} dropped, {} queued{mean}",
+            "  moves: {} completed, {} dropped, {} queued{mean}; longest chunk-lock hold {:.3} ms, longest switch-over {:.3} ms",
             number(volume, "completed_moves"),
             number(volume, "dropped_moves"),
             number(volume, "pending_moves"),
+            number(volume, "max_chunk_hold_ns") as f64 / 1e6,
+            number(volume, "max_switch_over_ns") as f64 / 1e6,
         );
         let in_flight = array(volume, "in_flight");
         if in_flight.is_empty() {
