@@ -253,8 +253,11 @@ fn default_period() -> Duration {
     Duration(60_000_000_000)
 }
 
+/// 256 KiB: a write to the chunk being copied waits for one chunk copy, so
+/// the chunk bounds that stall (1 MiB chunks held their lock up to 17 ms on
+/// a loaded 2-core VM; see BENCHMARKS.md).
 fn default_chunk() -> Bytes {
-    Bytes(1 << 20)
+    Bytes(256 << 10)
 }
 
 fn default_share() -> f64 {
