@@ -119,6 +119,17 @@ struct ActiveMove {
     copied_bytes: AtomicU64,
 }
 
+impl ActiveMove {
+    fn as_move(&self) -> Move {
+        Move {
+            segment: self.segment,
+            from: self.from.tier,
+            to: self.to.tier,
+            reason: self.reason.clone(),
+        }
+    }
+}
+
 /// What [`Volume::copy_step`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StepOutcome {
@@ -165,6 +176,21 @@ pub struct Volume {
     /// on the segment plus the flip; new IO to the segment waits for it).
     max_chunk_hold_ns: AtomicU64,
     max_switch_over_ns: AtomicU64,
+    /// Per tier: marked unavailable by an operator or a drill
+    /// ([`Volume::set_tier_unavailable`]); status reports what it holds.
+    unavailable_tiers: Vec<AtomicBool>,
+}
+
+/// Bytes of a volume that cannot be read: their only current copy is on a
+/// tier marked unavailable (home's copy is stale). Reads there fail with the
+/// tier's error, never with other data.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct UnavailableRange {
+    pub tier: String,
+    pub offset_bytes: u64,
+    pub length_bytes: u64,
+    pub first_segment: SegmentId,
+    pub last_segment: SegmentId,
 }
 
 /// Per-tier figures for status.
@@ -219,6 +245,9 @@ pub struct VolumeStatus {
     pub max_switch_over_ns: u64,
     pub recent_moves: Vec<MoveRecord>,
     pub warnings: Vec<String>,
+    /// Ranges whose only current copy is on a tier marked unavailable
+    /// (adjacent segments merged); empty when everything can be read.
+    pub unavailable: Vec<UnavailableRange>,
 }
 
 enum Mutation<'a> {
@@ -424,6 +453,7 @@ impl Volume {
             .iter()
             .map(|tier| tier.device.stats().map_or(0, |stats| stats.busy_ns))
             .collect();
+        let tier_count = tier_states.len();
         let volume = Volume {
             segments,
             entries: placement
@@ -462,6 +492,7 @@ impl Volume {
             warnings: Mutex::new(Vec::new()),
             max_chunk_hold_ns: AtomicU64::new(0),
             max_switch_over_ns: AtomicU64::new(0),
+            unavailable_tiers: (0..tier_count).map(|_| AtomicBool::new(false)).collect(),
             options,
         };
         volume.refill_volatile_tiers(&mut notes)?;
@@ -1133,6 +1164,18 @@ impl Volume {
         active.from.tier != self.home() && self.tiers[active.to.tier as usize].write_through
     }
 
+    /// Gives `location`'s slot back to its tier (home slots are fixed).
+    fn release(&self, location: Location, home: TierId) {
+        let tier = &self.tiers[location.tier as usize];
+        if location.tier != home {
+            tier.free_slots
+                .lock()
+                .expect("slots lock")
+                .push(location.slot);
+        }
+        tier.used_segments.fetch_sub(1, Ordering::Relaxed);
+    }
+
     fn abandon(&self, active: &Arc<ActiveMove>, outcome: &str) -> StepOutcome {
         let home = self.home();
         {
@@ -1142,26 +1185,11 @@ impl Volume {
             guard.moving = false;
             *self.active.write().expect("active lock") = None;
         }
-        let target = &self.tiers[active.to.tier as usize];
-        if active.to.tier != home {
-            target
-                .free_slots
-                .lock()
-                .expect("slots lock")
-                .push(active.to.slot);
-        }
-        target.used_segments.fetch_sub(1, Ordering::Relaxed);
-        let planned = Move {
-            segment: active.segment,
-            from: active.from.tier,
-            to: active.to.tier,
-            reason: active.reason.clone(),
-        };
-        let copied = active.copied_bytes.load(Ordering::Relaxed);
+        self.release(active.to, home);
         self.record_finished(
-            &planned,
+            &active.as_move(),
             active.from,
-            copied,
+            active.copied_bytes.load(Ordering::Relaxed),
             active.started_ns,
             outcome.to_string(),
         );
@@ -1209,22 +1237,7 @@ impl Volume {
                 Ordering::Relaxed,
             );
         }
-        let source = &self.tiers[active.from.tier as usize];
-        if active.from.tier != home {
-            source
-                .free_slots
-                .lock()
-                .expect("slots lock")
-                .push(active.from.slot);
-        }
-        source.used_segments.fetch_sub(1, Ordering::Relaxed);
-        let planned = Move {
-            segment: active.segment,
-            from: active.from.tier,
-            to: active.to.tier,
-            reason: active.reason.clone(),
-        };
-        let copied = active.copied_bytes.load(Ordering::Relaxed);
+        self.release(active.from, home);
         let elapsed_ns = self.clock.now_ns().saturating_sub(active.started_ns);
         {
             let mut planner = self.planner.lock().expect("planner lock");
@@ -1232,9 +1245,9 @@ impl Volume {
             planner.total_move_ns += elapsed_ns as f64;
         }
         self.record_finished(
-            &planned,
+            &active.as_move(),
             active.from,
-            copied,
+            active.copied_bytes.load(Ordering::Relaxed),
             active.started_ns,
             "done".to_string(),
         );
@@ -1347,6 +1360,57 @@ impl Volume {
             max_switch_over_ns: self.max_switch_over_ns.load(Ordering::Relaxed),
             recent_moves: planner.recent.iter().cloned().collect(),
             warnings: self.warnings.lock().expect("lock").clone(),
+            unavailable: self.unavailable_ranges(),
         }
+    }
+
+    /// Marks tier `name` unavailable (its device was lost, or a drill says
+    /// so) or available again. Only changes what status reports: reads
+    /// already fall back to home where home is current and fail otherwise.
+    /// False when the volume has no such tier.
+    pub fn set_tier_unavailable(&self, name: &str, unavailable: bool) -> bool {
+        match self.tiers.iter().position(|tier| tier.name == name) {
+            Some(index) => {
+                self.unavailable_tiers[index].store(unavailable, Ordering::SeqCst);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Segments on an unavailable tier whose home copy is not current, as
+    /// byte ranges (adjacent segments on the same tier merged).
+    pub fn unavailable_ranges(&self) -> Vec<UnavailableRange> {
+        let home = self.home();
+        let mut ranges: Vec<UnavailableRange> = Vec::new();
+        for segment in 0..self.segments {
+            let tier = self.entry(segment).location.tier;
+            if tier == home
+                || !self.unavailable_tiers[tier as usize].load(Ordering::SeqCst)
+                || self.home_current[segment as usize].load(Ordering::Acquire)
+            {
+                continue;
+            }
+            let name = &self.tiers[tier as usize].name;
+            let start = u64::from(segment) * self.options.segment_bytes;
+            let length = self
+                .options
+                .segment_bytes
+                .min(self.options.size_bytes - start);
+            match ranges.last_mut() {
+                Some(last) if last.tier == *name && last.last_segment + 1 == segment => {
+                    last.last_segment = segment;
+                    last.length_bytes += length;
+                }
+                _ => ranges.push(UnavailableRange {
+                    tier: name.clone(),
+                    offset_bytes: start,
+                    length_bytes: length,
+                    first_segment: segment,
+                    last_segment: segment,
+                }),
+            }
+        }
+        ranges
     }
 }
