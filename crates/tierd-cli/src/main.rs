@@ -42,6 +42,9 @@ enum Command {
     Status(serve::StatusArgs),
     /// Ask a running server to move a segment to a tier (operator move).
     Move(serve::MoveArgs),
+    /// Fault drill on a running server: mark a tier (configured with
+    /// `[tier.faults]`) gone or back.
+    Fault(serve::FaultArgs),
     /// Replay a trace against a live NBD export, open-loop, and report
     /// response times in the simulator's format.
     Replay(replay::ReplayArgs),
@@ -82,6 +85,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Status(args) => serve::status(args),
         Command::Move(args) => serve::move_segment(args),
+        Command::Fault(args) => serve::fault(args),
         Command::Replay(args) => replay::run(args),
         Command::Dst(args) => dst::run(args),
     };

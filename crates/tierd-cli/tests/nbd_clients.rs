@@ -753,6 +753,7 @@ fn fio_randwrite_verifies_with_crc32c() {
             "--verify=crc32c",
             "--do_verify=1",
             "--verify_fatal=1",
+            "--verify_state_save=0",
         ]);
     let output = run(&mut command);
     let text = describe(&command, &output);

@@ -15,6 +15,7 @@ use crate::device::memory::MemoryDevice;
 use crate::device::stats::StatsDevice;
 use crate::device::BlockDevice;
 use crate::log::Logger;
+use crate::meta::MetaStore;
 use crate::runner::{Pacing, VolumeRunner};
 use crate::volume::{TierSpec, Volume, VolumeError, VolumeOptions};
 
@@ -28,6 +29,17 @@ pub enum EngineError {
         volume: String,
         #[source]
         source: VolumeError,
+    },
+    /// A file tier's backing file was missing at start although the
+    /// volume's metadata says it holds data: serving the empty file that
+    /// was created in its place would return zeroes for that data.
+    #[error("volume {volume}: tier {tier}: its file {path} was missing, but the metadata in {meta_dir} says it holds {what}. Serving an empty file in its place would return zeroes for that data, so tierd refuses to start (the empty file it created was removed again). Put the original file back; or, to give up that data, move the volume's metadata directory away (every segment then reads from home, whose copies of those segments may be stale)")]
+    MissingTierFile {
+        volume: String,
+        tier: String,
+        path: String,
+        meta_dir: String,
+        what: String,
     },
 }
 
@@ -116,6 +128,54 @@ pub fn volume_options(volume: &VolumeConfig) -> VolumeOptions {
     }
 }
 
+/// Refuses a volume whose existing metadata places data on a file tier whose
+/// file had to be created at this start (it was deleted or never restored):
+/// home always holds every segment; a faster tier holds the segments placed
+/// on it. Removes the freshly created files, so the next start refuses too.
+fn check_created_tiers(
+    volume: &Volume,
+    created: &[(String, std::path::PathBuf)],
+    meta_dir: &std::path::Path,
+) -> Result<(), EngineError> {
+    let names = volume.tier_names();
+    let placement = volume.placement();
+    for (index, name) in names.iter().enumerate() {
+        let Some((_, path)) = created.iter().find(|(tier, _)| tier == name) else {
+            continue;
+        };
+        let what = if index + 1 == names.len() {
+            format!("the home copy of all {} segments", volume.segment_count())
+        } else {
+            let on_tier: Vec<String> = placement
+                .iter()
+                .enumerate()
+                .filter(|(_, tier)| usize::from(**tier) == index)
+                .map(|(segment, _)| segment.to_string())
+                .collect();
+            if on_tier.is_empty() {
+                continue;
+            }
+            format!(
+                "{} segments of {} bytes (segments {})",
+                on_tier.len(),
+                volume.segment_bytes(),
+                on_tier.join(", ")
+            )
+        };
+        for (_, path) in created {
+            let _ = std::fs::remove_file(path);
+        }
+        return Err(EngineError::MissingTierFile {
+            volume: volume.name().to_string(),
+            tier: name.clone(),
+            path: path.display().to_string(),
+            meta_dir: meta_dir.display().to_string(),
+            what,
+        });
+    }
+    Ok(())
+}
+
 /// The running engine: its volumes and their threads.
 pub struct Engine {
     pub volumes: Vec<Arc<Volume>>,
@@ -133,7 +193,14 @@ impl Engine {
         logger: Logger,
     ) -> Result<Engine, EngineError> {
         let mut tiers: Vec<BuiltTier> = Vec::new();
+        // File tiers whose file does not exist yet (build_tier creates it).
+        let mut created: Vec<(String, std::path::PathBuf)> = Vec::new();
         for (index, tier) in config.tiers.iter().enumerate() {
+            if let (Backend::File, Some(path)) = (tier.backend, &tier.path) {
+                if !path.exists() {
+                    created.push((tier.name.clone(), path.clone()));
+                }
+            }
             if tier.unsafe_volatile {
                 logger.warn(
                     "unsafe_volatile: writes to segments on this memory tier are acknowledged before they reach home and are lost if the process ends",
@@ -161,6 +228,8 @@ impl Engine {
                 })
                 .collect();
             let meta_dir = config.metadata_dir().join(&volume_config.name);
+            let metadata_existed = MetaStore::checkpoint_path(&meta_dir).exists()
+                || MetaStore::journal_path(&meta_dir).exists();
             let (volume, notes) = Volume::open(
                 volume_options(volume_config),
                 specs,
@@ -171,6 +240,9 @@ impl Engine {
                 volume: volume_config.name.clone(),
                 source,
             })?;
+            if metadata_existed {
+                check_created_tiers(&volume, &created, &meta_dir)?;
+            }
             for note in notes {
                 logger.info(
                     "recovery",

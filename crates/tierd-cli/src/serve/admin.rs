@@ -5,6 +5,8 @@
 //! |---|---|
 //! | `{"cmd":"status"}` | `{"volumes":[VolumeStatus, ...]}` |
 //! | `{"cmd":"move","volume":"vol0","segment":3,"to":"mem"}` | `{"ok":true}` |
+//! | `{"cmd":"fault","tier":"ssd","gone":true}` (drill) | `{"ok":true,"tier":...,"gone":...,"config":...,"counters":...}` |
+//! | `{"cmd":"fault","tier":"ssd","config":{"read_error_probability":0.1}}` | the same |
 //! | anything else, malformed JSON, a line over 64 KiB | `{"error":"..."}` |
 //!
 //! A line over the limit also closes its connection (the rest of it cannot be
@@ -278,10 +280,16 @@ fn handle_request(line: &[u8], context: &Context) -> Value {
             Ok(()) => json!({ "ok": true }),
             Err(message) => error_reply(message),
         },
+        Some("fault") => match set_fault(&request, context) {
+            Ok(reply) => reply,
+            Err(message) => error_reply(message),
+        },
         Some(other) => error_reply(format!(
-            "unknown cmd {other:?}: allowed are \"status\" and \"move\""
+            "unknown cmd {other:?}: allowed are \"status\", \"move\" and \"fault\""
         )),
-        None => error_reply("the request needs a \"cmd\" string: \"status\" or \"move\""),
+        None => {
+            error_reply("the request needs a \"cmd\" string: \"status\", \"move\" or \"fault\"")
+        }
     }
 }
 
@@ -340,6 +348,74 @@ fn queue_move(request: &Value, context: &Context) -> Result<(), String> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
         .wake();
     Ok(())
+}
+
+/// The fault drill: marks a tier gone or back (every operation on it fails
+/// with EIO while gone, and status lists the ranges whose only current copy
+/// is on it) and/or replaces its injected-fault probabilities. Only tiers
+/// configured with a `[tier.faults]` table have the fault wrapper; others
+/// are refused (the wrapper is opt-in so production tiers pay nothing).
+fn set_fault(request: &Value, context: &Context) -> Result<Value, String> {
+    let name = request
+        .get("tier")
+        .and_then(Value::as_str)
+        .ok_or("fault needs \"tier\": a tier name")?;
+    let gone = match request.get("gone") {
+        None => None,
+        Some(value) => Some(
+            value
+                .as_bool()
+                .ok_or("fault: \"gone\" must be true or false")?,
+        ),
+    };
+    let config = match request.get("config") {
+        None => None,
+        Some(value) => Some(
+            serde_json::from_value::<tierd_engine::device::fault::FaultConfig>(value.clone())
+                .map_err(|error| format!("fault: bad \"config\": {error}"))?,
+        ),
+    };
+    if gone.is_none() && config.is_none() {
+        return Err("fault needs \"gone\": true|false and/or \"config\": {...}".into());
+    }
+    let engine = context
+        .engine
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let tier = engine
+        .tiers
+        .iter()
+        .find(|tier| tier.name == name)
+        .ok_or_else(|| {
+            let known: Vec<&str> = engine.tiers.iter().map(|tier| tier.name.as_str()).collect();
+            format!("no tier {name:?} (tiers: {known:?})")
+        })?;
+    let faults = tier.faults.as_ref().ok_or_else(|| {
+        format!(
+            "tier {name} has no fault wrapper: fault drills need a [tier.faults] table in its configuration (all probabilities default to 0, so an empty table injects nothing until a drill says so)"
+        )
+    })?;
+    if let Some(config) = config {
+        faults.set_config(config);
+    }
+    if let Some(gone) = gone {
+        faults.set_gone(gone);
+        for volume in &context.volumes {
+            volume.set_tier_unavailable(name, gone);
+        }
+    }
+    let state = json!({
+        "ok": true,
+        "tier": name,
+        "gone": faults.is_gone(),
+        "config": serde_json::to_value(faults.config()).unwrap_or(Value::Null),
+        "counters": serde_json::to_value(faults.counters()).unwrap_or(Value::Null),
+    });
+    context.logger.warn(
+        "fault drill",
+        &[("tier", name), ("state", &state.to_string())],
+    );
+    Ok(state)
 }
 
 /// Why a request to the admin socket got no reply.

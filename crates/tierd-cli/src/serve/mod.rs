@@ -71,6 +71,23 @@ pub struct MoveArgs {
     pub to: String,
 }
 
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("state").required(true).args(["gone", "back"])))]
+pub struct FaultArgs {
+    /// The configuration the server runs with (finds its admin socket).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// The tier to drill (it needs a `[tier.faults]` table in the config).
+    #[arg(long)]
+    pub tier: String,
+    /// Every operation on the tier fails with EIO, as if the device died.
+    #[arg(long)]
+    pub gone: bool,
+    /// The tier works again.
+    #[arg(long)]
+    pub back: bool,
+}
+
 /// Loads `path`, or the embedded default resolved against the working
 /// directory when there is none.
 fn load_config(path: Option<&Path>) -> Result<Config, CliError> {
@@ -387,6 +404,32 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())?;
     Ok(())
+}
+
+/// `tierd fault`: the fault drill on a running server.
+pub fn fault(args: FaultArgs) -> Result<(), CliError> {
+    let config = load_config(args.config.as_deref())?;
+    let admin_path = admin_socket_path(&config);
+    let request = serde_json::json!({"cmd": "fault", "tier": args.tier, "gone": args.gone});
+    match admin::request(&admin_path, &request) {
+        Ok(_) => {
+            println!(
+                "tierd: tier {} is {}",
+                args.tier,
+                if args.gone {
+                    "gone (every operation fails with EIO; see `tierd status` for unavailable ranges)"
+                } else {
+                    "back"
+                }
+            );
+            Ok(())
+        }
+        Err(admin::RequestError::NotRunning) => Err(CliError(format!(
+            "no tierd server answers on {}",
+            admin_path.display()
+        ))),
+        Err(admin::RequestError::Failed(message)) => Err(CliError(message)),
+    }
 }
 
 /// `tierd move`.

@@ -174,6 +174,8 @@ fn offline_volume(config: &Config, volume: &VolumeConfig) -> Result<VolumeStatus
             .map(|checkpoint| checkpoint.recent_moves)
             .unwrap_or_default(),
         warnings,
+        // Which tiers are lost is known only to a running server.
+        unavailable: Vec::new(),
     })
 }
 
@@ -343,6 +345,24 @@ pub fn render_text(report: &Value) -> String {
                     took_ns as f64 / 1e6,
                     text(moved, "rule"),
                     text(moved, "detail"),
+                );
+            }
+        }
+        let unavailable = array(volume, "unavailable");
+        if !unavailable.is_empty() {
+            out.push_str(
+                "  UNAVAILABLE (only copy on a lost tier; reads fail with EIO):
+",
+            );
+            for range in unavailable {
+                let _ = writeln!(
+                    out,
+                    "    bytes {}..{} (segments {}-{}) on tier {}",
+                    number(range, "offset_bytes"),
+                    number(range, "offset_bytes") + number(range, "length_bytes"),
+                    number(range, "first_segment"),
+                    number(range, "last_segment"),
+                    text(range, "tier"),
                 );
             }
         }

@@ -1,0 +1,1033 @@
+//! Real-process reliability tests of `tierd serve` (issue 5 §2 and §4):
+//!
+//! - `kill_9_loop_keeps_flushed_writes_and_finished_moves`: a writer stamps
+//!   4 KiB blocks over NBD and FLUSHes now and then, `tierd move` forces
+//!   segments between the memory tier and the file home, and the server is
+//!   `kill -9`ed at a random moment, restarted and checked — placement and
+//!   every block against a checksum map — many times over.
+//! - `lost_fast_tier_*`: the fault drill (`tierd fault --gone`) takes a
+//!   non-volatile fast tier away while serving.
+//! - `missing_fast_tier_file_*`: the fast tier's file is deleted while
+//!   serving, then the server restarts.
+//! - `client_that_stops_reading_replies_*`: bounded memory under a client
+//!   that never reads its replies.
+//!
+//! The seed of the crash loop is printed; `TIERD_SEED=N` replays its choices
+//! (the process timing still varies). `TIERD_CRASH_ITERATIONS=N` sets the
+//! number of kills (default 20). Nothing asserts speed; waits have generous
+//! deadlines that fail loudly.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tierd_common::clock::{Clock, SystemClock};
+use tierd_common::rng::{Rng, SeededRng};
+use tierd_nbd::{Client, ClientError};
+
+const MIB: u64 = 1 << 20;
+const BLOCK_BYTES: usize = 4096;
+const VOLUME_BYTES: u64 = 64 * MIB;
+const SEGMENT_BYTES: u64 = MIB;
+const SEGMENTS: u32 = (VOLUME_BYTES / SEGMENT_BYTES) as u32;
+const BLOCKS: u32 = (VOLUME_BYTES / BLOCK_BYTES as u64) as u32;
+/// Memory tier capacity in segments (16 MiB of 1 MiB segments).
+const MEM_SEGMENTS: usize = 16;
+const MAGIC: &[u8; 8] = b"TIERDCRS";
+/// How long a server gets to start, and a move or a status to arrive.
+const DEADLINE_NS: u64 = 120_000_000_000;
+
+fn sleep_ms(milliseconds: u64) {
+    SystemClock::new().sleep_ns(milliseconds * 1_000_000);
+}
+
+// ---------------------------------------------------------------- server
+
+/// The write-through memory tier over a file home that the brief asks for;
+/// `fast` replaces the memory tier for the fault tests.
+fn mem_config() -> String {
+    r#"data_dir = "data"
+
+[[tier]]
+name = "mem"
+backend = "memory"
+size = "16MiB"
+
+[[tier]]
+name = "disk"
+backend = "file"
+path = "disk.img"
+size = "64MiB"
+
+[[volume]]
+name = "vol0"
+size = "64MiB"
+segment = "1MiB"
+chunk = "256KiB"
+tiers = ["mem", "disk"]
+period = "200ms"
+# A move of 1 MiB takes ~60 ms, so kills land during copies too.
+migration_max_rate = "16MiB"
+
+[volume.policy]
+kind = "none"
+"#
+    .to_string()
+}
+
+/// A non-volatile file fast tier `ssd` (with the fault wrapper when
+/// `faults`) over a file home.
+fn ssd_config(faults: bool) -> String {
+    format!(
+        r#"data_dir = "data"
+
+[[tier]]
+name = "ssd"
+backend = "file"
+path = "ssd.img"
+size = "16MiB"
+{faults}
+[[tier]]
+name = "disk"
+backend = "file"
+path = "disk.img"
+size = "64MiB"
+
+[[volume]]
+name = "vol0"
+size = "64MiB"
+segment = "1MiB"
+chunk = "256KiB"
+tiers = ["ssd", "disk"]
+period = "200ms"
+
+[volume.policy]
+kind = "none"
+"#,
+        faults = if faults { "[tier.faults]\n" } else { "" }
+    )
+}
+
+/// A running `tierd serve`; SIGKILLed on drop if still running.
+struct Server {
+    child: Option<Child>,
+    dir: PathBuf,
+    uri: String,
+    admin: PathBuf,
+    stderr_path: PathBuf,
+}
+
+impl Server {
+    /// Starts `tierd serve --config config.toml` in `dir` and waits for its
+    /// admin socket line; `Err(stderr)` when it exits instead.
+    fn try_start(dir: &Path) -> Result<Server, String> {
+        let stderr_path = dir.join("tierd.stderr");
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&stderr_path)
+            .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tierd"))
+            .args(["serve", "--config", "config.toml"])
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("start tierd serve");
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines): (_, Receiver<String>) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let _ = sender.send(line);
+            }
+        });
+        let mut uri = None;
+        loop {
+            match lines.recv_timeout(Duration::from_secs(60)) {
+                Ok(line) => {
+                    if let Some(rest) = line.strip_prefix("tierd: volume vol0 at nbd+unix://") {
+                        uri = Some(format!("nbd+unix://{rest}"));
+                    }
+                    if let Some(path) = line.strip_prefix("tierd: admin socket ") {
+                        return Ok(Server {
+                            child: Some(child),
+                            dir: dir.to_path_buf(),
+                            uri: uri.expect("volume line before the admin line"),
+                            admin: PathBuf::from(path.trim()),
+                            stderr_path,
+                        });
+                    }
+                }
+                Err(_) => {
+                    // Closed stdout (the process exited) or nothing for 60 s.
+                    let _ = child.kill();
+                    let status = child.wait().unwrap();
+                    return Err(format!(
+                        "{status}\n{}",
+                        std::fs::read_to_string(&stderr_path).unwrap_or_default()
+                    ));
+                }
+            }
+        }
+    }
+
+    fn start(dir: &Path) -> Server {
+        Server::try_start(dir).unwrap_or_else(|error| panic!("tierd serve failed: {error}"))
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.as_ref().expect("running").id() as i32
+    }
+
+    fn log(&self) -> String {
+        let text = std::fs::read_to_string(&self.stderr_path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    /// SIGTERM and wait for the clean stop.
+    fn stop(&mut self) {
+        let mut child = self.child.take().expect("running");
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = child.wait().unwrap();
+        assert!(status.success(), "clean stop: {status}\n{}", self.log());
+    }
+
+    fn tierd(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_tierd"))
+            .args(args)
+            .args(["--config", "config.toml"])
+            .current_dir(&self.dir)
+            .output()
+            .expect("run tierd")
+    }
+
+    /// The volume's status (must answer).
+    fn status(&self) -> Value {
+        admin(&self.admin, &json!({"cmd": "status"}))
+            .unwrap_or_else(|| panic!("no status reply\n{}", self.log()))["volumes"][0]
+            .clone()
+    }
+
+    fn move_segment(&self, segment: u32, tier: &str) -> bool {
+        self.tierd(&[
+            "move",
+            "--volume",
+            "vol0",
+            "--segment",
+            &segment.to_string(),
+            "--to",
+            tier,
+        ])
+        .status
+        .success()
+    }
+
+    /// Waits until no move is queued or copying.
+    fn wait_idle(&self) -> Value {
+        let clock = SystemClock::new();
+        loop {
+            let status = self.status();
+            if idle(&status) {
+                return status;
+            }
+            assert!(
+                clock.now_ns() < DEADLINE_NS,
+                "moves never settled: {status}"
+            );
+            sleep_ms(10);
+        }
+    }
+
+    /// VmRSS of the server in KiB.
+    fn rss_kib(&self) -> u64 {
+        let text = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        text.lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/PID/status")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn idle(status: &Value) -> bool {
+    status["in_flight"].as_array().is_some_and(Vec::is_empty)
+        && status["pending_moves"].as_u64() == Some(0)
+}
+
+/// One admin request; `None` when the server does not answer (killed).
+fn admin(path: &Path, request: &Value) -> Option<Value> {
+    let mut stream = UnixStream::connect(path).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .ok()?;
+    stream.write_all(format!("{request}\n").as_bytes()).ok()?;
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line).ok()?;
+    serde_json::from_str(&line).ok()
+}
+
+// ---------------------------------------------------------------- blocks
+
+/// The contents of `block` written with stamp `seq` (≥ 1): a header naming
+/// both, then words derived from them, so any block read back is either all
+/// zeroes (never written), exactly one stamp's contents, or garbage.
+fn fill_block(seq: u64, block: u32, out: &mut [u8]) {
+    out[..8].copy_from_slice(MAGIC);
+    out[8..16].copy_from_slice(&seq.to_le_bytes());
+    out[16..24].copy_from_slice(&u64::from(block).to_le_bytes());
+    let mut word = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(block);
+    for chunk in out[24..].chunks_exact_mut(8) {
+        word ^= word << 13;
+        word ^= word >> 7;
+        word ^= word << 17;
+        chunk.copy_from_slice(&word.to_le_bytes());
+    }
+}
+
+/// What a block read back holds: `Ok(0)` for zeroes, `Ok(seq)` for an intact
+/// stamp, `Err(description)` for anything else.
+fn decode_block(block: u32, data: &[u8], scratch: &mut [u8]) -> Result<u64, String> {
+    if data.iter().all(|&byte| byte == 0) {
+        return Ok(0);
+    }
+    if &data[..8] != MAGIC {
+        return Err(format!("no stamp (starts {:02x?})", &data[..16]));
+    }
+    let seq = u64::from_le_bytes(data[8..16].try_into().unwrap());
+    let named = u64::from_le_bytes(data[16..24].try_into().unwrap());
+    if named != u64::from(block) {
+        return Err(format!("holds block {named}'s stamp {seq}"));
+    }
+    fill_block(seq, block, scratch);
+    if data == scratch {
+        return Ok(seq);
+    }
+    let at = (0..BLOCK_BYTES)
+        .find(|&at| data[at] != scratch[at])
+        .unwrap_or(0);
+    Err(format!(
+        "stamp {seq} with byte {at} wrong (torn or garbage)"
+    ))
+}
+
+/// Reads the whole volume and decodes every block.
+fn read_all(client: &mut Client) -> Result<Vec<u64>, String> {
+    let mut stamps = Vec::with_capacity(BLOCKS as usize);
+    let mut buffer = vec![0u8; MIB as usize];
+    let mut scratch = vec![0u8; BLOCK_BYTES];
+    let mut errors = Vec::new();
+    for segment in 0..SEGMENTS {
+        client
+            .read(u64::from(segment) * MIB, &mut buffer)
+            .map_err(|error| format!("read of segment {segment}: {error}"))?;
+        for (index, data) in buffer.chunks_exact(BLOCK_BYTES).enumerate() {
+            let block = segment * (MIB as u32 / BLOCK_BYTES as u32) + index as u32;
+            match decode_block(block, data, &mut scratch) {
+                Ok(seq) => stamps.push(seq),
+                Err(error) => {
+                    errors.push(format!("block {block} (segment {segment}): {error}"));
+                    stamps.push(u64::MAX);
+                }
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(stamps)
+    } else {
+        Err(format!(
+            "{} blocks hold garbage, e.g. {:?}",
+            errors.len(),
+            &errors[..errors.len().min(5)]
+        ))
+    }
+}
+
+// ---------------------------------------------------------------- writer
+
+/// The checksum map of one run between restarts: per block, the stamp made
+/// durable by a completed FLUSH, the last acknowledged stamp, and every stamp
+/// sent (in order; at most one write per block is in flight at a time).
+struct WriteModel {
+    flushed: Vec<u64>,
+    acked: Vec<u64>,
+    sent: Vec<Vec<u64>>,
+    writes_acked: u64,
+    flushes_done: u64,
+    /// An error a request got while the server was alive (a real failure).
+    request_error: Option<String>,
+}
+
+impl WriteModel {
+    fn new(baseline: &[u64]) -> WriteModel {
+        WriteModel {
+            flushed: baseline.to_vec(),
+            acked: baseline.to_vec(),
+            sent: vec![Vec::new(); baseline.len()],
+            writes_acked: 0,
+            flushes_done: 0,
+            request_error: None,
+        }
+    }
+}
+
+enum Pending {
+    Write { first: u32, seqs: Vec<u64> },
+    Flush { mark: usize },
+}
+
+/// Writes stamped runs of 1–8 blocks at random places, up to 8 requests in
+/// flight, a FLUSH after every 1–64 writes, until the connection dies (the
+/// kill). `next_seq` hands out stamps unique over the whole test.
+fn run_writer(uri: &str, model: &mut WriteModel, rng: &mut SeededRng, next_seq: &AtomicU64) {
+    let Ok(mut client) = Client::connect_uri(uri) else {
+        return;
+    };
+    let mut pending: BTreeMap<u64, Pending> = BTreeMap::new();
+    let mut busy = vec![false; BLOCKS as usize];
+    // (block, seq) acknowledged, in order; a FLUSH covers a prefix of it.
+    let mut acked_log: Vec<(u32, u64)> = Vec::new();
+    let mut flush_in_flight = false;
+    let mut writes_until_flush = rng.range(1, 65);
+    let mut data = vec![0u8; 8 * BLOCK_BYTES];
+    loop {
+        while pending.len() < 8 {
+            if writes_until_flush == 0 && !flush_in_flight {
+                let Ok(cookie) = client.sender().submit_flush() else {
+                    return;
+                };
+                pending.insert(
+                    cookie,
+                    Pending::Flush {
+                        mark: acked_log.len(),
+                    },
+                );
+                flush_in_flight = true;
+                writes_until_flush = rng.range(1, 65);
+                continue;
+            }
+            let count = if rng.chance(0.7) {
+                1
+            } else {
+                rng.range(2, 9) as u32
+            };
+            let first = rng.below(u64::from(BLOCKS - count + 1)) as u32;
+            if (first..first + count).any(|block| busy[block as usize]) {
+                continue;
+            }
+            let mut seqs = Vec::with_capacity(count as usize);
+            for (index, block) in (first..first + count).enumerate() {
+                let seq = next_seq.fetch_add(1, Ordering::Relaxed);
+                fill_block(
+                    seq,
+                    block,
+                    &mut data[index * BLOCK_BYTES..(index + 1) * BLOCK_BYTES],
+                );
+                busy[block as usize] = true;
+                model.sent[block as usize].push(seq);
+                seqs.push(seq);
+            }
+            let Ok(cookie) = client.sender().submit_write(
+                u64::from(first) * BLOCK_BYTES as u64,
+                &data[..count as usize * BLOCK_BYTES],
+                false,
+            ) else {
+                return;
+            };
+            pending.insert(cookie, Pending::Write { first, seqs });
+            writes_until_flush = writes_until_flush.saturating_sub(1);
+        }
+        let completion = match client.receive() {
+            Ok(completion) => completion,
+            Err(_) => return,
+        };
+        let Some(done) = pending.remove(&completion.cookie) else {
+            model.request_error = Some(format!("reply to unknown cookie {}", completion.cookie));
+            return;
+        };
+        if let Err(error) = completion.result() {
+            if !matches!(error, ClientError::Io(_)) {
+                model.request_error = Some(error.to_string());
+            }
+            return;
+        }
+        match done {
+            Pending::Write { first, seqs } => {
+                for (index, seq) in seqs.into_iter().enumerate() {
+                    let block = first + index as u32;
+                    busy[block as usize] = false;
+                    model.acked[block as usize] = seq;
+                    acked_log.push((block, seq));
+                }
+                model.writes_acked += 1;
+            }
+            Pending::Flush { mark } => {
+                for (block, seq) in acked_log.drain(..mark) {
+                    let flushed = &mut model.flushed[block as usize];
+                    *flushed = (*flushed).max(seq);
+                }
+                flush_in_flight = false;
+                model.flushes_done += 1;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- mover
+
+/// What the mover knew when the server died.
+#[derive(Default)]
+struct MoverOutcome {
+    /// Placement in the last status the server answered.
+    placement: Option<String>,
+    /// Segments asked to move (segment → target tier index) that no status
+    /// taken after the request showed settled: they may land either way.
+    unsettled: BTreeMap<u32, u8>,
+    /// The last status showed a move copying or queued.
+    busy_at_last_status: bool,
+    moves_requested: u64,
+}
+
+/// Forces 1–3 segments at a time between `mem` (index 0) and `disk` (1)
+/// with `tierd move`, then polls status until they settle, until the server
+/// stops answering.
+fn run_mover(server_dir: &Path, admin_path: &Path, rng: &mut SeededRng) -> MoverOutcome {
+    let mut outcome = MoverOutcome::default();
+    // Moves finished (done or dropped) before this run's first request: a
+    // status is settled only when idle AND every request is accounted for
+    // (the queue can be empty a moment before its move shows as copying).
+    let mut accounted_base = None;
+    let mut requested_ok = 0u64;
+    loop {
+        let Some(reply) = admin(admin_path, &json!({"cmd": "status"})) else {
+            return outcome;
+        };
+        let status = &reply["volumes"][0];
+        let Some(placement) = status["placement"].as_str() else {
+            return outcome;
+        };
+        outcome.placement = Some(placement.to_string());
+        outcome.busy_at_last_status = !idle(status);
+        let accounted = status["completed_moves"].as_u64().unwrap_or(0)
+            + status["dropped_moves"].as_u64().unwrap_or(0);
+        let base = *accounted_base.get_or_insert(accounted);
+        if !idle(status) || accounted - base < requested_ok {
+            sleep_ms(5);
+            continue;
+        }
+        // Taken after every request so far was queued: all settled.
+        outcome.unsettled.clear();
+        let on_mem: Vec<u32> = placement
+            .bytes()
+            .enumerate()
+            .filter(|(_, tier)| *tier == b'0')
+            .map(|(segment, _)| segment as u32)
+            .collect();
+        let batch = rng.range(1, 4);
+        for _ in 0..batch {
+            let segment = rng.below(u64::from(SEGMENTS)) as u32;
+            if outcome.unsettled.contains_key(&segment) {
+                continue;
+            }
+            let on_mem_now = placement.as_bytes()[segment as usize] == b'0';
+            let promoting = outcome.unsettled.values().filter(|to| **to == 0).count();
+            let target: u8 = if on_mem_now || on_mem.len() + promoting >= MEM_SEGMENTS {
+                if on_mem_now {
+                    1
+                } else {
+                    continue;
+                }
+            } else {
+                0
+            };
+            outcome.unsettled.insert(segment, target);
+            outcome.moves_requested += 1;
+            let output = Command::new(env!("CARGO_BIN_EXE_tierd"))
+                .args(["move", "--config", "config.toml", "--volume", "vol0"])
+                .args(["--segment", &segment.to_string()])
+                .args(["--to", if target == 0 { "mem" } else { "disk" }])
+                .current_dir(server_dir)
+                .output()
+                .expect("run tierd move");
+            if !output.status.success() {
+                // The server died during the request (it may have queued it).
+                return outcome;
+            }
+            requested_ok += 1;
+        }
+        sleep_ms(rng.range(0, 20));
+    }
+}
+
+// ---------------------------------------------------------------- crash loop
+
+fn env_number(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(text) => text
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={text:?} is not a number")),
+        Err(_) => default,
+    }
+}
+
+#[derive(Default)]
+struct Totals {
+    writes_acked: u64,
+    flushes: u64,
+    moves_requested: u64,
+    moves_completed_seen: u64,
+    kills_with_moves_unsettled: u64,
+    kills_with_a_move_copying_or_queued: u64,
+    unsettled_moves_landed: u64,
+    unsettled_moves_not_landed: u64,
+    unflushed_blocks_kept_new: u64,
+    unflushed_blocks_kept_old: u64,
+    blocks_checked: u64,
+}
+
+#[test]
+fn kill_9_loop_keeps_flushed_writes_and_finished_moves() {
+    let seed = env_number("TIERD_SEED", 0x00C0_FFEE);
+    let iterations = env_number("TIERD_CRASH_ITERATIONS", 20);
+    eprintln!(
+        "crash loop: seed {seed} (TIERD_SEED={seed} replays the choices), {iterations} iterations"
+    );
+    let root = SeededRng::new(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    std::fs::write(dir.join("config.toml"), mem_config()).unwrap();
+    let next_seq = Arc::new(AtomicU64::new(1));
+    let mut baseline = vec![0u64; BLOCKS as usize];
+    let mut totals = Totals::default();
+    let mut server = Server::start(dir);
+    let mut last_completed = 0;
+
+    for iteration in 0..iterations {
+        let mut rng = root.derive(iteration);
+        let mut writer_rng = rng.derive(1);
+        let mut mover_rng = rng.derive(2);
+        let uri = server.uri.clone();
+        let seqs = next_seq.clone();
+        let base = baseline.clone();
+        let writer = std::thread::spawn(move || {
+            let mut model = WriteModel::new(&base);
+            run_writer(&uri, &mut model, &mut writer_rng, &seqs);
+            model
+        });
+        let (server_dir, admin_path) = (server.dir.clone(), server.admin.clone());
+        let mover = std::thread::spawn(move || run_mover(&server_dir, &admin_path, &mut mover_rng));
+        // kill -9 at a random moment.
+        sleep_ms(rng.range(50, 900));
+        server.kill();
+        let model = writer.join().expect("writer thread");
+        let moves = mover.join().expect("mover thread");
+        assert!(
+            model.request_error.is_none(),
+            "iteration {iteration} (seed {seed}): a request failed while the server ran: {:?}",
+            model.request_error
+        );
+
+        server = Server::start(dir);
+        let status = server.status();
+        let placement = status["placement"].as_str().unwrap().to_string();
+        // Placement: every segment whose move had settled at the last status
+        // is where that status put it; a segment asked to move and not yet
+        // settled is on its old tier or its target.
+        if let Some(before) = &moves.placement {
+            for (segment, (now, then)) in placement.bytes().zip(before.bytes()).enumerate() {
+                let segment = segment as u32;
+                match moves.unsettled.get(&segment) {
+                    None => assert_eq!(
+                        now, then,
+                        "iteration {iteration} (seed {seed}): segment {segment} is on tier {} after the restart but the last status before the kill put it on {} and no move of it was pending\nbefore {before}\nafter  {placement}",
+                        now as char, then as char
+                    ),
+                    Some(&target) => {
+                        assert!(
+                            now == then || now == b'0' + target,
+                            "iteration {iteration}: segment {segment} moving from {} to {target} came back on {}",
+                            then as char,
+                            now as char
+                        );
+                        if now == then {
+                            totals.unsettled_moves_not_landed += 1;
+                        } else {
+                            totals.unsettled_moves_landed += 1;
+                        }
+                    }
+                }
+            }
+        }
+        if !moves.unsettled.is_empty() {
+            totals.kills_with_moves_unsettled += 1;
+        }
+        if moves.busy_at_last_status {
+            totals.kills_with_a_move_copying_or_queued += 1;
+        }
+        totals.moves_requested += moves.moves_requested;
+        let completed = status["completed_moves"].as_u64().unwrap();
+        totals.moves_completed_seen += completed - last_completed;
+        last_completed = completed;
+
+        // Data: every block holds an intact stamp; flushed blocks exactly;
+        // blocks written since their last flush hold the flushed stamp or a
+        // later one; and (kill -9 is not power loss: acknowledged writes are
+        // in the page cache) the last acknowledged stamp or the one in flight.
+        let mut client = Client::connect_uri(&server.uri).unwrap();
+        let stamps = read_all(&mut client).unwrap_or_else(|error| {
+            panic!(
+                "iteration {iteration} (seed {seed}): {error}\n{}",
+                server.log()
+            )
+        });
+        drop(client);
+        for (block, &got) in stamps.iter().enumerate() {
+            let flushed = model.flushed[block];
+            let later: Vec<u64> = model.sent[block]
+                .iter()
+                .copied()
+                .filter(|seq| *seq > flushed)
+                .collect();
+            assert!(
+                got == flushed || later.contains(&got),
+                "iteration {iteration} (seed {seed}): block {block} reads stamp {got}; flushed {flushed}, written since {later:?}\n{}",
+                server.log()
+            );
+            let acked = model.acked[block];
+            let in_flight: Vec<u64> = model.sent[block]
+                .iter()
+                .copied()
+                .filter(|seq| *seq > acked)
+                .collect();
+            assert!(
+                got == acked || in_flight.contains(&got),
+                "iteration {iteration} (seed {seed}): block {block} reads stamp {got} but write {acked} was acknowledged (in flight at the kill: {in_flight:?}); a kill -9 lost an acknowledged write\n{}",
+                server.log()
+            );
+            if !later.is_empty() {
+                if got == flushed {
+                    totals.unflushed_blocks_kept_old += 1;
+                } else {
+                    totals.unflushed_blocks_kept_new += 1;
+                }
+            }
+        }
+        totals.blocks_checked += u64::from(BLOCKS);
+        totals.writes_acked += model.writes_acked;
+        totals.flushes += model.flushes_done;
+        baseline = stamps;
+        eprintln!(
+            "iteration {iteration}: {} writes acked, {} flushes, {} moves asked, placement {placement}, unsettled at kill {:?}",
+            model.writes_acked, model.flushes_done, moves.moves_requested, moves.unsettled
+        );
+    }
+    eprintln!(
+        "crash loop done: seed {seed}, {iterations} kill -9s, {} writes acknowledged, {} flushes, {} moves requested, {} completed; kills with moves not yet settled {} (a move copying or queued at the last status: {}), such moves landed {} / stayed {}; blocks written after their last flush: kept new {} / old {}; {} block reads checked",
+        totals.writes_acked,
+        totals.flushes,
+        totals.moves_requested,
+        totals.moves_completed_seen,
+        totals.kills_with_moves_unsettled,
+        totals.kills_with_a_move_copying_or_queued,
+        totals.unsettled_moves_landed,
+        totals.unsettled_moves_not_landed,
+        totals.unflushed_blocks_kept_new,
+        totals.unflushed_blocks_kept_old,
+        totals.blocks_checked
+    );
+    assert!(
+        totals.writes_acked > 0 && totals.moves_completed_seen > 0,
+        "the loop wrote nothing or moved nothing"
+    );
+}
+
+// ---------------------------------------------------------------- lost tier
+
+/// `segments` of 1 MiB filled with a pattern of `seed`.
+fn segment_pattern(seed: u8, segment: u32) -> Vec<u8> {
+    (0..MIB)
+        .map(|at| (at as u8).wrapping_mul(29) ^ (at >> 11) as u8 ^ seed ^ segment as u8)
+        .collect()
+}
+
+fn write_segment(client: &mut Client, seed: u8, segment: u32) {
+    client
+        .write(
+            u64::from(segment) * MIB,
+            &segment_pattern(seed, segment),
+            false,
+        )
+        .unwrap();
+}
+
+fn read_segment(client: &mut Client, segment: u32) -> Result<Vec<u8>, ClientError> {
+    let mut buffer = vec![0u8; MIB as usize];
+    client.read(u64::from(segment) * MIB, &mut buffer)?;
+    Ok(buffer)
+}
+
+fn fault(server: &Server, tier: &str, state: &str) -> Output {
+    server.tierd(&["fault", "--tier", tier, state])
+}
+
+#[test]
+fn lost_fast_tier_serves_current_home_copies_fails_the_rest_and_reports_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    std::fs::write(dir.join("config.toml"), ssd_config(true)).unwrap();
+    let server = Server::start(dir);
+    let mut client = Client::connect_uri(&server.uri).unwrap();
+    for segment in 0..8 {
+        write_segment(&mut client, 1, segment);
+    }
+    client.flush().unwrap();
+    // 0-3 promoted (home copies current), then 2 and 3 rewritten on the
+    // fast tier only (their home copies go stale).
+    for segment in 0..4 {
+        assert!(server.move_segment(segment, "ssd"));
+    }
+    let status = server.wait_idle();
+    assert_eq!(&status["placement"].as_str().unwrap()[..8], "00001111");
+    write_segment(&mut client, 2, 2);
+    write_segment(&mut client, 2, 3);
+    client.flush().unwrap();
+    assert_eq!(server.status()["unavailable"], json!([]));
+
+    let output = fault(&server, "ssd", "--gone");
+    assert!(output.status.success(), "{output:?}");
+    // Home serves what it has current; the rest fails, never other data.
+    for segment in [0, 1] {
+        assert_eq!(
+            read_segment(&mut client, segment).unwrap(),
+            segment_pattern(1, segment)
+        );
+    }
+    for segment in [2, 3] {
+        let error = read_segment(&mut client, segment).unwrap_err();
+        assert!(
+            matches!(error, ClientError::Request { error: 5, .. }),
+            "segment {segment}: {error}"
+        );
+    }
+    // The server keeps serving the other segments, reads and writes.
+    for segment in 4..8 {
+        assert_eq!(
+            read_segment(&mut client, segment).unwrap(),
+            segment_pattern(1, segment)
+        );
+    }
+    write_segment(&mut client, 3, 6);
+    client.flush().unwrap_or_else(|error| {
+        // FLUSH flushes every tier, the lost one too: it fails, and says so.
+        assert!(
+            matches!(error, ClientError::Request { error: 5, .. }),
+            "{error}"
+        );
+    });
+    assert_eq!(read_segment(&mut client, 6).unwrap(), segment_pattern(3, 6));
+
+    let status = server.status();
+    assert_eq!(
+        status["unavailable"],
+        json!([{"tier": "ssd", "offset_bytes": 2 * MIB, "length_bytes": 2 * MIB,
+                "first_segment": 2, "last_segment": 3}]),
+        "{status:#}"
+    );
+    let text = server.tierd(&["status"]);
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(
+        text.contains("UNAVAILABLE")
+            && text.contains("bytes 2097152..4194304 (segments 2-3) on tier ssd"),
+        "{text}"
+    );
+
+    // Back: everything reads as written.
+    let output = fault(&server, "ssd", "--back");
+    assert!(output.status.success(), "{output:?}");
+    for (segment, seed) in [(0, 1), (1, 1), (2, 2), (3, 2), (6, 3)] {
+        assert_eq!(
+            read_segment(&mut client, segment).unwrap(),
+            segment_pattern(seed, segment)
+        );
+    }
+    assert_eq!(server.status()["unavailable"], json!([]));
+
+    // A tier without [tier.faults] refuses the drill, saying why.
+    let output = fault(&server, "disk", "--gone");
+    assert!(!output.status.success());
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        message.contains("tier disk has no fault wrapper") && message.contains("[tier.faults]"),
+        "{message}"
+    );
+}
+
+// ---------------------------------------------------------------- missing file
+
+#[test]
+fn missing_fast_tier_file_keeps_serving_then_refuses_to_restart_with_zeroes() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    std::fs::write(dir.join("config.toml"), ssd_config(false)).unwrap();
+    let mut server = Server::start(dir);
+    let mut client = Client::connect_uri(&server.uri).unwrap();
+    for segment in 0..4 {
+        write_segment(&mut client, 1, segment);
+    }
+    assert!(server.move_segment(1, "ssd"));
+    assert!(server.move_segment(2, "ssd"));
+    server.wait_idle();
+    write_segment(&mut client, 2, 1);
+    write_segment(&mut client, 2, 2);
+    client.flush().unwrap();
+    let ssd = dir.join("data/ssd.img");
+    std::fs::copy(&ssd, dir.join("ssd.img.saved")).unwrap();
+
+    // Deleting the file of an open descriptor does not make IO fail on
+    // Linux: the server keeps serving the data from the open file.
+    std::fs::remove_file(&ssd).unwrap();
+    for segment in [1, 2] {
+        assert_eq!(
+            read_segment(&mut client, segment).unwrap(),
+            segment_pattern(2, segment)
+        );
+    }
+    drop(client);
+    server.kill();
+
+    // Restarting would create an empty ssd.img and serve zeroes for
+    // segments 1 and 2: it must refuse, naming the tier, file and segments,
+    // and keep refusing.
+    for _ in 0..2 {
+        let error = match Server::try_start(dir) {
+            Ok(_) => panic!("tierd started over a missing fast tier file"),
+            Err(error) => error,
+        };
+        assert!(
+            error.contains("tier ssd")
+                && error.contains(&ssd.display().to_string())
+                && error.contains("2 segments of 1048576 bytes (segments 1, 2)"),
+            "{error}"
+        );
+        assert!(!ssd.exists(), "the refused start left an empty {ssd:?}");
+    }
+    // The original file back: everything is there.
+    std::fs::copy(dir.join("ssd.img.saved"), &ssd).unwrap();
+    let mut server = Server::start(dir);
+    let mut client = Client::connect_uri(&server.uri).unwrap();
+    for (segment, seed) in [(0, 1), (1, 2), (2, 2), (3, 1)] {
+        assert_eq!(
+            read_segment(&mut client, segment).unwrap(),
+            segment_pattern(seed, segment)
+        );
+    }
+    drop(client);
+    server.stop();
+    // A missing home file is refused the same way.
+    std::fs::remove_file(dir.join("data/disk.img")).unwrap();
+    let error = match Server::try_start(dir) {
+        Ok(_) => panic!("tierd started over a missing home file"),
+        Err(error) => error,
+    };
+    assert!(
+        error.contains("tier disk") && error.contains("the home copy of all 64 segments"),
+        "{error}"
+    );
+}
+
+// ---------------------------------------------------------------- bounded memory
+
+/// A client sends thousands of 16 MiB READs and never reads a reply; the
+/// server must not buffer them (its RSS stays within 256 MiB of where it
+/// started) and must keep serving another client. Both connection modes.
+#[test]
+fn client_that_stops_reading_replies_cannot_grow_the_server() {
+    for workers in [0, 4] {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path();
+        let config = mem_config().replace(
+            "data_dir = \"data\"\n",
+            &format!("data_dir = \"data\"\n[server]\nworkers_per_connection = {workers}\n"),
+        );
+        std::fs::write(dir.join("config.toml"), config).unwrap();
+        let mut server = Server::start(dir);
+        let mut writer = Client::connect_uri(&server.uri).unwrap();
+        for segment in 0..8 {
+            write_segment(&mut writer, 4, segment);
+        }
+        let before_kib = server.rss_kib();
+
+        let stuck = Client::connect_uri(&server.uri).unwrap();
+        let (mut sender, _receiver) = stuck.split();
+        let sent = Arc::new(AtomicU64::new(0));
+        let counter = sent.clone();
+        // Blocks once the server stops reading; ends when the server dies.
+        let flood = std::thread::spawn(move || {
+            for index in 0..20_000u64 {
+                if sender
+                    .submit_read((index % 4) * 16 * MIB, 16 * MIB as u32)
+                    .is_err()
+                {
+                    return;
+                }
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        // Let the flood run into the server's bounds (sampling, not timing:
+        // the assertion is on memory whatever the speed).
+        let mut peak_kib = before_kib;
+        for _ in 0..30 {
+            sleep_ms(100);
+            peak_kib = peak_kib.max(server.rss_kib());
+        }
+        // Another client is still served, correctly.
+        let mut other = Client::connect_uri(&server.uri).unwrap();
+        for segment in 0..8 {
+            assert_eq!(
+                read_segment(&mut other, segment).unwrap(),
+                segment_pattern(4, segment)
+            );
+        }
+        write_segment(&mut other, 5, 9);
+        assert_eq!(read_segment(&mut other, 9).unwrap(), segment_pattern(5, 9));
+        peak_kib = peak_kib.max(server.rss_kib());
+        let sent = sent.load(Ordering::Relaxed);
+        eprintln!(
+            "workers_per_connection {workers}: {sent} READs of 16 MiB sent unanswered ({} MiB asked); server RSS {} MiB before, peak {} MiB",
+            sent * 16,
+            before_kib / 1024,
+            peak_kib / 1024
+        );
+        // More asked than the bound below allows, or the test shows nothing.
+        assert!(sent >= 64, "the flood sent only {sent} requests");
+        assert!(
+            peak_kib < before_kib + 256 * 1024,
+            "server RSS grew from {before_kib} KiB to {peak_kib} KiB under a client that reads no replies"
+        );
+        server.kill();
+        flood.join().unwrap();
+    }
+}
