@@ -1,0 +1,207 @@
+//! The NBD server end to end: handshake (client flags, every option) and
+//! the transmission phase (request headers, payloads, every command), fed
+//! through a real Unix socket into `tierd_nbd::Server`.
+//!
+//! Two servers run for the whole fuzzing process, in a private temporary
+//! directory: one inline (no workers, 1-byte blocks, listing allowed) and
+//! one with two workers per connection, 512-byte minimum blocks and
+//! `NBD_OPT_LIST` disabled. First byte bit 0 picks the server; the rest is
+//! written as the client's bytes, then the client half-closes and reads
+//! every reply until the server closes. The server must close on its own
+//! (at the end of the input at the latest): a connection still open after
+//! [`REPLY_TIMEOUT`] is reported as a hang. A panic in a server thread
+//! aborts the process (libFuzzer's panic hook), so it is caught as a crash.
+
+use std::io::{Read, Write};
+use std::net::Shutdown;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tierd_nbd::proto::{NBD_STATE_HOLE, NBD_STATE_ZERO};
+use tierd_nbd::{Export, ExportError, ExportResult, Extent, Server, ServerConfig};
+
+/// Size of each in-memory export: small, so reads stay cheap.
+pub const EXPORT_BYTES: u64 = 256 * 1024;
+/// Longest client input written (more than any socket buffer would only
+/// make the test block on itself, not reach new server code).
+pub const MAX_INPUT_BYTES: usize = 64 * 1024;
+/// How long the server may take to finish replying and close.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A writable volume in a Vec; the second half reports holes in block
+/// status so the server encodes several extents.
+struct MemoryExport {
+    bytes: Mutex<Vec<u8>>,
+    writable: bool,
+}
+
+impl MemoryExport {
+    fn range(&self, offset_bytes: u64, length_bytes: u64) -> ExportResult<(usize, usize)> {
+        let end = offset_bytes
+            .checked_add(length_bytes)
+            .filter(|end| *end <= EXPORT_BYTES)
+            .ok_or_else(|| ExportError::new(libc_einval(), "range beyond the export"))?;
+        Ok((offset_bytes as usize, end as usize))
+    }
+}
+
+/// EINVAL on Linux (the fuzz crate does not depend on libc for one number).
+fn libc_einval() -> i32 {
+    22
+}
+
+impl Export for MemoryExport {
+    fn size_bytes(&self) -> u64 {
+        EXPORT_BYTES
+    }
+
+    fn is_writable(&self) -> bool {
+        self.writable
+    }
+
+    fn description(&self) -> Option<String> {
+        Some("fuzzing export".to_string())
+    }
+
+    fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> ExportResult<()> {
+        let (start, end) = self.range(offset_bytes, buf.len() as u64)?;
+        let bytes = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
+        buf.copy_from_slice(&bytes[start..end]);
+        Ok(())
+    }
+
+    fn write(&self, offset_bytes: u64, data: &[u8], _fua: bool) -> ExportResult<()> {
+        let (start, end) = self.range(offset_bytes, data.len() as u64)?;
+        let mut bytes = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
+        bytes[start..end].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn flush(&self) -> ExportResult<()> {
+        Ok(())
+    }
+
+    fn trim(&self, offset_bytes: u64, length_bytes: u64, _fua: bool) -> ExportResult<()> {
+        self.write_zeroes(offset_bytes, length_bytes, false, true, false)
+    }
+
+    fn write_zeroes(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+        _fua: bool,
+        _may_trim: bool,
+        _fast_only: bool,
+    ) -> ExportResult<()> {
+        let (start, end) = self.range(offset_bytes, length_bytes)?;
+        let mut bytes = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
+        bytes[start..end].fill(0);
+        Ok(())
+    }
+
+    fn block_status(&self, offset_bytes: u64, length_bytes: u64) -> ExportResult<Vec<Extent>> {
+        let (start, end) = self.range(offset_bytes, length_bytes)?;
+        let middle = (EXPORT_BYTES / 2) as usize;
+        let mut extents = Vec::new();
+        if start < middle {
+            extents.push(Extent {
+                length_bytes: (end.min(middle) - start) as u64,
+                flags: 0,
+            });
+        }
+        if end > middle {
+            extents.push(Extent {
+                length_bytes: (end - start.max(middle)) as u64,
+                flags: NBD_STATE_HOLE | NBD_STATE_ZERO,
+            });
+        }
+        Ok(extents)
+    }
+}
+
+/// The socket paths of the two servers, started on first use and kept for
+/// the life of the process.
+fn sockets() -> &'static [PathBuf; 2] {
+    static SOCKETS: OnceLock<[PathBuf; 2]> = OnceLock::new();
+    SOCKETS.get_or_init(|| {
+        let directory = std::env::temp_dir().join(format!("tierd-fuzz-nbd-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).expect("create the socket directory");
+        let start = |name: &str, config: ServerConfig| {
+            let exports: Vec<(String, Arc<dyn Export>)> = vec![
+                (
+                    "disk".to_string(),
+                    Arc::new(MemoryExport {
+                        bytes: Mutex::new(vec![0; EXPORT_BYTES as usize]),
+                        writable: true,
+                    }),
+                ),
+                (
+                    "ro".to_string(),
+                    Arc::new(MemoryExport {
+                        bytes: Mutex::new(vec![7; EXPORT_BYTES as usize]),
+                        writable: false,
+                    }),
+                ),
+            ];
+            let server = Server::new(exports, config).expect("valid server config");
+            let path = directory.join(name);
+            let handle = server.serve_unix(&path).expect("listen on the socket");
+            // Serve until the process ends.
+            std::mem::forget(handle);
+            path
+        };
+        let quiet: tierd_nbd::Logger = Arc::new(|_, _| {});
+        let inline = ServerConfig {
+            logger: quiet.clone(),
+            shutdown_grace_ms: 0,
+            ..ServerConfig::default()
+        };
+        let workers = ServerConfig {
+            allow_list: false,
+            workers_per_connection: 2,
+            queue_depth_per_connection: 4,
+            minimum_block_bytes: 512,
+            reply_batch_bytes: 4096,
+            logger: quiet,
+            shutdown_grace_ms: 0,
+            ..ServerConfig::default()
+        };
+        [start("inline.sock", inline), start("workers.sock", workers)]
+    })
+}
+
+pub fn run(data: &[u8]) {
+    let Some((mode, rest)) = crate::split_mode(data) else {
+        return;
+    };
+    let input = &rest[..rest.len().min(MAX_INPUT_BYTES)];
+    let path = &sockets()[usize::from(mode & 1)];
+    let mut stream = UnixStream::connect(path).expect("connect to the fuzzing server");
+    stream
+        .set_read_timeout(Some(REPLY_TIMEOUT))
+        .expect("set a read timeout");
+    // The server may close early (bad magic, abort); the rest is unread.
+    if stream.write_all(input).is_ok() {
+        let _ = stream.shutdown(Shutdown::Write);
+    }
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                panic!("the server did not close the connection within {REPLY_TIMEOUT:?} after the client's input ended");
+            }
+            // Reset by the server: it closed with input unread.
+            Err(_) => break,
+        }
+    }
+}
