@@ -54,6 +54,9 @@ pub struct VolumeFilter {
     name: String,
     id: Option<VolumeId>,
     path: PathBuf,
+    /// Set after the end or the unknown-volume error: later calls return
+    /// `Ok(None)`, as the trait promises.
+    finished: bool,
 }
 
 impl VolumeFilter {
@@ -64,14 +67,23 @@ impl VolumeFilter {
             name,
             id: None,
             path,
+            finished: false,
         }
     }
 }
 
 impl TraceReader for VolumeFilter {
     fn next_request(&mut self) -> Result<Option<Request>> {
+        if self.finished {
+            return Ok(None);
+        }
         loop {
-            let Some(request) = self.inner.next_request()? else {
+            let next = self.inner.next_request();
+            if next.is_err() {
+                self.finished = true;
+            }
+            let Some(request) = next? else {
+                self.finished = true;
                 if self.id.is_none() {
                     let names = self.inner.volumes().names();
                     return Err(TraceError::UnknownVolume {
@@ -165,5 +177,95 @@ impl<I: Iterator<Item = Request> + Send> TraceReader for IteratorReader<I> {
 
     fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::Op;
+
+    fn one_request_on(volume_names: &[&str]) -> Box<dyn TraceReader> {
+        let request = Request {
+            time_ns: 5,
+            volume: 0,
+            op: Op::Read,
+            offset_bytes: 4096,
+            length_bytes: 512,
+            response_ns: None,
+        };
+        Box::new(IteratorReader::new(
+            std::iter::once(request),
+            volume_names,
+            Format::Msr,
+            "test-stream",
+        ))
+    }
+
+    /// Found by fuzzing (fuzz target trace_reader): the unknown-volume error
+    /// came back on every later call, so a caller iterating past errors
+    /// never ended.
+    #[test]
+    fn volume_filter_ends_after_the_unknown_volume_error() {
+        let mut filter = VolumeFilter::new(one_request_on(&["hm_0"]), "web_1".to_string());
+        let error = filter.next_request().unwrap_err();
+        assert!(error.to_string().contains("web_1"), "{error}");
+        assert!(matches!(filter.next_request(), Ok(None)));
+        assert!(matches!(filter.next_request(), Ok(None)));
+    }
+
+    #[test]
+    fn volume_filter_passes_its_volume_then_stays_at_the_end() {
+        let mut filter = VolumeFilter::new(one_request_on(&["hm_0"]), "hm_0".to_string());
+        let request = filter.next_request().unwrap().unwrap();
+        assert_eq!((request.time_ns, request.offset_bytes), (5, 4096));
+        assert!(matches!(filter.next_request(), Ok(None)));
+        assert!(matches!(filter.next_request(), Ok(None)));
+    }
+
+    /// A reader that fails once, then ends (as the trait requires).
+    struct FailsOnce {
+        failed: bool,
+        volumes: VolumeTable,
+        path: PathBuf,
+    }
+
+    impl TraceReader for FailsOnce {
+        fn next_request(&mut self) -> Result<Option<Request>> {
+            if self.failed {
+                return Ok(None);
+            }
+            self.failed = true;
+            Err(TraceError::Read {
+                path: self.path.clone(),
+                offset: 7,
+                source: std::io::Error::other("disk gone"),
+            })
+        }
+
+        fn format(&self) -> Format {
+            Format::Msr
+        }
+
+        fn volumes(&self) -> &VolumeTable {
+            &self.volumes
+        }
+
+        fn path(&self) -> &Path {
+            &self.path
+        }
+    }
+
+    #[test]
+    fn volume_filter_ends_after_an_error_of_its_reader() {
+        let inner = FailsOnce {
+            failed: false,
+            volumes: VolumeTable::new(),
+            path: PathBuf::from("failing"),
+        };
+        let mut filter = VolumeFilter::new(Box::new(inner), "hm_0".to_string());
+        let error = filter.next_request().unwrap_err();
+        assert!(error.to_string().contains("disk gone"), "{error}");
+        assert!(matches!(filter.next_request(), Ok(None)));
     }
 }
