@@ -389,7 +389,13 @@ fn list_info_and_abort() {
         .unwrap()
         .is_empty());
     negotiation.abort().unwrap();
-    assert_eq!(server.stats().handshakes_failed, 1);
+    // The server counts the aborted handshake after it has answered the
+    // ABORT, so the client can get here first: wait for it (bounded).
+    let handshakes_failed = wait_until(
+        || server.stats().handshakes_failed >= 1,
+        || server.stats().handshakes_failed,
+    );
+    assert_eq!(handshakes_failed, 1);
 
     // Listing can be switched off.
     let config = ServerConfig {
@@ -627,4 +633,15 @@ fn sixteen_deep_pipelining_with_each_reply_written_at_once() {
         reply_batch_bytes: 1,
         ..ServerConfig::default()
     });
+}
+
+/// Polls `done` every millisecond for up to 10 s (real time), then returns
+/// `value()`. For counters a server updates just after it replies.
+fn wait_until(done: impl Fn() -> bool, value: impl Fn() -> u64) -> u64 {
+    use tierd_common::clock::{Clock, SystemClock};
+    let clock = SystemClock::new();
+    while !done() && clock.now_ns() < 10_000_000_000 {
+        clock.sleep_ns(1_000_000);
+    }
+    value()
 }
