@@ -318,6 +318,12 @@ impl Config {
             file: file.to_string(),
             message: format!("{error}"),
         })?;
+        config
+            .confine_relative_paths()
+            .map_err(|message| ConfigError {
+                file: file.to_string(),
+                message,
+            })?;
         if config.data_dir.is_relative() {
             config.data_dir = base_dir.join(&config.data_dir);
         }
@@ -338,6 +344,40 @@ impl Config {
             message,
         })?;
         Ok(config)
+    }
+
+    /// Relative paths are inside `data_dir` (or, for `data_dir` itself, the
+    /// config file's directory) and may not climb out of it with `..`: a
+    /// tier, socket or metadata path elsewhere must be written absolute, so
+    /// what a config can reach is visible in it.
+    fn confine_relative_paths(&self) -> Result<(), String> {
+        fn check(key: &str, path: &Path) -> Result<(), String> {
+            let climbs = path
+                .components()
+                .any(|component| component == std::path::Component::ParentDir);
+            if path.is_relative() && climbs {
+                return Err(format!(
+                    "{key} = {:?}: a relative path may not leave its directory with \"..\"; write an absolute path to use a file, device or directory elsewhere",
+                    path.display().to_string()
+                ));
+            }
+            Ok(())
+        }
+        check("data_dir", &self.data_dir)?;
+        if let Some(metadata_dir) = &self.metadata_dir {
+            check("metadata_dir", metadata_dir)?;
+        }
+        for (index, tier) in self.tiers.iter().enumerate() {
+            if let Some(path) = &tier.path {
+                check(&format!("tier[{index}] (name {:?}).path", tier.name), path)?;
+            }
+        }
+        for entry in &self.server.listen {
+            if let Some(path) = entry.strip_prefix("unix:") {
+                check("server.listen", Path::new(path))?;
+            }
+        }
+        Ok(())
     }
 
     /// Loads the file at `path`.
@@ -641,6 +681,19 @@ mod tests {
             (
                 EMBEDDED_DEFAULT.replace("period = \"10s\"", "period = \"10 parsecs\""),
                 "duration",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace("path = \"disk.img\"", "path = \"../../etc/disk.img\""),
+                "may not leave",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace("unix:tierd.sock", "unix:../tierd.sock"),
+                "may not leave",
+            ),
+            (
+                EMBEDDED_DEFAULT
+                    .replace("data_dir = \"tierd-data\"", "data_dir = \"../elsewhere\""),
+                "may not leave",
             ),
         ];
         for (text, expected) in cases {
