@@ -55,6 +55,10 @@ pub struct DstConfig {
     pub crash_probability: f64,
     pub outage_probability: f64,
     pub journal_corruption_probability: f64,
+    /// A slow device: this share of operations waits `delay_ns` first (in
+    /// virtual time, so periods and move timings stretch).
+    pub delay_probability: f64,
+    pub delay_ns: u64,
 }
 
 /// One seed's outcome.
@@ -172,6 +176,10 @@ pub fn derive_config(seed: u64, steps: u32) -> DstConfig {
         crash_probability: 0.004 + rng.next_f64() * 0.01,
         outage_probability: if rng.below(4) == 0 { 0.005 } else { 0.0 },
         journal_corruption_probability: 0.25,
+        // Drawn last so the seeds recorded before this field derive the
+        // same configuration otherwise.
+        delay_probability: if rng.below(4) == 0 { 0.05 } else { 0.0 },
+        delay_ns: 50_000_000,
     }
 }
 
@@ -190,6 +198,8 @@ impl Run {
         let fault_config = FaultConfig {
             read_error_probability: config.read_error_probability,
             write_error_probability: config.write_error_probability,
+            delay_probability: config.delay_probability,
+            delay_ns: config.delay_ns,
             ..FaultConfig::default()
         };
         let tiers = config
@@ -562,6 +572,7 @@ pub fn run_seed(seed: u64, steps: u32, meta_root: &Path) -> (DstConfig, DstRepor
             ("reads_failed", counters.reads_failed),
             ("writes_failed", counters.writes_failed),
             ("gone_ops", counters.gone_ops),
+            ("slow_ops", counters.delays),
         ] {
             if value > 0 {
                 *report.faults.entry(kind.to_string()).or_insert(0) += value;
