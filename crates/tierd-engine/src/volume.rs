@@ -625,8 +625,7 @@ impl Volume {
     /// Reads `buf.len()` bytes at `offset_bytes`.
     pub fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), VolumeError> {
         self.check_range(offset_bytes, buf.len() as u64)?;
-        let pieces: Vec<_> = self.pieces(offset_bytes, buf.len() as u64).collect();
-        for (segment, within, length, at) in pieces {
+        for (segment, within, length, at) in self.pieces(offset_bytes, buf.len() as u64) {
             let started_ns = self.clock.now_ns();
             let piece = &mut buf[at as usize..(at + length) as usize];
             let guard = self.entries[segment as usize].read().expect("entry lock");
@@ -692,7 +691,7 @@ impl Volume {
         fua: bool,
     ) -> Result<(), VolumeError> {
         self.check_range(offset_bytes, length_bytes)?;
-        let pieces: Vec<_> = self.pieces(offset_bytes, length_bytes).collect();
+        let pieces = self.pieces(offset_bytes, length_bytes);
         let mut touched = [false; 8];
         for (segment, within, length, at) in pieces {
             let started_ns = self.clock.now_ns();
