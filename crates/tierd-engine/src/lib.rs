@@ -10,7 +10,10 @@
 //! - [`runner`]: the real-time threads that close periods and copy chunks.
 //! - [`engine`]: builds all of it from a [`config::Config`].
 //! - [`log`]: structured log lines.
+//! - [`admin_proto`]: the admin socket's request lines, parsed and checked
+//!   without the socket (fuzzed).
 
+pub mod admin_proto;
 pub mod config;
 pub mod device;
 pub mod dst;

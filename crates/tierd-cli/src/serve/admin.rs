@@ -11,6 +11,9 @@
 //!
 //! A line over the limit also closes its connection (the rest of it cannot be
 //! told from the next request). Nothing a client sends can stop the server.
+//! Framing, parsing, checks and error texts are in
+//! `tierd_engine::admin_proto` (pure, fuzzed by `fuzz/`'s `admin_request`
+//! target); this file holds the socket and runs the requests.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -24,12 +27,14 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tierd_engine::admin_proto::{
+    error_reply, line_too_long_message, parse_request, read_request_line, AdminRequest,
+    FaultRequest, MoveRequest, RequestLine, VolumeShape,
+};
 use tierd_engine::engine::Engine;
 use tierd_engine::log::Logger;
 use tierd_engine::volume::Volume;
 
-/// Longest request line accepted.
-pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 /// Admin connections served at once; more get an error reply and are closed.
 const MAX_CONNECTIONS: usize = 32;
 /// An idle admin connection is closed after this long.
@@ -220,10 +225,6 @@ fn reply(stream: &mut UnixStream, value: &Value) -> io::Result<()> {
     stream.write_all(line.as_bytes())
 }
 
-fn error_reply(message: impl Into<String>) -> Value {
-    json!({ "error": message.into() })
-}
-
 fn serve_connection(stream: UnixStream, context: &Context) {
     let _ = stream.set_read_timeout(Some(IDLE_TIMEOUT));
     let _ = stream.set_write_timeout(Some(IDLE_TIMEOUT));
@@ -233,22 +234,13 @@ fn serve_connection(stream: UnixStream, context: &Context) {
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
     loop {
-        line.clear();
-        let read = (&mut reader)
-            .take(MAX_REQUEST_BYTES as u64 + 1)
-            .read_until(b'\n', &mut line);
-        match read {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-        if line.len() > MAX_REQUEST_BYTES {
-            let _ = reply(
-                &mut writer,
-                &error_reply(format!(
-                    "request line longer than {MAX_REQUEST_BYTES} bytes; closing"
-                )),
-            );
-            return;
+        match read_request_line(&mut reader, &mut line) {
+            Ok(RequestLine::End) | Err(_) => return,
+            Ok(RequestLine::TooLong) => {
+                let _ = reply(&mut writer, &error_reply(line_too_long_message()));
+                return;
+            }
+            Ok(RequestLine::Line) => {}
         }
         let answer = handle_request(&line, context);
         if reply(&mut writer, &answer).is_err() {
@@ -257,18 +249,24 @@ fn serve_connection(stream: UnixStream, context: &Context) {
     }
 }
 
-/// Answers one request line.
+/// Answers one request line: `admin_proto` parses and checks it, this runs
+/// it.
 fn handle_request(line: &[u8], context: &Context) -> Value {
-    let request: Value = match serde_json::from_slice(line) {
+    let volumes: Vec<VolumeShape> = context
+        .volumes
+        .iter()
+        .map(|volume| VolumeShape {
+            name: volume.name().to_string(),
+            segment_count: volume.segment_count(),
+            tier_names: volume.tier_names(),
+        })
+        .collect();
+    let request = match parse_request(line, &volumes) {
         Ok(request) => request,
-        Err(error) => {
-            return error_reply(format!(
-                "request is not JSON ({error}); send e.g. {{\"cmd\":\"status\"}}"
-            ))
-        }
+        Err(message) => return error_reply(message),
     };
-    match request.get("cmd").and_then(Value::as_str) {
-        Some("status") => {
+    match request {
+        AdminRequest::Status => {
             let volumes: Vec<Value> = context
                 .volumes
                 .iter()
@@ -276,70 +274,39 @@ fn handle_request(line: &[u8], context: &Context) -> Value {
                 .collect();
             json!({ "volumes": volumes })
         }
-        Some("move") => match queue_move(&request, context) {
+        AdminRequest::Move(request) => match queue_move(&request, context) {
             Ok(()) => json!({ "ok": true }),
             Err(message) => error_reply(message),
         },
-        Some("fault") => match set_fault(&request, context) {
+        AdminRequest::Fault(request) => match set_fault(request, context) {
             Ok(reply) => reply,
             Err(message) => error_reply(message),
         },
-        Some(other) => error_reply(format!(
-            "unknown cmd {other:?}: allowed are \"status\", \"move\" and \"fault\""
-        )),
-        None => {
-            error_reply("the request needs a \"cmd\" string: \"status\", \"move\" or \"fault\"")
-        }
     }
 }
 
-fn queue_move(request: &Value, context: &Context) -> Result<(), String> {
-    let name = request
-        .get("volume")
-        .and_then(Value::as_str)
-        .ok_or("move needs \"volume\": a volume name")?;
+/// Queues a checked move (the volume and its tier exist, the segment is in
+/// range).
+fn queue_move(request: &MoveRequest, context: &Context) -> Result<(), String> {
     let volume = context
         .volumes
         .iter()
-        .find(|volume| volume.name() == name)
-        .ok_or_else(|| {
-            let known: Vec<&str> = context.volumes.iter().map(|volume| volume.name()).collect();
-            format!("no volume {name:?} (volumes: {known:?})")
-        })?;
-    let segment = request
-        .get("segment")
-        .and_then(Value::as_u64)
-        .ok_or("move needs \"segment\": a segment number")?;
-    let segment = u32::try_from(segment)
-        .ok()
-        .filter(|segment| *segment < volume.segment_count())
-        .ok_or_else(|| {
-            format!(
-                "segment {segment} is beyond volume {name}'s {} segments (0 to {})",
-                volume.segment_count(),
-                volume.segment_count().saturating_sub(1)
-            )
-        })?;
-    let tier_name = request
-        .get("to")
-        .and_then(Value::as_str)
-        .ok_or("move needs \"to\": a tier name")?;
-    let tiers = volume.tier_names();
-    let tier = tiers
+        .find(|volume| volume.name() == request.volume)
+        .ok_or_else(|| format!("no volume {:?}", request.volume))?;
+    let tier = volume
+        .tier_names()
         .iter()
-        .position(|tier| tier == tier_name)
-        .ok_or_else(|| {
-            format!("volume {name} has no tier {tier_name:?} (its stack, fastest first: {tiers:?})")
-        })?;
+        .position(|tier| *tier == request.to)
+        .ok_or_else(|| format!("volume {} has no tier {:?}", request.volume, request.to))?;
     volume
-        .request_move(segment, tier as u8, "requested with tierd move")
+        .request_move(request.segment, tier as u8, "requested with tierd move")
         .map_err(|error| error.to_string())?;
     context.logger.info(
         "operator move queued",
         &[
-            ("volume", name),
-            ("segment", &segment.to_string()),
-            ("to", tier_name),
+            ("volume", &request.volume),
+            ("segment", &request.segment.to_string()),
+            ("to", &request.to),
         ],
     );
     context
@@ -355,29 +322,8 @@ fn queue_move(request: &Value, context: &Context) -> Result<(), String> {
 /// is on it) and/or replaces its injected-fault probabilities. Only tiers
 /// configured with a `[tier.faults]` table have the fault wrapper; others
 /// are refused (the wrapper is opt-in so production tiers pay nothing).
-fn set_fault(request: &Value, context: &Context) -> Result<Value, String> {
-    let name = request
-        .get("tier")
-        .and_then(Value::as_str)
-        .ok_or("fault needs \"tier\": a tier name")?;
-    let gone = match request.get("gone") {
-        None => None,
-        Some(value) => Some(
-            value
-                .as_bool()
-                .ok_or("fault: \"gone\" must be true or false")?,
-        ),
-    };
-    let config = match request.get("config") {
-        None => None,
-        Some(value) => Some(
-            serde_json::from_value::<tierd_engine::device::fault::FaultConfig>(value.clone())
-                .map_err(|error| format!("fault: bad \"config\": {error}"))?,
-        ),
-    };
-    if gone.is_none() && config.is_none() {
-        return Err("fault needs \"gone\": true|false and/or \"config\": {...}".into());
-    }
+fn set_fault(request: FaultRequest, context: &Context) -> Result<Value, String> {
+    let name = request.tier.as_str();
     let engine = context
         .engine
         .lock()
@@ -395,10 +341,10 @@ fn set_fault(request: &Value, context: &Context) -> Result<Value, String> {
             "tier {name} has no fault wrapper: fault drills need a [tier.faults] table in its configuration (all probabilities default to 0, so an empty table injects nothing until a drill says so)"
         )
     })?;
-    if let Some(config) = config {
+    if let Some(config) = request.config {
         faults.set_config(config);
     }
-    if let Some(gone) = gone {
+    if let Some(gone) = request.gone {
         faults.set_gone(gone);
         for volume in &context.volumes {
             volume.set_tier_unavailable(name, gone);
