@@ -168,12 +168,13 @@ struct Tierd {
     uri: String,
 }
 
-fn config_text(data_dir: &Path) -> String {
+fn config_text(data_dir: &Path, server_extra: &str) -> String {
     format!(
         r#"data_dir = "{data_dir}"
 
 [server]
 listen = ["unix:tierd.sock"]
+{server_extra}
 
 [[tier]]
 name = "mem"
@@ -203,12 +204,23 @@ kind = "none"
 
 impl Tierd {
     fn start() -> Tierd {
-        let directory = tempfile::Builder::new()
-            .prefix("tierd-clients-")
-            .tempdir()
-            .expect("temp dir");
+        Tierd::start_in(
+            tempfile::Builder::new()
+                .prefix("tierd-clients-")
+                .tempdir()
+                .expect("temp dir"),
+            "",
+        )
+    }
+
+    /// A server in `directory`, with `server_extra` appended to `[server]`.
+    fn start_in(directory: tempfile::TempDir, server_extra: &str) -> Tierd {
         let config = directory.path().join("tierd.toml");
-        std::fs::write(&config, config_text(&directory.path().join("data"))).unwrap();
+        std::fs::write(
+            &config,
+            config_text(&directory.path().join("data"), server_extra),
+        )
+        .unwrap();
         let stderr_path = directory.path().join("tierd.stderr");
         let mut server = Tierd {
             directory,
@@ -276,9 +288,14 @@ impl Tierd {
             "socket path {:?}",
             self.socket
         );
+        let scheme = if self.uri.starts_with("nbds") {
+            "nbds"
+        } else {
+            "nbd"
+        };
         assert_eq!(
             self.uri,
-            format!("nbd+unix:///vol0?socket={}", self.socket.display()),
+            format!("{scheme}+unix:///vol0?socket={}", self.socket.display()),
             "the URI names the volume and the socket"
         );
     }
@@ -987,4 +1004,153 @@ fn ext4_over_nbdfuse_and_loop_survives_a_restart() {
     detach(attached, &mut cleanup);
     mover.finish(&server, 1);
     eprintln!("ext4: {completed} moves before the restart");
+}
+
+// ---------------------------------------------------------------- TLS
+
+/// Writes a CA, a server certificate for localhost signed by it, and a client
+/// certificate signed by it into `directory` under the names libnbd's
+/// `tls-certificates` and qemu's `tls-creds-x509` look for (ca-cert.pem,
+/// client-cert.pem, client-key.pem), plus server-cert.pem and server-key.pem
+/// for tierd. A second directory gets a CA that signed nothing of ours.
+fn write_pki(directory: &Path, stranger: &Path) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair,
+        KeyUsagePurpose,
+    };
+    let authority = |name: &str| {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
+    };
+    let leaf = |issuer: &CertifiedIssuer<'static, KeyPair>, names: &[&str], stem: &str| {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(
+            names
+                .iter()
+                .map(|name| name.to_string())
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        params.distinguished_name.push(DnType::CommonName, names[0]);
+        let certificate = params.signed_by(&key, issuer).unwrap();
+        std::fs::write(
+            directory.join(format!("{stem}-cert.pem")),
+            certificate.pem(),
+        )
+        .unwrap();
+        let key_path = directory.join(format!("{stem}-key.pem"));
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    };
+    std::fs::create_dir_all(directory).unwrap();
+    std::fs::create_dir_all(stranger).unwrap();
+    let ca = authority("tierd test CA");
+    std::fs::write(directory.join("ca-cert.pem"), ca.pem()).unwrap();
+    leaf(&ca, &["localhost", "127.0.0.1"], "server");
+    leaf(&ca, &["client.test"], "client");
+    std::fs::write(
+        stranger.join("ca-cert.pem"),
+        authority("some other CA").pem(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn nbdinfo_and_qemu_img_over_tls_with_client_certificates() {
+    if !require_tool("nbdinfo") || !require_tool("qemu-img") {
+        return;
+    }
+    let directory = tempfile::Builder::new()
+        .prefix("tierd-tls-")
+        .tempdir()
+        .expect("temp dir");
+    let pki = directory.path().join("pki");
+    let stranger = directory.path().join("stranger");
+    write_pki(&pki, &stranger);
+    let server_extra = format!(
+        "[server.tls]\ncertificate = \"{0}/server-cert.pem\"\nkey = \"{0}/server-key.pem\"\nclient_ca = \"{0}/ca-cert.pem\"\n",
+        pki.display()
+    );
+    let server = Tierd::start_in(directory, &server_extra);
+    assert!(server.uri.starts_with("nbds+unix://"), "{}", server.uri);
+    let with_certificates =
+        |directory: &Path| format!("{}&tls-certificates={}", server.uri, directory.display());
+
+    // nbdinfo with the CA and a client certificate: the export, over TLS.
+    let output = run(tool("nbdinfo").arg("--json").arg(with_certificates(&pki)));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["TLS"], true, "{json}");
+    assert_eq!(json["exports"][0]["export-size"], VOLUME_BYTES, "{json}");
+
+    // Plain text is refused by a server that requires TLS.
+    let plain = server.uri.replacen("nbds+unix", "nbd+unix", 1);
+    let output = run_unchecked(tool("nbdinfo").arg(&plain));
+    assert!(!output.status.success(), "plain text was served");
+    // libnbd 1.14 reports NBD_REP_ERR_TLS_REQD to GO as "not supported".
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("opt_go"),
+        "{}",
+        describe(tool("nbdinfo").arg(&plain), &output)
+    );
+    // A client that does not trust our CA, and one without a certificate
+    // (the server checks client certificates), get no session.
+    let output = run_unchecked(tool("nbdinfo").arg(with_certificates(&stranger)));
+    assert!(!output.status.success(), "a distrusting client got in");
+    let no_identity = server.path("no-identity");
+    std::fs::create_dir_all(&no_identity).unwrap();
+    std::fs::copy(pki.join("ca-cert.pem"), no_identity.join("ca-cert.pem")).unwrap();
+    let output = run_unchecked(tool("nbdinfo").arg(with_certificates(&no_identity)));
+    assert!(
+        !output.status.success(),
+        "a client without a certificate got in"
+    );
+
+    // qemu-img writes and reads 24 MiB through its own TLS stack.
+    let source = server.path("source.img");
+    let data = pattern(77, 24 << 20);
+    std::fs::write(&source, &data).unwrap();
+    let tls_object = format!(
+        "tls-creds-x509,id=tls0,endpoint=client,dir={}",
+        pki.display()
+    );
+    let image = format!(
+        "driver=nbd,path={},export=vol0,tls-creds=tls0,tls-hostname=localhost",
+        server.socket.display()
+    );
+    run(tool("qemu-img")
+        .args([
+            "convert",
+            "-n",
+            "-f",
+            "raw",
+            "--object",
+            &tls_object,
+            "--target-image-opts",
+        ])
+        .arg(&source)
+        .arg(&image));
+    let copy = server.path("copy.img");
+    run(tool("qemu-img")
+        .args([
+            "convert",
+            "-O",
+            "raw",
+            "--object",
+            &tls_object,
+            "--image-opts",
+        ])
+        .arg(&image)
+        .arg(&copy));
+    let copied = std::fs::read(&copy).unwrap();
+    assert_eq!(copied.len() as u64, VOLUME_BYTES);
+    assert!(copied[..data.len()] == data[..], "the first 24 MiB differ");
+    assert!(copied[data.len()..].iter().all(|byte| *byte == 0));
 }

@@ -548,6 +548,13 @@ fn config_errors_name_the_key() {
                 .replace("tiers = [\"mem\", \"disk\"]", "tiers = [\"mem\", \"dsk\"]"),
             vec!["volume[0]", "tiers[1]", "dsk"],
         ),
+        (
+            small_config(
+                "[server]\n[server.tls]\ncertificate = \"tls/cert.pem\"\nkey = \"tls/key.pem\"",
+                "",
+            ),
+            vec!["server.tls", "tls/cert.pem", "cannot read the certificate"],
+        ),
     ];
     for (config, expected) in cases {
         let (dir, _) = setup(&config);

@@ -22,6 +22,16 @@
 //! kind = "otf-ast"
 //! ```
 //!
+//! Optional TLS for NBD clients (relative paths are inside `data_dir`):
+//!
+//! ```toml
+//! [server.tls]
+//! certificate = "/etc/tierd/server-cert.pem"
+//! key = "/etc/tierd/server-key.pem"
+//! client_ca = "/etc/tierd/ca-cert.pem"   # optional: require client certificates
+//! mode = "require"                        # or "optional"
+//! ```
+//!
 //! Every error names the key and what is allowed.
 
 use std::path::{Path, PathBuf};
@@ -122,6 +132,30 @@ pub struct ServerConfig {
     /// (latency-model) tiers need workers so requests overlap.
     #[serde(default)]
     pub workers_per_connection: Option<usize>,
+    /// TLS for NBD clients (`NBD_OPT_STARTTLS`); off when absent.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
+}
+
+/// `[server.tls]`: X.509 certificate and key (PEM) for NBD over TLS.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The server certificate (then any intermediates), PEM.
+    pub certificate: PathBuf,
+    /// Its private key, PEM.
+    pub key: PathBuf,
+    /// When set, clients must present a certificate signed by this CA.
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
+    /// `"require"` (every client must upgrade before anything else) or
+    /// `"optional"` (clients may stay in plain text).
+    #[serde(default = "default_tls_mode")]
+    pub mode: String,
+}
+
+fn default_tls_mode() -> String {
+    "require".to_string()
 }
 
 fn default_listen() -> Vec<String> {
@@ -139,6 +173,7 @@ impl Default for ServerConfig {
             allow_remote: false,
             allow_list: true,
             workers_per_connection: None,
+            tls: None,
         }
     }
 }
@@ -332,6 +367,19 @@ impl Config {
                 config.metadata_dir = Some(config.data_dir.join(metadata_dir));
             }
         }
+        if let Some(tls) = &mut config.server.tls {
+            let data_dir = &config.data_dir;
+            let resolve = |path: &mut PathBuf| {
+                if path.is_relative() {
+                    *path = data_dir.join(&*path);
+                }
+            };
+            resolve(&mut tls.certificate);
+            resolve(&mut tls.key);
+            if let Some(client_ca) = &mut tls.client_ca {
+                resolve(client_ca);
+            }
+        }
         for tier in &mut config.tiers {
             if let Some(path) = &tier.path {
                 if path.is_relative() {
@@ -375,6 +423,13 @@ impl Config {
         for entry in &self.server.listen {
             if let Some(path) = entry.strip_prefix("unix:") {
                 check("server.listen", Path::new(path))?;
+            }
+        }
+        if let Some(tls) = &self.server.tls {
+            check("server.tls.certificate", &tls.certificate)?;
+            check("server.tls.key", &tls.key)?;
+            if let Some(client_ca) = &tls.client_ca {
+                check("server.tls.client_ca", client_ca)?;
             }
         }
         Ok(())
@@ -423,6 +478,14 @@ impl Config {
                         "server.listen = {entry:?} is not a loopback address; tierd listens on loopback only unless server.allow_remote = true"
                     ));
                 }
+            }
+        }
+        if let Some(tls) = &self.server.tls {
+            if tls.mode != "require" && tls.mode != "optional" {
+                return Err(format!(
+                    "server.tls.mode = {:?}: allowed are \"require\" (clients must use TLS) and \"optional\"",
+                    tls.mode
+                ));
             }
         }
         if let Some(address) = &self.metrics.listen {
@@ -639,6 +702,26 @@ mod tests {
             PathBuf::from("/base/tierd-data/meta")
         );
         assert!(matches!(config.volumes[0].policy, PolicyConfig::OtfAst(_)));
+        assert_eq!(config.server.tls, None);
+    }
+
+    #[test]
+    fn tls_paths_resolve_inside_data_dir_and_mode_defaults_to_require() {
+        let text = EMBEDDED_DEFAULT.replace(
+            "listen = [\"unix:tierd.sock\"]",
+            "listen = [\"unix:tierd.sock\"]\n[server.tls]\ncertificate = \"tls/cert.pem\"\nkey = \"/etc/tierd/key.pem\"\nclient_ca = \"tls/ca.pem\"",
+        );
+        let tls = parse(&text).unwrap().server.tls.unwrap();
+        assert_eq!(
+            tls.certificate,
+            PathBuf::from("/base/tierd-data/tls/cert.pem")
+        );
+        assert_eq!(tls.key, PathBuf::from("/etc/tierd/key.pem"));
+        assert_eq!(
+            tls.client_ca,
+            Some(PathBuf::from("/base/tierd-data/tls/ca.pem"))
+        );
+        assert_eq!(tls.mode, "require");
     }
 
     #[test]
@@ -694,6 +777,26 @@ mod tests {
                 EMBEDDED_DEFAULT
                     .replace("data_dir = \"tierd-data\"", "data_dir = \"../elsewhere\""),
                 "may not leave",
+            ),            (
+                EMBEDDED_DEFAULT.replace(
+                    "listen = [\"unix:tierd.sock\"]",
+                    "listen = [\"unix:tierd.sock\"]\n[server.tls]\ncertificate = \"c.pem\"\nkey = \"k.pem\"\nmode = \"maybe\"",
+                ),
+                "server.tls.mode",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace(
+                    "listen = [\"unix:tierd.sock\"]",
+                    "listen = [\"unix:tierd.sock\"]\n[server.tls]\ncertificate = \"../c.pem\"\nkey = \"k.pem\"",
+                ),
+                "may not leave",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace(
+                    "listen = [\"unix:tierd.sock\"]",
+                    "listen = [\"unix:tierd.sock\"]\n[server.tls]\ncertificate = \"c.pem\"",
+                ),
+                "missing field `key`",
             ),
         ];
         for (text, expected) in cases {

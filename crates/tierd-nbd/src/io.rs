@@ -4,6 +4,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 
 use crate::proto::{NBD_CMD_WRITE, REQUEST_HEADER_BYTES};
@@ -27,6 +28,22 @@ impl Stream {
         match self {
             Stream::Unix(stream) => stream.shutdown(how),
             Stream::Tcp(stream) => stream.shutdown(how),
+        }
+    }
+
+    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        match self {
+            Stream::Unix(stream) => stream.set_nonblocking(nonblocking),
+            Stream::Tcp(stream) => stream.set_nonblocking(nonblocking),
+        }
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Stream::Unix(stream) => stream.as_raw_fd(),
+            Stream::Tcp(stream) => stream.as_raw_fd(),
         }
     }
 }

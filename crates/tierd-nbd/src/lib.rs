@@ -14,9 +14,11 @@ pub mod export;
 pub mod io;
 pub mod proto;
 pub mod server;
+pub mod tls;
 
 pub use client::{parse_nbd_uri, Client, ClientError, ConnectOptions, NbdTarget, NbdUri};
 pub use export::{Export, ExportError, ExportResult, Extent};
 pub use server::{
     ListenAddress, LogLevel, Logger, Server, ServerConfig, ServerError, ServerHandle, ServerStats,
 };
+pub use tls::{TlsError, TlsFiles, TlsMode, TlsServer};

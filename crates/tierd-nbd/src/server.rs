@@ -27,6 +27,7 @@ use std::time::Duration;
 use crate::export::Export;
 use crate::io::{Fill, InputBuffer, Stream};
 use crate::proto::*;
+use crate::tls::{TlsMode, TlsServer};
 
 /// How loud a log line is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -87,6 +88,8 @@ pub struct ServerConfig {
     /// Smaller values let the client work on early replies while the server
     /// handles the rest of a pipelined batch.
     pub reply_batch_bytes: usize,
+    /// TLS (`NBD_OPT_STARTTLS`) when set; see [`TlsServer`] and its mode.
+    pub tls: Option<TlsServer>,
     pub logger: Logger,
 }
 
@@ -100,6 +103,7 @@ impl Default for ServerConfig {
             max_connections: 256,
             shutdown_grace_ms: 5_000,
             reply_batch_bytes: DEFAULT_REPLY_BATCH_BYTES,
+            tls: None,
             logger: stderr_logger(),
         }
     }
@@ -119,6 +123,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("max_connections", &self.max_connections)
             .field("shutdown_grace_ms", &self.shutdown_grace_ms)
             .field("reply_batch_bytes", &self.reply_batch_bytes)
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }
@@ -721,10 +726,25 @@ impl From<io::Error> for ConnectionEnd {
     }
 }
 
-fn run_connection(shared: &Shared, mut stream: Stream, id: u64) {
+fn run_connection(shared: &Shared, stream: Stream, id: u64) {
+    let mut tls_relay: Option<JoinHandle<()>> = None;
+    serve_connection(shared, stream, id, &mut tls_relay);
+    if let Some(relay) = tls_relay {
+        // The connection's end of the relay is closed, so the relay ends.
+        let _ = relay.join();
+    }
+}
+
+fn serve_connection(
+    shared: &Shared,
+    mut stream: Stream,
+    id: u64,
+    tls_relay: &mut Option<JoinHandle<()>>,
+) {
     shared.log(LogLevel::Debug, &format!("connection {id}: accepted"));
     let mut input = InputBuffer::with_capacity(INPUT_BUFFER_BYTES);
-    let session = match negotiate(shared, &mut input, &mut stream) {
+    let negotiated = negotiate(shared, &mut input, &mut stream, tls_relay, id);
+    let session = match negotiated {
         Ok(Some(session)) => session,
         Ok(None) => {
             shared
@@ -735,6 +755,7 @@ fn run_connection(shared: &Shared, mut stream: Stream, id: u64) {
                 LogLevel::Debug,
                 &format!("connection {id}: closed during the handshake"),
             );
+            let _ = stream.shutdown(Shutdown::Both);
             return;
         }
         Err(end) => {
@@ -743,14 +764,17 @@ fn run_connection(shared: &Shared, mut stream: Stream, id: u64) {
                 .handshakes_failed
                 .fetch_add(1, Ordering::Relaxed);
             report_end(shared, id, "handshake", end);
+            let _ = stream.shutdown(Shutdown::Both);
             return;
         }
     };
     shared.log(
         LogLevel::Debug,
         &format!(
-            "connection {id}: serving export {:?} (structured replies: {})",
-            shared.exports[session.export_index].name, session.structured
+            "connection {id}: serving export {:?} (structured replies: {}, TLS: {})",
+            shared.exports[session.export_index].name,
+            session.structured,
+            tls_relay.is_some()
         ),
     );
     let result = if shared.config.workers_per_connection == 0 {
@@ -823,6 +847,8 @@ fn negotiate(
     shared: &Shared,
     input: &mut InputBuffer,
     stream: &mut Stream,
+    tls_relay: &mut Option<JoinHandle<()>>,
+    id: u64,
 ) -> Result<Option<Session>, ConnectionEnd> {
     let mut greeting = [0u8; 18];
     greeting[0..8].copy_from_slice(&NBD_MAGIC.to_be_bytes());
@@ -863,7 +889,78 @@ fn negotiate(
         input.read_exact(stream, &mut data)?;
         reply.clear();
         let option = header.option;
+        let tls_required = shared
+            .config
+            .tls
+            .as_ref()
+            .is_some_and(|tls| tls.mode == TlsMode::Require)
+            && tls_relay.is_none();
+        if tls_required && option != NBD_OPT_STARTTLS && option != NBD_OPT_ABORT {
+            if option == NBD_OPT_EXPORT_NAME {
+                // This option cannot be answered with an error: the spec
+                // says close.
+                shared.log(
+                    LogLevel::Info,
+                    &format!(
+                        "connection {id}: NBD_OPT_EXPORT_NAME before NBD_OPT_STARTTLS on a server that requires TLS; closing"
+                    ),
+                );
+                return Ok(None);
+            }
+            encode_error_reply(
+                &mut reply,
+                option,
+                NBD_REP_ERR_TLS_REQD,
+                "this server requires TLS: send NBD_OPT_STARTTLS first",
+            );
+            stream.write_all(&reply)?;
+            continue;
+        }
         match option {
+            NBD_OPT_STARTTLS => {
+                let Some(tls) = &shared.config.tls else {
+                    encode_error_reply(
+                        &mut reply,
+                        option,
+                        NBD_REP_ERR_POLICY,
+                        "TLS is not configured on this server",
+                    );
+                    stream.write_all(&reply)?;
+                    continue;
+                };
+                if tls_relay.is_some() {
+                    encode_error_reply(
+                        &mut reply,
+                        option,
+                        NBD_REP_ERR_INVALID,
+                        "TLS is already active on this connection",
+                    );
+                } else if !data.is_empty() {
+                    encode_error_reply(
+                        &mut reply,
+                        option,
+                        NBD_REP_ERR_INVALID,
+                        "NBD_OPT_STARTTLS takes no data",
+                    );
+                } else {
+                    // Bytes the client sent after STARTTLS but before our
+                    // ACK would be read as if they had come over TLS (the
+                    // plaintext injection of CVE-2011-0411 and friends).
+                    if !input.buffered().is_empty() {
+                        return Err(ConnectionEnd::Protocol(format!(
+                            "{} bytes arrived after NBD_OPT_STARTTLS before its reply; a client must wait for the reply",
+                            input.buffered().len()
+                        )));
+                    }
+                    encode_option_reply(&mut reply, option, NBD_REP_ACK, &[]);
+                    stream.write_all(&reply)?;
+                    start_tls(shared, tls, stream, tls_relay, id)?;
+                    // The spec: no negotiation state survives STARTTLS.
+                    structured = false;
+                    allocation = None;
+                    continue;
+                }
+            }
             NBD_OPT_EXPORT_NAME => {
                 let Some(index) = shared.find_export(&data) else {
                     // No way to report an error here: the spec says close.
@@ -1036,6 +1133,31 @@ fn negotiate(
     Err(ConnectionEnd::Protocol(format!(
         "more than {MAX_OPTIONS_PER_HANDSHAKE} options without entering transmission"
     )))
+}
+
+/// Hands the socket to a TLS relay and continues on its plaintext end.
+fn start_tls(
+    shared: &Shared,
+    tls: &TlsServer,
+    stream: &mut Stream,
+    tls_relay: &mut Option<JoinHandle<()>>,
+    id: u64,
+) -> Result<(), ConnectionEnd> {
+    let socket = stream.try_clone()?;
+    let logger = shared.config.logger.clone();
+    let log = Box::new(move |message: String| {
+        logger(
+            LogLevel::Warn,
+            &format!("connection {id}: TLS ended: {message}"),
+        )
+    });
+    let (plain, relay) = tls.start(socket, log)?;
+    // Our duplicate of the socket closes here; the relay and the connection
+    // table hold the others.
+    *stream = plain;
+    *tls_relay = Some(relay);
+    shared.log(LogLevel::Debug, &format!("connection {id}: TLS started"));
+    Ok(())
 }
 
 fn encode_error_reply(out: &mut Vec<u8>, option: u32, reply_type: u32, message: &str) {

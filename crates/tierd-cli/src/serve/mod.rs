@@ -29,7 +29,7 @@ use tierd_common::clock::{Clock, SystemClock};
 use tierd_engine::config::{Config, ListenTarget, EMBEDDED_DEFAULT};
 use tierd_engine::engine::Engine;
 use tierd_engine::log::{Level, Logger};
-use tierd_nbd::{Export, Server, ServerConfig, ServerHandle};
+use tierd_nbd::{Export, Server, ServerConfig, ServerHandle, TlsFiles, TlsMode, TlsServer};
 
 use crate::CliError;
 
@@ -274,6 +274,8 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let level = Level::parse(&config.log.level).unwrap_or(Level::Info);
     let logger = Logger::stderr(level, config.log.format == "json", clock.clone());
 
+    // Before the engine opens: a TLS mistake should not cost a recovery.
+    let tls = load_tls(&config, &logger)?;
     let engine = Engine::open(&config, clock.clone(), logger.clone())?;
     let volumes = engine.volumes.clone();
     let exports: Vec<(String, Arc<dyn Export>)> = volumes
@@ -286,6 +288,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let server_config = ServerConfig {
         allow_list: config.server.allow_list,
         workers_per_connection: workers_per_connection(&config),
+        tls: tls.clone(),
         logger: nbd_logger(&logger),
         ..ServerConfig::default()
     };
@@ -330,7 +333,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
             announce(&format!(
                 "tierd: volume {} at {}",
                 volume.name(),
-                listener.address().uri(volume.name())
+                volume_uri(listener.address(), volume.name(), tls.as_ref())
             ));
         }
     }
@@ -368,6 +371,59 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         .map_err(|error| CliError(format!("clean stop failed: {error}")))?;
     logger.info("stopped", &[]);
     Ok(())
+}
+
+/// The NBD URI of a volume; `nbds` when TLS is required.
+fn volume_uri(address: &tierd_nbd::ListenAddress, name: &str, tls: Option<&TlsServer>) -> String {
+    let uri = address.uri(name);
+    match (tls, uri.strip_prefix("nbd")) {
+        (Some(tls), Some(rest)) if tls.mode == TlsMode::Require => format!("nbds{rest}"),
+        _ => uri,
+    }
+}
+
+/// Loads `[server.tls]`, if any. Errors name the key and the file; a
+/// private key others can read is logged as a warning.
+fn load_tls(config: &Config, logger: &Logger) -> Result<Option<TlsServer>, CliError> {
+    let Some(tls) = &config.server.tls else {
+        return Ok(None);
+    };
+    let mode = if tls.mode == "optional" {
+        TlsMode::Optional
+    } else {
+        TlsMode::Require
+    };
+    let files = TlsFiles {
+        certificate: tls.certificate.clone(),
+        key: tls.key.clone(),
+        client_ca: tls.client_ca.clone(),
+    };
+    let server =
+        TlsServer::load(&files, mode).map_err(|error| CliError(format!("server.tls: {error}")))?;
+    if let Ok(metadata) = std::fs::metadata(&tls.key) {
+        use std::os::unix::fs::PermissionsExt;
+        if metadata.permissions().mode() & 0o077 != 0 {
+            logger.warn(
+                "the TLS private key is readable by other users; chmod 600 it",
+                &[("path", &tls.key.display().to_string())],
+            );
+        }
+    }
+    logger.info(
+        "TLS enabled",
+        &[
+            ("mode", mode.as_str()),
+            (
+                "client_certificates",
+                if server.verifies_clients {
+                    "required"
+                } else {
+                    "not checked"
+                },
+            ),
+        ],
+    );
+    Ok(Some(server))
 }
 
 fn listen_text(address: &tierd_nbd::ListenAddress) -> String {

@@ -265,3 +265,16 @@ pub fn pattern(seed: u64, length: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// Waits (up to 10 s) for `condition`, e.g. a log line written by a server
+/// thread after the client already saw the effect; panics if it never holds.
+#[allow(dead_code)]
+pub fn wait_for(condition: impl Fn() -> bool) {
+    for _ in 0..1000 {
+        if condition() {
+            return;
+        }
+        tierd_common::clock::Clock::sleep_ns(&tierd_common::clock::SystemClock::new(), 10_000_000);
+    }
+    panic!("condition still false after 10 s");
+}

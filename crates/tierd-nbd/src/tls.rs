@@ -1,0 +1,392 @@
+//! TLS for the NBD server (`NBD_OPT_STARTTLS`, rustls with the `ring`
+//! provider, X.509 certificates).
+//!
+//! After the server acknowledges `NBD_OPT_STARTTLS`, the connection's socket
+//! is handed to a relay thread that owns the rustls session: it decrypts what
+//! the client sends and writes the plaintext into one end of a Unix socket
+//! pair, and encrypts what the server writes into the other end. The rest of
+//! the server keeps working on a plain [`Stream`] (the pair end), so the
+//! inline and worker transmission paths, back-pressure and shutdown are the
+//! same with and without TLS.
+//!
+//! Back-pressure holds through the relay: it reads plaintext from the server
+//! only once the previous encrypted records reached the socket, and reads
+//! from the socket only once rustls has no undelivered plaintext, so a client
+//! that stops reading stalls its own connection as it does without TLS.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::Shutdown;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConnection};
+
+use crate::io::Stream;
+
+/// Whether clients must upgrade.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlsMode {
+    /// The spec's FORCEDTLS: every option but `NBD_OPT_STARTTLS` and
+    /// `NBD_OPT_ABORT` gets `NBD_REP_ERR_TLS_REQD` until TLS is up, and
+    /// `NBD_OPT_EXPORT_NAME` closes the connection.
+    Require,
+    /// Clients may upgrade with `NBD_OPT_STARTTLS` or stay in plain text.
+    Optional,
+}
+
+impl TlsMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsMode::Require => "require",
+            TlsMode::Optional => "optional",
+        }
+    }
+}
+
+/// Where the server's X.509 material is (PEM files).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The server certificate, followed by any intermediates.
+    pub certificate: PathBuf,
+    /// The certificate's private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// When set, clients must present a certificate signed by one of these
+    /// CA certificates (mutual TLS).
+    pub client_ca: Option<PathBuf>,
+}
+
+/// A loaded TLS setup, ready for connections.
+#[derive(Clone)]
+pub struct TlsServer {
+    pub mode: TlsMode,
+    /// True when client certificates are verified.
+    pub verifies_clients: bool,
+    config: Arc<rustls::ServerConfig>,
+}
+
+impl fmt::Debug for TlsServer {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter
+            .debug_struct("TlsServer")
+            .field("mode", &self.mode)
+            .field("verifies_clients", &self.verifies_clients)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the TLS material could not be used. Every message names the file.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct TlsError {
+    pub message: String,
+}
+
+fn tls_error(message: String) -> TlsError {
+    TlsError { message }
+}
+
+fn read_certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let bytes = std::fs::read(path).map_err(|error| {
+        tls_error(format!(
+            "{}: cannot read the {what}: {error}",
+            path.display()
+        ))
+    })?;
+    let certificates = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| {
+            tls_error(format!(
+                "{}: the {what} is not valid PEM: {error:?}",
+                path.display()
+            ))
+        })?;
+    if certificates.is_empty() {
+        return Err(tls_error(format!(
+            "{}: no \"BEGIN CERTIFICATE\" block in the {what}; expected PEM certificates",
+            path.display()
+        )));
+    }
+    Ok(certificates)
+}
+
+impl TlsServer {
+    /// Loads the certificate chain, key and optional client CA. Errors name
+    /// the file and what is wrong with it (unreadable, not PEM, no
+    /// certificate, key does not match the certificate, ...).
+    pub fn load(files: &TlsFiles, mode: TlsMode) -> Result<TlsServer, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let chain = read_certificates(&files.certificate, "certificate")?;
+        let key_bytes = std::fs::read(&files.key).map_err(|error| {
+            tls_error(format!(
+                "{}: cannot read the private key: {error}",
+                files.key.display()
+            ))
+        })?;
+        let key = PrivateKeyDer::from_pem_slice(&key_bytes).map_err(|error| {
+            tls_error(format!(
+                "{}: no usable private key ({error:?}); expected a PEM \"PRIVATE KEY\", \"RSA PRIVATE KEY\" or \"EC PRIVATE KEY\" block",
+                files.key.display()
+            ))
+        })?;
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|error| tls_error(format!("TLS protocol setup failed: {error}")))?;
+        let builder = match &files.client_ca {
+            None => builder.with_no_client_auth(),
+            Some(path) => {
+                let mut roots = RootCertStore::empty();
+                for certificate in read_certificates(path, "client CA certificate")? {
+                    roots.add(certificate).map_err(|error| {
+                        tls_error(format!(
+                            "{}: not a usable CA certificate: {error}",
+                            path.display()
+                        ))
+                    })?;
+                }
+                let verifier =
+                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                        .build()
+                        .map_err(|error| {
+                            tls_error(format!(
+                                "{}: cannot verify clients with it: {error}",
+                                path.display()
+                            ))
+                        })?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let config = builder.with_single_cert(chain, key).map_err(|error| {
+            tls_error(format!(
+                "{} with {}: {error} (does the key belong to the certificate?)",
+                files.certificate.display(),
+                files.key.display()
+            ))
+        })?;
+        Ok(TlsServer {
+            mode,
+            verifies_clients: files.client_ca.is_some(),
+            config: Arc::new(config),
+        })
+    }
+
+    /// Starts TLS on `socket` (the server side; the client's handshake
+    /// follows). Returns the plaintext stream the server continues on and
+    /// the relay thread, which ends when either side closes. `log` receives
+    /// why the session ended when it ended badly (handshake failure, bad
+    /// record, socket error).
+    pub fn start(
+        &self,
+        socket: Stream,
+        log: Box<dyn Fn(String) + Send>,
+    ) -> io::Result<(Stream, JoinHandle<()>)> {
+        let session = ServerConnection::new(Arc::clone(&self.config))
+            .map_err(|error| io::Error::other(format!("cannot start a TLS session: {error}")))?;
+        let (inner, outer) = UnixStream::pair()?;
+        let thread = std::thread::Builder::new()
+            .name("nbd-tls".into())
+            .spawn(move || {
+                if let Err(message) = relay(session, socket, inner) {
+                    log(message);
+                }
+            })?;
+        Ok((Stream::Unix(outer), thread))
+    }
+}
+
+const RELAY_BUFFER_BYTES: usize = 64 * 1024;
+
+fn would_block(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
+}
+
+/// Moves bytes between the TLS socket and the plaintext pair end until both
+/// directions are closed. `Err` carries a message worth logging.
+fn relay(
+    mut session: ServerConnection,
+    mut socket: Stream,
+    mut plain: UnixStream,
+) -> Result<(), String> {
+    socket
+        .set_nonblocking(true)
+        .map_err(|error| format!("TLS relay: {error}"))?;
+    plain
+        .set_nonblocking(true)
+        .map_err(|error| format!("TLS relay: {error}"))?;
+    // The relay bounds what it takes from the server itself (one buffer at a
+    // time, only once the socket took the previous records).
+    session.set_buffer_limit(None);
+    let mut buffer = vec![0u8; RELAY_BUFFER_BYTES];
+    // Decrypted bytes not yet taken by the server.
+    let mut to_plain: Vec<u8> = Vec::new();
+    let mut to_plain_at = 0usize;
+    let mut socket_closed = false;
+    let mut plain_write_closed = false;
+    let mut plain_closed = false;
+    let result = loop {
+        // Encrypted records out to the client.
+        let mut socket_failed = None;
+        while session.wants_write() {
+            match session.write_tls(&mut socket) {
+                Ok(_) => {}
+                Err(error) if would_block(&error) => break,
+                Err(error) => {
+                    socket_failed = Some(error);
+                    break;
+                }
+            }
+        }
+        if let Some(error) = socket_failed {
+            break if plain_closed || error.kind() == io::ErrorKind::BrokenPipe {
+                Ok(())
+            } else {
+                Err(format!("TLS socket write failed: {error}"))
+            };
+        }
+        if plain_closed && !session.wants_write() {
+            break Ok(());
+        }
+        // Plaintext in to the server.
+        loop {
+            if to_plain_at < to_plain.len() {
+                match plain.write(&to_plain[to_plain_at..]) {
+                    Ok(written) => to_plain_at += written,
+                    Err(error) if would_block(&error) => break,
+                    // The server closed its end: nothing more to deliver.
+                    Err(_) => {
+                        to_plain.clear();
+                        to_plain_at = 0;
+                        plain_write_closed = true;
+                        break;
+                    }
+                }
+                continue;
+            }
+            to_plain.clear();
+            to_plain_at = 0;
+            if plain_write_closed {
+                break;
+            }
+            match session.reader().read(&mut buffer) {
+                Ok(0) => {
+                    // close_notify from the client.
+                    socket_closed = true;
+                    break;
+                }
+                Ok(count) => to_plain.extend_from_slice(&buffer[..count]),
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                // The client closed the socket without close_notify.
+                Err(_) => {
+                    socket_closed = true;
+                    break;
+                }
+            }
+        }
+        if socket_closed && to_plain_at >= to_plain.len() && !plain_write_closed {
+            let _ = plain.shutdown(Shutdown::Write);
+            plain_write_closed = true;
+        }
+        // Plaintext from the server, once earlier records have gone out.
+        if !plain_closed && !session.wants_write() && !session.is_handshaking() {
+            match plain.read(&mut buffer) {
+                Ok(0) => {
+                    plain_closed = true;
+                    session.send_close_notify();
+                    continue;
+                }
+                Ok(count) => {
+                    if let Err(error) = session.writer().write_all(&buffer[..count]) {
+                        break Err(format!("TLS encryption failed: {error}"));
+                    }
+                    continue;
+                }
+                Err(error) if would_block(&error) => {}
+                Err(_) => {
+                    plain_closed = true;
+                    session.send_close_notify();
+                    continue;
+                }
+            }
+        }
+        if socket_closed && plain_closed {
+            break Ok(());
+        }
+        // Wait for something to do.
+        let want_socket_read = !socket_closed && session.wants_read();
+        let want_socket_write = session.wants_write();
+        let want_plain_write = to_plain_at < to_plain.len();
+        let want_plain_read = !plain_closed && !session.wants_write() && !session.is_handshaking();
+        let mut fds = [
+            libc::pollfd {
+                fd: socket.as_raw_fd(),
+                events: (if want_socket_read { libc::POLLIN } else { 0 })
+                    | (if want_socket_write { libc::POLLOUT } else { 0 }),
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: plain.as_raw_fd(),
+                events: (if want_plain_read { libc::POLLIN } else { 0 })
+                    | (if want_plain_write { libc::POLLOUT } else { 0 }),
+                revents: 0,
+            },
+        ];
+        if fds[0].events == 0 && fds[1].events == 0 {
+            // Nothing can make progress (e.g. the client closed and the
+            // server is gone): done.
+            break Ok(());
+        }
+        // A negative descriptor is skipped, so a hang-up on a side we are
+        // not waiting for cannot wake the loop over and over.
+        for fd in &mut fds {
+            if fd.events == 0 {
+                fd.fd = -1;
+            }
+        }
+        // SAFETY: `fds` is a valid array of two pollfd for the duration of
+        // the call; both descriptors are owned by this function.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if ready < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            break Err(format!("TLS relay poll failed: {error}"));
+        }
+        if want_socket_read && fds[0].revents != 0 {
+            match session.read_tls(&mut socket) {
+                Ok(0) => socket_closed = true,
+                Ok(_) => {
+                    if let Err(error) = session.process_new_packets() {
+                        // Send the alert rustls queued, then give up.
+                        while session.wants_write() {
+                            if session.write_tls(&mut socket).is_err() {
+                                break;
+                            }
+                        }
+                        break Err(format!("TLS session failed: {error}"));
+                    }
+                }
+                Err(error) if would_block(&error) => {}
+                Err(error) => {
+                    if error.kind() == io::ErrorKind::ConnectionReset {
+                        socket_closed = true;
+                    } else {
+                        break Err(format!("TLS socket read failed: {error}"));
+                    }
+                }
+            }
+        }
+    };
+    let _ = socket.shutdown(Shutdown::Both);
+    let _ = plain.shutdown(Shutdown::Both);
+    result
+}

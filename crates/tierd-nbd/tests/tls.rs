@@ -1,0 +1,566 @@
+//! TLS (`NBD_OPT_STARTTLS`): the spec's FORCEDTLS and optional modes, the
+//! state reset after STARTTLS, client certificates, and load errors — with a
+//! rustls client speaking the protocol by hand. Real clients (nbdinfo,
+//! qemu-img) over TLS are tested in `tierd-cli`'s `nbd_clients`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use common::{pattern, MemoryExport, TestServer};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
+};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tierd_nbd::proto::*;
+use tierd_nbd::{ServerConfig, TlsFiles, TlsMode, TlsServer};
+
+/// A CA, a server certificate for "localhost" signed by it, a client
+/// certificate signed by it, and an unrelated second CA with its own client
+/// certificate.
+struct Pki {
+    directory: tempfile::TempDir,
+    ca_pem: String,
+    client_cert_pem: String,
+    client_key_pem: String,
+    stranger_ca_pem: String,
+    stranger_cert_pem: String,
+    stranger_key_pem: String,
+}
+
+fn certificate_authority(name: &str) -> CertifiedIssuer<'static, KeyPair> {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
+}
+
+/// (certificate PEM, key PEM) for `names`, signed by `issuer`.
+fn leaf(issuer: &CertifiedIssuer<'static, KeyPair>, names: &[&str]) -> (String, String) {
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(
+        names
+            .iter()
+            .map(|name| name.to_string())
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    params.distinguished_name.push(
+        DnType::CommonName,
+        names.first().copied().unwrap_or("client"),
+    );
+    let certificate = params.signed_by(&key, issuer).unwrap();
+    (certificate.pem(), key.serialize_pem())
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let directory = tempfile::tempdir().unwrap();
+        let ca = certificate_authority("tierd test CA");
+        let (server_cert, server_key) = leaf(&ca, &["localhost", "127.0.0.1"]);
+        let (client_cert_pem, client_key_pem) = leaf(&ca, &["client.test"]);
+        let stranger = certificate_authority("some other CA");
+        let (stranger_cert_pem, stranger_key_pem) = leaf(&stranger, &["client.test"]);
+        std::fs::write(directory.path().join("ca-cert.pem"), ca.pem()).unwrap();
+        std::fs::write(directory.path().join("server-cert.pem"), server_cert).unwrap();
+        std::fs::write(directory.path().join("server-key.pem"), server_key).unwrap();
+        Pki {
+            ca_pem: ca.pem(),
+            client_cert_pem,
+            client_key_pem,
+            stranger_ca_pem: stranger.pem(),
+            stranger_cert_pem,
+            stranger_key_pem,
+            directory,
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.directory.path().join(name)
+    }
+
+    fn files(&self, verify_clients: bool) -> TlsFiles {
+        TlsFiles {
+            certificate: self.path("server-cert.pem"),
+            key: self.path("server-key.pem"),
+            client_ca: verify_clients.then(|| self.path("ca-cert.pem")),
+        }
+    }
+
+    fn server(&self, mode: TlsMode, verify_clients: bool, workers: usize) -> TestServer {
+        let tls = TlsServer::load(&self.files(verify_clients), mode).unwrap();
+        TestServer::start_with(
+            MemoryExport::new(SIZE_BYTES),
+            ServerConfig {
+                tls: Some(tls),
+                workers_per_connection: workers,
+                ..ServerConfig::default()
+            },
+        )
+    }
+}
+
+const SIZE_BYTES: usize = 4 << 20;
+
+fn certificates(pem: &str) -> Vec<CertificateDer<'static>> {
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::pem_slice_iter(pem.as_bytes())
+        .map(|certificate| certificate.unwrap())
+        .collect()
+}
+
+fn private_key(pem: &str) -> PrivateKeyDer<'static> {
+    use rustls::pki_types::pem::PemObject;
+    PrivateKeyDer::from_pem_slice(pem.as_bytes()).unwrap()
+}
+
+/// A rustls client trusting `ca_pem`, presenting `identity` if given.
+fn client_config(ca_pem: &str, identity: Option<(&str, &str)>) -> Arc<rustls::ClientConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for certificate in certificates(ca_pem) {
+        roots.add(certificate).unwrap();
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    Arc::new(match identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => builder
+            .with_client_auth_cert(certificates(cert), private_key(key))
+            .unwrap(),
+    })
+}
+
+fn option(option: u32, data: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&NBD_OPTS_MAGIC.to_be_bytes());
+    bytes.extend_from_slice(&option.to_be_bytes());
+    bytes.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    bytes.extend_from_slice(data);
+    bytes
+}
+
+fn go_data(name: &str) -> Vec<u8> {
+    let mut data = (name.len() as u32).to_be_bytes().to_vec();
+    data.extend_from_slice(name.as_bytes());
+    data.extend_from_slice(&0u16.to_be_bytes());
+    data
+}
+
+/// Sends `option` and returns its replies (type, data), through the final one.
+fn ask(stream: &mut impl ReadWrite, code: u32, data: &[u8]) -> Vec<(u32, Vec<u8>)> {
+    stream.write_all(&option(code, data)).unwrap();
+    stream.flush().unwrap();
+    let mut replies = Vec::new();
+    loop {
+        let mut header = [0u8; 20];
+        stream.read_exact(&mut header).unwrap();
+        assert_eq!(&header[0..8], &NBD_REP_MAGIC.to_be_bytes());
+        assert_eq!(u32::from_be_bytes(header[8..12].try_into().unwrap()), code);
+        let reply_type = u32::from_be_bytes(header[12..16].try_into().unwrap());
+        let length = u32::from_be_bytes(header[16..20].try_into().unwrap());
+        let mut data = vec![0u8; length as usize];
+        stream.read_exact(&mut data).unwrap();
+        replies.push((reply_type, data));
+        if reply_type == NBD_REP_ACK || reply_type & NBD_REP_FLAG_ERROR != 0 {
+            return replies;
+        }
+    }
+}
+
+fn final_reply(replies: &[(u32, Vec<u8>)]) -> u32 {
+    replies.last().unwrap().0
+}
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
+/// Connects and reads the greeting; returns the plain stream after the
+/// client flags.
+fn greet(server: &TestServer) -> UnixStream {
+    let mut stream = UnixStream::connect(&server.socket).unwrap();
+    let mut greeting = [0u8; 18];
+    stream.read_exact(&mut greeting).unwrap();
+    assert_eq!(&greeting[0..16], b"NBDMAGICIHAVEOPT");
+    stream
+        .write_all(&(NBD_FLAG_C_FIXED_NEWSTYLE | NBD_FLAG_C_NO_ZEROES).to_be_bytes())
+        .unwrap();
+    stream
+}
+
+type TlsStream = rustls::StreamOwned<rustls::ClientConnection, UnixStream>;
+
+/// STARTTLS on `stream`, then the client side of the handshake (driven to
+/// completion so failures show here).
+fn upgrade(
+    mut stream: UnixStream,
+    config: Arc<rustls::ClientConfig>,
+) -> Result<TlsStream, std::io::Error> {
+    let replies = ask(&mut stream, NBD_OPT_STARTTLS, &[]);
+    assert_eq!(replies, vec![(NBD_REP_ACK, Vec::new())]);
+    let mut session =
+        rustls::ClientConnection::new(config, ServerName::try_from("localhost").unwrap()).unwrap();
+    while session.is_handshaking() {
+        session.complete_io(&mut stream)?;
+    }
+    Ok(rustls::StreamOwned::new(session, stream))
+}
+
+fn request(command: u16, cookie: u64, offset_bytes: u64, length_bytes: u32) -> [u8; 28] {
+    RequestHeader {
+        flags: 0,
+        command,
+        cookie,
+        offset_bytes,
+        length_bytes,
+    }
+    .encode()
+}
+
+/// Reads a simple reply; returns (error, cookie).
+fn simple_reply(stream: &mut impl Read) -> (u32, u64) {
+    let mut header = [0u8; 16];
+    stream.read_exact(&mut header).unwrap();
+    assert_eq!(&header[0..4], &NBD_SIMPLE_REPLY_MAGIC.to_be_bytes());
+    (
+        u32::from_be_bytes(header[4..8].try_into().unwrap()),
+        u64::from_be_bytes(header[8..16].try_into().unwrap()),
+    )
+}
+
+/// After GO on a TLS stream: a 1 MiB write, 16 pipelined reads of it, a
+/// flush, then a clean disconnect; checks every byte on both sides.
+fn exercise_transmission(stream: &mut TlsStream, server: &TestServer, seed: u64) {
+    let replies = ask(stream, NBD_OPT_GO, &go_data("mem"));
+    assert_eq!(final_reply(&replies), NBD_REP_ACK, "{replies:?}");
+    let data = pattern(seed, 1 << 20);
+    let offset = seed * 4096;
+    let mut message = request(NBD_CMD_WRITE, 1, offset, data.len() as u32).to_vec();
+    message.extend_from_slice(&data);
+    stream.write_all(&message).unwrap();
+    stream.flush().unwrap();
+    assert_eq!(simple_reply(stream), (0, 1));
+    let piece = data.len() / 16;
+    let mut batch = Vec::new();
+    for index in 0..16u64 {
+        batch.extend_from_slice(&request(
+            NBD_CMD_READ,
+            100 + index,
+            offset + index * piece as u64,
+            piece as u32,
+        ));
+    }
+    stream.write_all(&batch).unwrap();
+    stream.flush().unwrap();
+    let mut back = vec![0u8; data.len()];
+    for _ in 0..16 {
+        let (error, cookie) = simple_reply(stream);
+        assert_eq!(error, 0);
+        let index = (cookie - 100) as usize;
+        stream
+            .read_exact(&mut back[index * piece..(index + 1) * piece])
+            .unwrap();
+    }
+    assert_eq!(back, data);
+    stream.write_all(&request(NBD_CMD_FLUSH, 2, 0, 0)).unwrap();
+    stream.flush().unwrap();
+    assert_eq!(simple_reply(stream), (0, 2));
+    let snapshot = server.export.snapshot();
+    assert_eq!(
+        &snapshot[offset as usize..offset as usize + data.len()],
+        &data[..]
+    );
+    stream.write_all(&request(NBD_CMD_DISC, 3, 0, 0)).unwrap();
+    stream.flush().unwrap();
+    let mut rest = Vec::new();
+    // The server closes after DISC (with or without close_notify).
+    let _ = stream.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "{} bytes after DISC", rest.len());
+}
+
+#[test]
+fn required_tls_refuses_other_options_then_serves_over_tls() {
+    let pki = Pki::new();
+    for workers in [0, 2] {
+        let server = pki.server(TlsMode::Require, false, workers);
+        let mut plain = greet(&server);
+        for code in [
+            NBD_OPT_LIST,
+            NBD_OPT_INFO,
+            NBD_OPT_GO,
+            NBD_OPT_STRUCTURED_REPLY,
+            99,
+        ] {
+            let data = if code == NBD_OPT_INFO || code == NBD_OPT_GO {
+                go_data("mem")
+            } else {
+                Vec::new()
+            };
+            let replies = ask(&mut plain, code, &data);
+            assert_eq!(final_reply(&replies), NBD_REP_ERR_TLS_REQD, "option {code}");
+        }
+        let replies = ask(&mut plain, NBD_OPT_STARTTLS, b"x");
+        assert_eq!(final_reply(&replies), NBD_REP_ERR_INVALID);
+        let mut secure = upgrade(plain, client_config(&pki.ca_pem, None)).unwrap();
+        // Over TLS: no more TLS_REQD, a second STARTTLS is invalid.
+        let replies = ask(&mut secure, NBD_OPT_STARTTLS, &[]);
+        assert_eq!(final_reply(&replies), NBD_REP_ERR_INVALID);
+        let replies = ask(&mut secure, NBD_OPT_LIST, &[]);
+        assert_eq!(replies[0].0, NBD_REP_SERVER);
+        assert_eq!(final_reply(&replies), NBD_REP_ACK);
+        exercise_transmission(&mut secure, &server, 3 + workers as u64);
+        assert!(
+            server.logs.warnings().is_empty(),
+            "{:?}",
+            server.logs.warnings()
+        );
+    }
+}
+
+#[test]
+fn export_name_before_starttls_closes_a_tls_only_server() {
+    let pki = Pki::new();
+    let server = pki.server(TlsMode::Require, false, 0);
+    let mut plain = greet(&server);
+    plain
+        .write_all(&option(NBD_OPT_EXPORT_NAME, b"mem"))
+        .unwrap();
+    let mut rest = Vec::new();
+    let _ = plain.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "the server answered: {rest:?}");
+}
+
+#[test]
+fn optional_tls_serves_plain_and_tls_clients() {
+    let pki = Pki::new();
+    let server = pki.server(TlsMode::Optional, false, 0);
+    let mut plain = server.connect();
+    plain.write(0, &[9; 4096], false).unwrap();
+    let mut secure = upgrade(greet(&server), client_config(&pki.ca_pem, None)).unwrap();
+    exercise_transmission(&mut secure, &server, 7);
+    let mut back = [0u8; 4096];
+    plain.read(0, &mut back).unwrap();
+    assert_eq!(back, [9; 4096]);
+    plain.disconnect().unwrap();
+}
+
+#[test]
+fn starttls_without_tls_configured_is_refused_by_policy() {
+    let server = TestServer::start(1 << 16);
+    let mut plain = greet(&server);
+    let replies = ask(&mut plain, NBD_OPT_STARTTLS, &[]);
+    assert_eq!(final_reply(&replies), NBD_REP_ERR_POLICY);
+    // The connection goes on in plain text.
+    let replies = ask(&mut plain, NBD_OPT_GO, &go_data("mem"));
+    assert_eq!(final_reply(&replies), NBD_REP_ACK);
+}
+
+#[test]
+fn options_negotiated_before_starttls_are_forgotten() {
+    let pki = Pki::new();
+    let server = pki.server(TlsMode::Optional, false, 0);
+    let mut plain = greet(&server);
+    assert_eq!(
+        final_reply(&ask(&mut plain, NBD_OPT_STRUCTURED_REPLY, &[])),
+        NBD_REP_ACK
+    );
+    let mut secure = upgrade(plain, client_config(&pki.ca_pem, None)).unwrap();
+    let mut query = (3u32).to_be_bytes().to_vec();
+    query.extend_from_slice(b"mem");
+    query.extend_from_slice(&1u32.to_be_bytes());
+    query.extend_from_slice(&(BASE_ALLOCATION.len() as u32).to_be_bytes());
+    query.extend_from_slice(BASE_ALLOCATION.as_bytes());
+    // Metadata contexts need structured replies, which did not survive.
+    let replies = ask(&mut secure, NBD_OPT_SET_META_CONTEXT, &query);
+    assert_eq!(final_reply(&replies), NBD_REP_ERR_INVALID, "{replies:?}");
+    assert_eq!(
+        final_reply(&ask(&mut secure, NBD_OPT_STRUCTURED_REPLY, &[])),
+        NBD_REP_ACK
+    );
+    let replies = ask(&mut secure, NBD_OPT_SET_META_CONTEXT, &query);
+    assert_eq!(replies[0].0, NBD_REP_META_CONTEXT);
+    assert_eq!(final_reply(&replies), NBD_REP_ACK);
+}
+
+#[test]
+fn bytes_sent_before_the_starttls_reply_end_the_connection() {
+    let pki = Pki::new();
+    let server = pki.server(TlsMode::Require, false, 0);
+    let mut plain = greet(&server);
+    // STARTTLS and a plaintext GO in one write: the GO must not be taken as
+    // if it had come over TLS.
+    let mut bytes = option(NBD_OPT_STARTTLS, &[]);
+    bytes.extend(option(NBD_OPT_GO, &go_data("mem")));
+    plain.write_all(&bytes).unwrap();
+    let mut rest = Vec::new();
+    let _ = plain.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "the server answered {} bytes", rest.len());
+    let warnings = server.logs.warnings();
+    assert!(
+        warnings
+            .iter()
+            .any(|line| line.contains("after NBD_OPT_STARTTLS")),
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn client_certificates_are_checked_when_a_client_ca_is_set() {
+    let pki = Pki::new();
+    let server = pki.server(TlsMode::Require, true, 0);
+    // Signed by the configured CA: served.
+    let config = client_config(
+        &pki.ca_pem,
+        Some((&pki.client_cert_pem, &pki.client_key_pem)),
+    );
+    let mut secure = upgrade(greet(&server), config).unwrap();
+    exercise_transmission(&mut secure, &server, 11);
+    // No certificate, or one from another CA: no session.
+    for identity in [
+        None,
+        Some((
+            pki.stranger_cert_pem.as_str(),
+            pki.stranger_key_pem.as_str(),
+        )),
+    ] {
+        let config = client_config(&pki.ca_pem, identity);
+        let refused = upgrade(greet(&server), config).and_then(|mut stream| {
+            // TLS 1.3 clients finish their side before the server has
+            // checked the certificate; the refusal shows on first use.
+            stream.write_all(&option(NBD_OPT_LIST, &[]))?;
+            stream.flush()?;
+            let mut byte = [0u8; 1];
+            stream.read_exact(&mut byte)
+        });
+        assert!(refused.is_err(), "identity {identity:?} was accepted");
+    }
+    common::wait_for(|| {
+        server
+            .logs
+            .warnings()
+            .iter()
+            .filter(|line| line.contains("TLS ended"))
+            .count()
+            >= 2
+    });
+}
+
+#[test]
+fn a_client_that_does_not_trust_the_server_gets_no_session() {
+    let pki = Pki::new();
+    let server = pki.server(TlsMode::Require, false, 0);
+    let config = client_config(&pki.stranger_ca_pem, None);
+    let error = match upgrade(greet(&server), config) {
+        Ok(_) => panic!("a client with another CA completed the handshake"),
+        Err(error) => error,
+    };
+    assert!(
+        error.to_string().contains("certificate"),
+        "unexpected error: {error}"
+    );
+    common::wait_for(|| {
+        server
+            .logs
+            .warnings()
+            .iter()
+            .any(|line| line.contains("TLS ended"))
+    });
+}
+
+#[test]
+fn shutdown_ends_tls_connections() {
+    let pki = Pki::new();
+    let mut server = pki.server(TlsMode::Require, false, 0);
+    let mut secure = upgrade(greet(&server), client_config(&pki.ca_pem, None)).unwrap();
+    assert_eq!(
+        final_reply(&ask(&mut secure, NBD_OPT_GO, &go_data("mem"))),
+        NBD_REP_ACK
+    );
+    secure.write_all(&request(NBD_CMD_READ, 5, 0, 512)).unwrap();
+    secure.flush().unwrap();
+    assert_eq!(simple_reply(&mut secure), (0, 5));
+    let mut data = [0u8; 512];
+    secure.read_exact(&mut data).unwrap();
+    server.handle.take().unwrap().shutdown();
+    let mut rest = Vec::new();
+    let _ = secure.read_to_end(&mut rest);
+    assert!(rest.is_empty());
+    assert_eq!(server.server.stats().connections_active, 0);
+}
+
+#[test]
+fn load_errors_name_the_file_and_the_problem() {
+    let pki = Pki::new();
+    let files = pki.files(false);
+    let missing = TlsFiles {
+        certificate: pki.path("nope.pem"),
+        ..files.clone()
+    };
+    let message = TlsServer::load(&missing, TlsMode::Require)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("nope.pem") && message.contains("cannot read"),
+        "{message}"
+    );
+
+    std::fs::write(pki.path("empty.pem"), "not a certificate\n").unwrap();
+    let empty = TlsFiles {
+        certificate: pki.path("empty.pem"),
+        ..files.clone()
+    };
+    let message = TlsServer::load(&empty, TlsMode::Require)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("empty.pem") && message.contains("CERTIFICATE"),
+        "{message}"
+    );
+
+    let not_a_key = TlsFiles {
+        key: pki.path("ca-cert.pem"),
+        ..files.clone()
+    };
+    let message = TlsServer::load(&not_a_key, TlsMode::Require)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("ca-cert.pem") && message.contains("private key"),
+        "{message}"
+    );
+
+    std::fs::write(pki.path("other-key.pem"), pki.client_key_pem.as_str()).unwrap();
+    let mismatched = TlsFiles {
+        key: pki.path("other-key.pem"),
+        ..files.clone()
+    };
+    let message = TlsServer::load(&mismatched, TlsMode::Require)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("server-cert.pem") && message.contains("other-key.pem"),
+        "{message}"
+    );
+
+    let bad_ca = TlsFiles {
+        client_ca: Some(pki.path("empty.pem")),
+        ..files
+    };
+    let message = TlsServer::load(&bad_ca, TlsMode::Require)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("empty.pem") && message.contains("client CA"),
+        "{message}"
+    );
+}
