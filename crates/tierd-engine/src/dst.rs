@@ -7,7 +7,10 @@
 //! runs it single-threaded on [`CrashDisk`]s and memory tiers with a
 //! [`ManualClock`]. Faults: crashes (unflushed sectors survive or not, at
 //! random), EIO on reads and writes, slow devices, a fast tier that goes away
-//! for a while, damaged journals.
+//! for a while (marked unavailable in the volume while gone), damaged
+//! journals, a crash inside a move's journal append (torn record, through
+//! [`crate::meta::MetaFaults`]), and a full metadata device (the append fails
+//! with ENOSPC after a short write; the run goes on).
 //!
 //! The checker keeps, for every 512-byte sector, the set of values a read may
 //! return now and the set it may return after a crash:
@@ -16,11 +19,21 @@
 //! - after a crash and restart, every sector holds a value in the "crash" set
 //!   (what was flushed or FUA-written, or anything written after that — never
 //!   bytes that were never written there);
-//! - after a restart the placement equals the placement of the last finished
-//!   (journaled) move;
-//! - a damaged journal stops the restart with the file and byte offset.
+//! - after a restart the placement equals the placement of the last move
+//!   whose journal append succeeded; a move whose append failed (torn or
+//!   ENOSPC) never flipped; the restart drops a torn last record exactly when
+//!   the process died inside an append (never refuses it, never finds one
+//!   otherwise);
+//! - a damaged journal stops the restart with the file and byte offset;
+//! - while a tier is gone (when it goes, and at random times): every segment
+//!   on it reads back allowed data (served from a current home copy) or
+//!   fails, and fails exactly when `Volume::unavailable_ranges` names it;
+//!   every range names a gone tier and covers whole segments placed there;
+//!   with no tier gone, no range is reported;
+//! - after a failed (ENOSPC) append the segment still reads back correctly.
 //!
 //! Same seed, same run: [`run_seed`] returns a digest of the final state.
+//! Fault kinds and check counts go to [`DstReport::faults`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -29,13 +42,13 @@ use std::sync::Arc;
 use serde::Serialize;
 use tierd_common::clock::{Clock, ManualClock};
 use tierd_common::rng::{Rng, SeededRng};
-use tierd_policy::{PolicyConfig, PolicyKind};
+use tierd_policy::{PolicyConfig, PolicyKind, TierId};
 
 use crate::device::crash::{CrashDisk, SECTOR_BYTES};
 use crate::device::fault::{FaultConfig, FaultDevice};
 use crate::device::memory::MemoryDevice;
 use crate::device::BlockDevice;
-use crate::meta::MetaStore;
+use crate::meta::{AppendFault, MetaStore};
 use crate::volume::{StepOutcome, TierSpec, Volume, VolumeOptions};
 
 /// What a seed derived (printed at start so a failure can be read).
@@ -59,6 +72,13 @@ pub struct DstConfig {
     /// virtual time, so periods and move timings stretch).
     pub delay_probability: f64,
     pub delay_ns: u64,
+    /// Per migration step: arm a torn journal append (the process dies
+    /// part-way through a move's `Place` record), drive the move into it and
+    /// crash there.
+    pub torn_append_probability: f64,
+    /// Per migration step: arm "the metadata device is full" for the next
+    /// journal append and keep running.
+    pub full_meta_probability: f64,
 }
 
 /// One seed's outcome.
@@ -134,6 +154,13 @@ struct Tier {
 struct Run {
     config: DstConfig,
     rng: SeededRng,
+    /// Draws for the faults added after the first recorded campaigns
+    /// (metadata faults, lost-tier sweeps): a separate stream, so the
+    /// workload `rng` draws stays what it was for seeds without them.
+    fault_rng: SeededRng,
+    /// Placement as of the last move whose journal append succeeded (what a
+    /// restart must come back with).
+    durable_placement: Vec<TierId>,
     clock: Arc<ManualClock>,
     tiers: Vec<Tier>,
     meta_dir: PathBuf,
@@ -180,6 +207,9 @@ pub fn derive_config(seed: u64, steps: u32) -> DstConfig {
         // same configuration otherwise.
         delay_probability: if rng.below(4) == 0 { 0.05 } else { 0.0 },
         delay_ns: 50_000_000,
+        // Drawn after every field above, for the same reason.
+        torn_append_probability: if rng.below(3) == 0 { 0.05 } else { 0.0 },
+        full_meta_probability: if rng.below(3) == 0 { 0.05 } else { 0.0 },
     }
 }
 
@@ -234,6 +264,8 @@ impl Run {
         let sector_count = u64::from(config.segments) * config.segment_bytes / SECTOR_BYTES;
         Run {
             rng,
+            fault_rng: SeededRng::new(config.seed).derive(3),
+            durable_placement: Vec::new(),
             clock,
             tiers,
             meta_dir,
@@ -259,7 +291,8 @@ impl Run {
         *self.report.faults.entry(kind.to_string()).or_insert(0) += 1;
     }
 
-    fn open(&self) -> Result<Volume, String> {
+    /// Opens the volume (faults off for recovery); returns its recovery notes.
+    fn open(&self) -> Result<(Volume, Vec<String>), String> {
         let specs = self
             .tiers
             .iter()
@@ -282,7 +315,7 @@ impl Run {
         let clock: Arc<dyn Clock> = self.clock.clone();
         // Recovery reads must not see injected faults.
         self.set_faults(false);
-        let opened = Volume::open(options, specs, &self.meta_dir, clock).map(|(volume, _)| volume);
+        let opened = Volume::open(options, specs, &self.meta_dir, clock);
         self.set_faults(true);
         opened.map_err(|error| error.to_string())
     }
@@ -324,20 +357,219 @@ impl Run {
                 self.count("read_errors_surfaced");
                 Ok(())
             }
+            Ok(()) => self.check_sectors(offset, &buffer),
+        }
+    }
+
+    /// Every sector of `buffer` (read at `offset`) holds a value a read may
+    /// return now.
+    fn check_sectors(&self, offset: u64, buffer: &[u8]) -> Result<(), String> {
+        for (index, bytes) in buffer.chunks(SECTOR_BYTES as usize).enumerate() {
+            let sector = offset / SECTOR_BYTES + index as u64;
+            let id = decode_sector(sector, bytes)?;
+            let allowed = &self.sectors[sector as usize].now;
+            if !allowed.contains(&id) {
+                return Err(format!(
+                    "read of sector {sector} returned write {id}, expected one of {allowed:?}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads all of `segment` with the random faults off (gone tiers stay
+    /// gone): `Ok(true)` when every sector holds an allowed value, `Ok(false)`
+    /// when the read failed, `Err` for wrong data.
+    fn read_segment(&mut self, volume: &Volume, segment: u32) -> Result<bool, String> {
+        let offset = u64::from(segment) * self.config.segment_bytes;
+        let mut buffer = vec![0u8; self.config.segment_bytes as usize];
+        self.set_faults(false);
+        let result = volume.read(offset, &mut buffer);
+        self.set_faults(true);
+        match result {
             Ok(()) => {
-                for (index, bytes) in buffer.chunks(SECTOR_BYTES as usize).enumerate() {
-                    let sector = offset / SECTOR_BYTES + index as u64;
-                    let id = decode_sector(sector, bytes)?;
-                    let allowed = &self.sectors[sector as usize].now;
-                    if !allowed.contains(&id) {
+                self.check_sectors(offset, &buffer)?;
+                Ok(true)
+            }
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// The lost-tier report. While tiers are gone (and marked unavailable):
+    /// every unavailable range names a gone tier and covers exactly whole
+    /// segments placed there; every segment on a gone tier either reads back
+    /// allowed data (its home copy is current, home serves it) or fails, and
+    /// it fails exactly when a range names it — never wrong data, never an
+    /// unreported loss, never a false report. With no tier gone, nothing is
+    /// reported.
+    fn check_lost_tiers(&mut self, volume: &Volume) -> Result<(), String> {
+        let ranges = volume.unavailable_ranges();
+        let placement = volume.placement();
+        let gone: Vec<bool> = self
+            .tiers
+            .iter()
+            .map(|tier| tier.faults.is_gone())
+            .collect();
+        let segment_bytes = self.config.segment_bytes;
+        for range in &ranges {
+            let Some(tier) = self.tiers.iter().position(|tier| tier.name == range.tier) else {
+                return Err(format!(
+                    "unavailable range {range:?} names no tier of the stack"
+                ));
+            };
+            if !gone[tier] {
+                return Err(format!(
+                    "unavailable range {range:?} names tier {} which is not gone",
+                    range.tier
+                ));
+            }
+            let whole_segments = range.first_segment <= range.last_segment
+                && range.offset_bytes == u64::from(range.first_segment) * segment_bytes
+                && range.length_bytes
+                    == u64::from(range.last_segment - range.first_segment + 1) * segment_bytes;
+            if !whole_segments {
+                return Err(format!(
+                    "unavailable range {range:?} does not match its segments"
+                ));
+            }
+            for segment in range.first_segment..=range.last_segment {
+                if placement[segment as usize] as usize != tier {
+                    return Err(format!(
+                        "unavailable range {range:?} covers segment {segment}, which is on tier {}",
+                        self.tiers[placement[segment as usize] as usize].name
+                    ));
+                }
+            }
+        }
+        if !gone.contains(&true) {
+            return Ok(());
+        }
+        self.count("lost_tier_sweeps");
+        for segment in 0..self.config.segments {
+            let tier = placement[segment as usize] as usize;
+            if !gone[tier] {
+                continue;
+            }
+            let name = self.tiers[tier].name.clone();
+            let reported = ranges.iter().any(|range| {
+                range.tier == name && (range.first_segment..=range.last_segment).contains(&segment)
+            });
+            let served = self.read_segment(volume, segment)?;
+            match (served, reported) {
+                (true, false) => self.count("lost_tier_segments_served_from_home"),
+                (false, true) => self.count("lost_tier_segments_reported"),
+                (true, true) => {
+                    return Err(format!(
+                        "segment {segment} on lost tier {name} is reported unavailable, yet a read was served"
+                    ))
+                }
+                (false, false) => {
+                    return Err(format!(
+                        "segment {segment} on lost tier {name} cannot be read, and no unavailable range reports it"
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One migration step with the journal-fault checks: returns the
+    /// outcome and the armed journal fault that fired in it, if any. A fired
+    /// fault must fail the move (no flip; placement unchanged).
+    fn copy_step(&mut self, volume: &Volume) -> Result<(StepOutcome, Option<AppendFault>), String> {
+        let faults = volume.meta_faults();
+        let armed = faults.armed();
+        let before = volume.placement();
+        let outcome = volume.copy_step();
+        let fired = armed.filter(|_| faults.armed().is_none());
+        match outcome {
+            StepOutcome::Finished { segment } => {
+                if let Some(fault) = fired {
+                    return Err(format!(
+                        "the move of segment {segment} flipped although its journal append failed ({fault:?})"
+                    ));
+                }
+                self.report.moves_completed += 1;
+                self.durable_placement = volume.placement();
+            }
+            StepOutcome::Failed { segment } => {
+                self.count("moves_failed");
+                if let Some(fault) = fired {
+                    let after = volume.placement();
+                    if after != before {
                         return Err(format!(
-                            "read of sector {sector} returned write {id}, expected one of {allowed:?}"
+                            "journal append of segment {segment}'s move failed ({fault:?}) but the placement changed from {before:?} to {after:?}"
                         ));
                     }
                 }
-                Ok(())
+            }
+            StepOutcome::Copied { .. } | StepOutcome::Idle => {
+                if let Some(fault) = fired {
+                    return Err(format!(
+                        "journal fault {fault:?} fired outside a move's finish ({outcome:?})"
+                    ));
+                }
             }
         }
+        Ok((outcome, fired))
+    }
+
+    /// The migration work of one workload step, with the journal faults:
+    /// maybe arms a torn append (then drives moves until one's journal
+    /// append tears, and crashes there) or a full metadata device (then the
+    /// failed move's segment must still read back correctly, and the run
+    /// goes on).
+    fn migrate(&mut self, volume: Volume) -> Result<Volume, String> {
+        let faults = volume.meta_faults();
+        if faults.armed().is_none() {
+            if self.fault_rng.next_f64() < self.config.torn_append_probability {
+                faults.arm(AppendFault::Tear {
+                    after_bytes: 1 + self.fault_rng.below(72) as usize,
+                });
+            } else if self.fault_rng.next_f64() < self.config.full_meta_probability {
+                faults.arm(AppendFault::NoSpace {
+                    written_bytes: self.fault_rng.below(72) as usize,
+                });
+            }
+        }
+        let steps = 1 + self.rng.below(6);
+        let tearing = matches!(faults.armed(), Some(AppendFault::Tear { .. }));
+        // A torn append drives moves until one reaches its journal append
+        // (bounded: the queue runs dry long before).
+        let limit = if tearing { 10_000 } else { steps };
+        for _ in 0..limit {
+            let (outcome, fired) = self.copy_step(&volume)?;
+            match fired {
+                Some(AppendFault::Tear { .. }) => {
+                    self.count("journal_appends_torn");
+                    return self.crash_and_restart(volume, true);
+                }
+                Some(AppendFault::NoSpace { .. }) => {
+                    self.count("journal_appends_failed_enospc");
+                    let StepOutcome::Failed { segment } = outcome else {
+                        return Err(format!(
+                            "a failed journal append ended its step as {outcome:?}"
+                        ));
+                    };
+                    let tier = volume.placement()[segment as usize] as usize;
+                    if !self.read_segment(&volume, segment)? && !self.tiers[tier].faults.is_gone() {
+                        return Err(format!(
+                            "after its move's journal append failed (ENOSPC), segment {segment} on {} cannot be read",
+                            self.tiers[tier].name
+                        ));
+                    }
+                }
+                None => {}
+            }
+            if outcome == StepOutcome::Idle {
+                break;
+            }
+        }
+        if tearing {
+            // No move reached its journal append.
+            faults.disarm();
+        }
+        Ok(volume)
     }
 
     fn write(&mut self, volume: &Volume, kind: u64) {
@@ -390,8 +622,16 @@ impl Run {
     }
 
     /// Crash, maybe damage the journal, restart, and check everything.
-    fn crash_and_restart(&mut self, volume: Volume) -> Result<Volume, String> {
+    /// `torn_append` says the process died inside a journal append, so the
+    /// restart must drop a torn last record (and must not otherwise).
+    fn crash_and_restart(&mut self, volume: Volume, torn_append: bool) -> Result<Volume, String> {
         let placement_before = volume.placement();
+        if placement_before != self.durable_placement {
+            return Err(format!(
+                "placement {placement_before:?} differs from the last journaled one {:?}",
+                self.durable_placement
+            ));
+        }
         drop(volume);
         self.count("crashes");
         for tier in &self.tiers {
@@ -437,7 +677,20 @@ impl Run {
                 std::fs::write(&journal, damaged).map_err(|error| error.to_string())?;
             }
         }
-        let volume = self.open()?;
+        let (volume, notes) = self.open()?;
+        let dropped_tail = notes
+            .iter()
+            .any(|note| note.contains("journal") && note.contains("dropped"));
+        if torn_append && !dropped_tail {
+            return Err(format!(
+                "the process died inside a journal append but the restart dropped no torn record (notes: {notes:?})"
+            ));
+        }
+        if !torn_append && dropped_tail {
+            return Err(format!(
+                "the restart dropped a torn journal record though no append was cut short by a crash (notes: {notes:?})"
+            ));
+        }
         let placement_after = volume.placement();
         if placement_after != placement_before {
             return Err(format!(
@@ -495,7 +748,8 @@ impl Run {
     }
 
     fn run(&mut self) -> Result<Volume, String> {
-        let mut volume = self.open()?;
+        let (mut volume, _) = self.open()?;
+        self.durable_placement = volume.placement();
         for step in 0..self.config.steps {
             self.report.operations += 1;
             if self.rng.below(50) == 0 {
@@ -518,15 +772,7 @@ impl Run {
                         .request_move(segment, to, "dst")
                         .map_err(|error| error.to_string())?;
                 }
-                83..=94 => {
-                    for _ in 0..1 + self.rng.below(6) {
-                        match volume.copy_step() {
-                            StepOutcome::Finished { .. } => self.report.moves_completed += 1,
-                            StepOutcome::Failed { .. } => self.count("moves_failed"),
-                            _ => {}
-                        }
-                    }
-                }
+                83..=94 => volume = self.migrate(volume)?,
                 95..=97 => {
                     self.clock.advance_ns(400_000_000);
                     volume.tick().map_err(|error| format!("tick: {error}"))?;
@@ -538,21 +784,36 @@ impl Run {
                         let tier = self.rng.below(self.tiers.len() as u64 - 1) as usize;
                         let gone = !self.tiers[tier].faults.is_gone();
                         self.tiers[tier].faults.set_gone(gone);
+                        // The operator (or the server's own detection)
+                        // marks it, so status reports what it held.
+                        if !volume.set_tier_unavailable(&self.tiers[tier].name, gone) {
+                            return Err(format!(
+                                "the volume has no tier {}",
+                                self.tiers[tier].name
+                            ));
+                        }
                         if gone {
                             self.count("tier_outages");
                         }
+                        self.check_lost_tiers(&volume)?;
                     }
                 }
             }
+            let tier_gone = self.tiers.iter().any(|tier| tier.faults.is_gone());
+            if tier_gone && self.fault_rng.below(16) == 0 {
+                self.check_lost_tiers(&volume)?;
+            }
             if step > 0 && self.rng.next_f64() < self.config.crash_probability {
-                volume = self.crash_and_restart(volume)?;
+                volume = self.crash_and_restart(volume, false)?;
             }
         }
         for tier in &self.tiers {
             tier.faults.set_gone(false);
+            volume.set_tier_unavailable(&tier.name, false);
         }
+        self.check_lost_tiers(&volume)?;
         // A final crash checks what the last flush promised.
-        self.crash_and_restart(volume)
+        self.crash_and_restart(volume, false)
     }
 }
 

@@ -20,10 +20,18 @@
 //! checkpoint, or a journal newer than its checkpoint is corruption: opening
 //! fails with the path and byte offset, and the server refuses to start
 //! rather than guess.
+//!
+//! Fault injection: [`MetaFaults`] (from [`MetaStore::faults`], or
+//! `Volume::meta_faults`) arms one fault for the next journal append — the
+//! process dying part-way through it ([`AppendFault::Tear`]) or a full
+//! metadata device ([`AppendFault::NoSpace`]). It is an ordinary, always
+//! compiled handle, used by the deterministic simulation tests; nothing
+//! fires unless a caller arms it.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use tierd_policy::view::{PeriodStats, SegmentId, TierId};
@@ -120,6 +128,54 @@ pub struct Recovered {
     pub notes: Vec<String>,
 }
 
+/// A fault for the next journal append (see [`MetaFaults`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum AppendFault {
+    /// The process dies during the append: the first `after_bytes` bytes of
+    /// the record (at most its length − 1) reach the file, then the append
+    /// fails and the store is dead — every later append and checkpoint
+    /// fails, as nothing more would be written by a dead process. The caller
+    /// must treat the process as crashed (drop the volume and reopen).
+    Tear { after_bytes: usize },
+    /// The metadata device is full: the first `written_bytes` bytes of the
+    /// record (at most its length − 1) reach the file, as a short write
+    /// does when space runs out, then the append fails with ENOSPC. The
+    /// store stays usable.
+    NoSpace { written_bytes: usize },
+}
+
+/// Deterministic fault injection for one [`MetaStore`]'s journal appends.
+/// Clones share the same state. An armed fault fires on the next
+/// [`MetaStore::append`] and is then disarmed; nothing fires unless armed.
+#[derive(Clone, Debug, Default)]
+pub struct MetaFaults {
+    armed: Arc<Mutex<Option<AppendFault>>>,
+}
+
+impl MetaFaults {
+    /// Arms `fault` for the next append (replacing one already armed).
+    pub fn arm(&self, fault: AppendFault) {
+        *self.lock() = Some(fault);
+    }
+
+    /// Disarms and returns the armed fault, if any.
+    pub fn disarm(&self) -> Option<AppendFault> {
+        self.lock().take()
+    }
+
+    /// The fault waiting for the next append (`None` once it fired).
+    pub fn armed(&self) -> Option<AppendFault> {
+        *self.lock()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<AppendFault>> {
+        // An Option is valid whatever a panicking holder did.
+        self.armed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
 /// One volume's metadata directory.
 #[derive(Debug)]
 pub struct MetaStore {
@@ -127,6 +183,13 @@ pub struct MetaStore {
     generation: u64,
     journal: File,
     journal_bytes: u64,
+    faults: MetaFaults,
+    /// Set when an injected [`AppendFault::Tear`] "killed the process":
+    /// every later write fails.
+    dead: bool,
+    /// A failed append left bytes that could not be cut off again: appends
+    /// refuse until a checkpoint starts a fresh journal.
+    stale_tail: bool,
 }
 
 fn io_error(path: &Path, what: &'static str, source: std::io::Error) -> MetaError {
@@ -431,6 +494,9 @@ impl MetaStore {
                 generation,
                 journal,
                 journal_bytes,
+                faults: MetaFaults::default(),
+                dead: false,
+                stale_tail: false,
             },
             recovered,
         ))
@@ -459,14 +525,78 @@ impl MetaStore {
         self.journal_bytes
     }
 
-    /// Appends `record` and makes it durable before returning.
+    /// The fault-injection handle of this store (shared with clones).
+    pub fn faults(&self) -> MetaFaults {
+        self.faults.clone()
+    }
+
+    fn refuse_if_dead(&self, what: &'static str) -> Result<(), MetaError> {
+        if self.dead {
+            return Err(io_error(
+                &self.dir,
+                what,
+                std::io::Error::other(
+                    "the process died in an earlier journal append (injected torn append); reopen to recover",
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Appends `record` and makes it durable before returning. When it
+    /// fails, the journal is cut back to its last good record (the caller
+    /// treats the change as not made, so no part of it may stay: a later
+    /// record written after a partial one would make recovery refuse the
+    /// journal, and a whole record whose fsync failed could be replayed).
+    /// If even that fails, appends refuse until the next checkpoint.
     pub fn append(&mut self, record: &Record) -> Result<(), MetaError> {
-        let bytes = encode_record(record);
+        self.refuse_if_dead("appending a record")?;
         let path = Self::journal_path(&self.dir);
-        self.journal
-            .write_all(&bytes)
-            .and_then(|()| self.journal.sync_data())
-            .map_err(|error| io_error(&path, "appending a record", error))?;
+        if self.stale_tail {
+            return Err(io_error(
+                &path,
+                "appending a record",
+                std::io::Error::other(
+                    "an earlier failed append could not be cut off; the next checkpoint starts a fresh journal",
+                ),
+            ));
+        }
+        let bytes = encode_record(record);
+        let written = match self.faults.disarm() {
+            None => self
+                .journal
+                .write_all(&bytes)
+                .and_then(|()| self.journal.sync_data()),
+            Some(AppendFault::Tear { after_bytes }) => {
+                let cut = after_bytes.min(bytes.len() - 1);
+                let _ = self.journal.write_all(&bytes[..cut]);
+                self.dead = true;
+                return Err(io_error(
+                    &path,
+                    "appending a record",
+                    std::io::Error::other(format!(
+                        "injected: the process died after {cut} of the record's {} bytes",
+                        bytes.len()
+                    )),
+                ));
+            }
+            Some(AppendFault::NoSpace { written_bytes }) => {
+                let cut = written_bytes.min(bytes.len() - 1);
+                self.journal
+                    .write_all(&bytes[..cut])
+                    .and_then(|()| Err(std::io::Error::from_raw_os_error(libc::ENOSPC)))
+            }
+        };
+        if let Err(error) = written {
+            let cut_back = self
+                .journal
+                .set_len(self.journal_bytes)
+                .and_then(|()| self.journal.sync_data());
+            if cut_back.is_err() {
+                self.stale_tail = true;
+            }
+            return Err(io_error(&path, "appending a record", error));
+        }
         self.journal_bytes += bytes.len() as u64;
         Ok(())
     }
@@ -474,6 +604,7 @@ impl MetaStore {
     /// Writes `checkpoint` atomically as the next generation and starts an
     /// empty journal for it.
     pub fn write_checkpoint(&mut self, checkpoint: &Checkpoint) -> Result<(), MetaError> {
+        self.refuse_if_dead("writing a checkpoint")?;
         let next_generation = self.generation + 1;
         let payload = serde_json::to_vec(checkpoint).expect("checkpoints always serialise");
         let mut bytes = Vec::with_capacity(CHECKPOINT_HEADER_BYTES + payload.len());
@@ -503,6 +634,7 @@ impl MetaStore {
             .map_err(|error| io_error(&journal_path, "opening for append", error))?;
         self.journal_bytes = JOURNAL_HEADER_BYTES as u64;
         self.generation = next_generation;
+        self.stale_tail = false;
         Ok(())
     }
 }
@@ -600,6 +732,59 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("checksum"), "{text}");
+    }
+
+    /// Regression (found by DST, seeds 197 and 200): a journal append that
+    /// failed part-way (a short write on a full device) left its bytes in
+    /// the file; the next append landed after them and the restart refused
+    /// the journal as corrupt (or dropped a "torn" tail nobody tore).
+    #[test]
+    fn failed_append_leaves_no_partial_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = MetaStore::open(dir.path()).unwrap();
+        store.append(&place(1, 0, 0)).unwrap();
+        let good_bytes = store.journal_bytes();
+        for written_bytes in [0, 3, 11, 1000] {
+            store.faults().arm(AppendFault::NoSpace { written_bytes });
+            let error = store.append(&place(2, 0, 1)).unwrap_err();
+            assert!(error.to_string().contains("appending"), "{error}");
+            assert_eq!(store.faults().armed(), None, "the fault fires once");
+            assert_eq!(store.journal_bytes(), good_bytes);
+            assert_eq!(
+                fs::metadata(MetaStore::journal_path(dir.path()))
+                    .unwrap()
+                    .len(),
+                good_bytes,
+                "{written_bytes} bytes of the failed record were left"
+            );
+        }
+        store.append(&place(3, 0, 2)).unwrap();
+        drop(store);
+        let (_, recovered) = MetaStore::open(dir.path()).unwrap();
+        assert_eq!(recovered.records, vec![place(1, 0, 0), place(3, 0, 2)]);
+        assert!(recovered.notes.is_empty(), "{:?}", recovered.notes);
+    }
+
+    #[test]
+    fn torn_append_kills_the_store_and_is_dropped_at_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = MetaStore::open(dir.path()).unwrap();
+        store.append(&place(1, 0, 0)).unwrap();
+        store.faults().arm(AppendFault::Tear { after_bytes: 20 });
+        assert!(store.append(&place(2, 0, 1)).is_err());
+        // The process is dead: nothing more reaches the files.
+        assert!(store.append(&place(3, 0, 2)).is_err());
+        assert!(store.write_checkpoint(&checkpoint(4)).is_err());
+        drop(store);
+        let (_, recovered) = MetaStore::open(dir.path()).unwrap();
+        assert!(recovered.checkpoint.is_none());
+        assert_eq!(recovered.records, vec![place(1, 0, 0)]);
+        assert_eq!(recovered.notes.len(), 1, "{:?}", recovered.notes);
+        assert!(
+            recovered.notes[0].contains("dropped"),
+            "{:?}",
+            recovered.notes
+        );
     }
 
     #[test]

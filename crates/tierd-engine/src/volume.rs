@@ -35,7 +35,7 @@ use tierd_policy::view::{MigrationStats, TierInfo};
 use tierd_policy::{build_policy, Move, MoveReason, Policy, PolicyConfig, SegmentId, TierId, View};
 
 use crate::device::{BlockDevice, DeviceError, DeviceStats};
-use crate::meta::{Checkpoint, Location, MetaError, MetaStore, MoveRecord, Record};
+use crate::meta::{Checkpoint, Location, MetaError, MetaFaults, MetaStore, MoveRecord, Record};
 
 /// How many finished moves `status` lists.
 const RECENT_MOVES: usize = 64;
@@ -575,6 +575,12 @@ impl Volume {
 
     fn entry(&self, segment: SegmentId) -> Entry {
         *self.entries[segment as usize].read().expect("entry lock")
+    }
+
+    /// The metadata store's fault-injection handle (journal appends; see
+    /// [`MetaFaults`]). Nothing fires unless a caller arms it.
+    pub fn meta_faults(&self) -> MetaFaults {
+        self.meta.lock().expect("meta lock").faults()
     }
 
     /// Current tier of every segment.

@@ -3,6 +3,8 @@
 //! (`tierd_engine::dst`). `TIERD_SEED=N` runs one seed; `TIERD_DST_SEEDS=N`
 //! changes how many.
 
+use std::collections::BTreeMap;
+
 use tierd_engine::dst::run_seed;
 
 const STEPS: u32 = 600;
@@ -21,11 +23,13 @@ fn seeds_hold_every_invariant() {
         }
     };
     let mut failures = Vec::new();
-    let mut crashes = 0;
+    let mut faults: BTreeMap<String, u64> = BTreeMap::new();
     let mut moves = 0;
     for seed in &seeds {
         let (config, report) = run_seed(*seed, STEPS, scratch.path());
-        crashes += report.faults.get("crashes").copied().unwrap_or(0);
+        for (kind, count) in &report.faults {
+            *faults.entry(kind.clone()).or_insert(0) += count;
+        }
         moves += report.moves_completed;
         if let Some(failure) = &report.failure {
             failures.push(format!(
@@ -34,16 +38,30 @@ fn seeds_hold_every_invariant() {
             ));
         }
     }
+    let count = |kind: &str| faults.get(kind).copied().unwrap_or(0);
     println!(
-        "{} seeds, {crashes} crashes, {moves} moves completed, {} failures",
+        "{} seeds, {moves} moves completed, {} failures, faults {faults:?}",
         seeds.len(),
         failures.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    // The campaign must really exercise crashes and moves.
+    // The campaign must really exercise crashes, moves and every fault the
+    // checker has assertions for.
     if seeds.len() >= 50 {
+        let crashes = count("crashes");
         assert!(crashes >= seeds.len() as u64, "too few crashes: {crashes}");
         assert!(moves >= seeds.len() as u64, "too few moves: {moves}");
+        for kind in [
+            "journal_corruptions",
+            "journal_appends_torn",
+            "journal_appends_failed_enospc",
+            "tier_outages",
+            "lost_tier_segments_reported",
+            "lost_tier_segments_served_from_home",
+            "unflushed_sectors_lost",
+        ] {
+            assert!(count(kind) > 0, "no {kind} in {faults:?}");
+        }
     }
 }
 
@@ -57,5 +75,28 @@ fn same_seed_same_final_state() {
         assert_eq!(first.digest, second.digest, "seed {seed}");
         assert_eq!(first.faults, second.faults, "seed {seed}");
         assert_ne!(first.digest, 0);
+    }
+}
+
+/// Regression: seeds 197 and 200 failed when a journal append that hit a
+/// full metadata device left part of its record in the file (the next
+/// append landed after it; the restart refused the journal as corrupt, or
+/// dropped a torn tail no crash had made). Fixed in `MetaStore::append`,
+/// which now cuts the journal back to its last good record.
+#[test]
+fn seeds_197_and_200_full_metadata_device() {
+    let scratch = tempfile::tempdir().unwrap();
+    for seed in [197, 200] {
+        let (config, report) = run_seed(seed, STEPS, scratch.path());
+        assert!(config.full_meta_probability > 0.0, "seed {seed}");
+        assert_eq!(report.failure, None, "seed {seed}");
+        assert!(
+            report
+                .faults
+                .get("journal_appends_failed_enospc")
+                .is_some_and(|count| *count > 0),
+            "seed {seed}: {:?}",
+            report.faults
+        );
     }
 }
