@@ -10,6 +10,12 @@
 #          requests run on the connection thread, and direct = true with 4
 #          workers per connection), `nbdkit file` and
 #          `qemu-nbd --cache=none --aio=io_uring` on the same file
+#   tls    the memory-tier volume over plain text and over TLS (rustls,
+#          mode = "require"), and `nbdkit --tls=require memory 256M` (GnuTLS),
+#          all with one throwaway EC P-256 CA + server certificate made with
+#          openssl; fio's libnbd finds the CA in $HOME/.pki/libnbd (fio does
+#          not let a URI name files), so HOME points into the work directory
+#          for this part
 #   stall  fio randrw 4k QD4 on a 1 GiB volume while its one 1 GiB segment
 #          migrates file -> memory and back; fio's clat max / p99.9 against the
 #          same run without a migration
@@ -20,7 +26,7 @@
 # order is reversed every other round, so drift on this shared machine hits
 # all of them alike.
 #
-# Usage:   bench/nbd/compare.sh [mem] [file] [stall]      (default: all three)
+# Usage:   bench/nbd/compare.sh [mem] [file] [tls] [stall]   (default: all four)
 # Env:     ROUNDS (2)  RUNTIME (10)  STALL_RUNTIME (20)
 #          PIN=none|split  (split: servers on CPU 0, fio on CPU 1, via taskset)
 #          CARGO_TARGET_DIR (where the release tierd is built)
@@ -31,7 +37,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(mem file stall)
+[ ${#parts[@]} -gt 0 ] || parts=(mem file tls stall)
 ROUNDS=${ROUNDS:-2}
 RUNTIME=${RUNTIME:-10}
 STALL_RUNTIME=${STALL_RUNTIME:-20}
@@ -322,6 +328,73 @@ stall_run() {
   wait "$fio_pid"
 }
 
+# make_pki DIR: ca-cert.pem, server-cert.pem, server-key.pem (localhost)
+make_pki() {
+  local dir=$1
+  mkdir -p "$dir"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+    -keyout "$dir/ca-key.pem" -out "$dir/ca-cert.pem" -days 2 -subj "/CN=bench CA" \
+    -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+    -keyout "$dir/server-key.pem" -out "$dir/server.csr" -subj "/CN=localhost" 2>/dev/null
+  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n' > "$dir/server.ext"
+  openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca-cert.pem" -CAkey "$dir/ca-key.pem" \
+    -CAcreateserial -out "$dir/server-cert.pem" -days 2 -extfile "$dir/server.ext" 2>/dev/null
+  chmod 600 "$dir"/*-key.pem
+}
+
+part_tls() {
+  command -v openssl >/dev/null || { echo "compare.sh: tls needs openssl" >&2; exit 1; }
+  local pki=$work/home/.pki/libnbd plain_config tls_config saved_home=$HOME
+  make_pki "$pki"
+  export HOME=$work/home
+  plain_config=$(cat <<EOF
+data_dir = "$work/tplain"
+[server]
+listen = ["unix:$work/tplain.sock"]
+[[tier]]
+name = "mem"
+backend = "memory"
+size = "256MiB"
+unsafe_volatile = true
+[[tier]]
+name = "home"
+backend = "file"
+path = "home.img"
+size = "256MiB"
+[[volume]]
+name = "vol0"
+size = "256MiB"
+segment = "64MiB"
+tiers = ["mem", "home"]
+period = "60s"
+[volume.policy]
+kind = "none"
+EOF
+)
+  tls_config=${plain_config//tplain/ttls}
+  tls_config=${tls_config/"[[tier]]"/"[server.tls]
+certificate = \"$pki/server-cert.pem\"
+key = \"$pki/server-key.pem\"
+[[tier]]"}
+  start_tierd tplain "$plain_config"; local tplain=$uri
+  start_tierd ttls "$tls_config"; local ttls=$uri
+  case $ttls in nbds+unix://*) ;; *) echo "compare.sh: tierd did not print an nbds URI: $ttls" >&2; exit 1 ;; esac
+  "${server_cpu[@]}" nbdkit -f -U "$work/ktls.sock" --tls=require --tls-certificates="$pki" memory 256M 2> "$work/ktls.err" &
+  server_pids+=($!)
+  wait_for_socket "$work/ktls.sock"
+  local ktls="nbds+unix:///vol0?socket=$work/ktls.sock"
+  move_all tplain mem 4 0000
+  move_all ttls mem 4 0000
+  for target in "$tplain" "$ttls" "$ktls"; do fill "$target" 256M; done
+  run_group "tierd-tls=$ttls" "nbdkit-tls=$ktls" "tierd-plain=$tplain"
+  echo "### TLS: tierd (rustls) vs nbdkit (GnuTLS), memory, and tierd in plain text"
+  echo
+  summarize nbdkit-tls tierd-tls nbdkit-tls tierd-plain
+  echo
+  export HOME=$saved_home
+}
+
 part_stall() {
   local file=$work/stall.img
   dd if=/dev/urandom of="$file" bs=1M count=1024 status=none
@@ -384,8 +457,9 @@ for part in "${parts[@]}"; do
   case $part in
     mem) part_mem ;;
     file) part_file ;;
+    tls) part_tls ;;
     stall) part_stall ;;
-    *) echo "compare.sh: unknown part $part (mem, file, stall)" >&2; exit 1 ;;
+    *) echo "compare.sh: unknown part $part (mem, file, tls, stall)" >&2; exit 1 ;;
   esac
 done
 echo "raw fio JSON: $RESULTS" >&2

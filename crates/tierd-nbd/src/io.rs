@@ -14,13 +14,24 @@ use crate::proto::{NBD_CMD_WRITE, REQUEST_HEADER_BYTES};
 pub enum Stream {
     Unix(UnixStream),
     Tcp(TcpStream),
+    /// A server-side TLS session run on the caller's thread (one thread
+    /// both reads and writes it, so it cannot be cloned).
+    ServerTls(Box<rustls::StreamOwned<rustls::ServerConnection, Stream>>),
 }
 
 impl Stream {
+    /// A second handle on the same socket. A TLS session has one owner:
+    /// cloning it is `Unsupported`.
     pub fn try_clone(&self) -> io::Result<Stream> {
         Ok(match self {
             Stream::Unix(stream) => Stream::Unix(stream.try_clone()?),
             Stream::Tcp(stream) => Stream::Tcp(stream.try_clone()?),
+            Stream::ServerTls(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "a TLS session cannot be shared between threads",
+                ))
+            }
         })
     }
 
@@ -28,6 +39,7 @@ impl Stream {
         match self {
             Stream::Unix(stream) => stream.shutdown(how),
             Stream::Tcp(stream) => stream.shutdown(how),
+            Stream::ServerTls(tls) => tls.sock.shutdown(how),
         }
     }
 
@@ -35,6 +47,7 @@ impl Stream {
         match self {
             Stream::Unix(stream) => stream.set_nonblocking(nonblocking),
             Stream::Tcp(stream) => stream.set_nonblocking(nonblocking),
+            Stream::ServerTls(tls) => tls.sock.set_nonblocking(nonblocking),
         }
     }
 }
@@ -44,6 +57,7 @@ impl AsRawFd for Stream {
         match self {
             Stream::Unix(stream) => stream.as_raw_fd(),
             Stream::Tcp(stream) => stream.as_raw_fd(),
+            Stream::ServerTls(tls) => tls.sock.as_raw_fd(),
         }
     }
 }
@@ -54,6 +68,13 @@ impl Read for Stream {
         match self {
             Stream::Unix(stream) => stream.read(buf),
             Stream::Tcp(stream) => stream.read(buf),
+            // NBD frames every message, so a peer that closes without
+            // close_notify is just a closed stream here; a cut message is
+            // still caught by whoever was reading it.
+            Stream::ServerTls(tls) => match tls.read(buf) {
+                Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => Ok(0),
+                other => other,
+            },
         }
     }
 }
@@ -64,6 +85,7 @@ impl Write for Stream {
         match self {
             Stream::Unix(stream) => stream.write(buf),
             Stream::Tcp(stream) => stream.write(buf),
+            Stream::ServerTls(tls) => tls.write(buf),
         }
     }
 
@@ -72,11 +94,15 @@ impl Write for Stream {
         match self {
             Stream::Unix(stream) => stream.write_vectored(bufs),
             Stream::Tcp(stream) => stream.write_vectored(bufs),
+            Stream::ServerTls(tls) => tls.write_vectored(bufs),
         }
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        match self {
+            Stream::ServerTls(tls) => tls.flush(),
+            _ => Ok(()),
+        }
     }
 }
 

@@ -763,7 +763,9 @@ fn serve_connection(
                 .counters
                 .handshakes_failed
                 .fetch_add(1, Ordering::Relaxed);
+            let end = tls_failure(shared, id, &stream, end);
             report_end(shared, id, "handshake", end);
+            end_tls(&mut stream);
             let _ = stream.shutdown(Shutdown::Both);
             return;
         }
@@ -774,7 +776,7 @@ fn serve_connection(
             "connection {id}: serving export {:?} (structured replies: {}, TLS: {})",
             shared.exports[session.export_index].name,
             session.structured,
-            tls_relay.is_some()
+            tls_active(&stream, tls_relay)
         ),
     );
     let result = if shared.config.workers_per_connection == 0 {
@@ -784,9 +786,39 @@ fn serve_connection(
     };
     match result {
         Ok(()) => shared.log(LogLevel::Debug, &format!("connection {id}: closed")),
-        Err(end) => report_end(shared, id, "transmission", end),
+        Err(end) => {
+            let end = tls_failure(shared, id, &stream, end);
+            report_end(shared, id, "transmission", end)
+        }
     }
+    end_tls(&mut stream);
     let _ = stream.shutdown(Shutdown::Both);
+}
+
+/// A TLS failure on an in-thread session (bad certificate, bad record) is
+/// logged as a warning, like the relay does; other ends pass through.
+fn tls_failure(shared: &Shared, id: u64, stream: &Stream, end: ConnectionEnd) -> ConnectionEnd {
+    match end {
+        ConnectionEnd::Io(error)
+            if matches!(stream, Stream::ServerTls(_))
+                && error.kind() == io::ErrorKind::InvalidData =>
+        {
+            shared.log(
+                LogLevel::Warn,
+                &format!("connection {id}: TLS ended: {error}"),
+            );
+            ConnectionEnd::Io(error)
+        }
+        other => other,
+    }
+}
+
+/// Sends close_notify on an in-thread TLS session (best effort).
+fn end_tls(stream: &mut Stream) {
+    if let Stream::ServerTls(tls) = stream {
+        tls.conn.send_close_notify();
+        let _ = tls.conn.write_tls(&mut tls.sock);
+    }
 }
 
 fn report_end(shared: &Shared, id: u64, phase: &str, end: ConnectionEnd) {
@@ -894,7 +926,7 @@ fn negotiate(
             .tls
             .as_ref()
             .is_some_and(|tls| tls.mode == TlsMode::Require)
-            && tls_relay.is_none();
+            && !tls_active(stream, tls_relay);
         if tls_required && option != NBD_OPT_STARTTLS && option != NBD_OPT_ABORT {
             if option == NBD_OPT_EXPORT_NAME {
                 // This option cannot be answered with an error: the spec
@@ -928,7 +960,7 @@ fn negotiate(
                     stream.write_all(&reply)?;
                     continue;
                 };
-                if tls_relay.is_some() {
+                if tls_active(stream, tls_relay) {
                     encode_error_reply(
                         &mut reply,
                         option,
@@ -1135,7 +1167,13 @@ fn negotiate(
     )))
 }
 
-/// Hands the socket to a TLS relay and continues on its plaintext end.
+/// True once `NBD_OPT_STARTTLS` succeeded on this connection.
+fn tls_active(stream: &Stream, tls_relay: &Option<JoinHandle<()>>) -> bool {
+    tls_relay.is_some() || matches!(stream, Stream::ServerTls(_))
+}
+
+/// Starts TLS: in this thread for an inline connection, else behind a
+/// relay thread whose plaintext end the connection continues on.
 fn start_tls(
     shared: &Shared,
     tls: &TlsServer,
@@ -1144,6 +1182,13 @@ fn start_tls(
     id: u64,
 ) -> Result<(), ConnectionEnd> {
     let socket = stream.try_clone()?;
+    if shared.config.workers_per_connection == 0 {
+        // One thread reads and writes: the session runs right here, with
+        // no relay hop.
+        *stream = tls.start_in_thread(socket)?;
+        shared.log(LogLevel::Debug, &format!("connection {id}: TLS started"));
+        return Ok(());
+    }
     let logger = shared.config.logger.clone();
     let log = Box::new(move |message: String| {
         logger(

@@ -1,8 +1,11 @@
 //! TLS for the NBD server (`NBD_OPT_STARTTLS`, rustls with the `ring`
 //! provider, X.509 certificates).
 //!
-//! After the server acknowledges `NBD_OPT_STARTTLS`, the connection's socket
-//! is handed to a relay thread that owns the rustls session: it decrypts what
+//! After the server acknowledges `NBD_OPT_STARTTLS`, an inline connection
+//! (one thread reads requests and writes replies) runs the rustls session on
+//! its own thread ([`Stream::ServerTls`]). A connection with worker threads
+//! writes replies from several threads, so its socket is handed to a relay
+//! thread that owns the rustls session: it decrypts what
 //! the client sends and writes the plaintext into one end of a Unix socket
 //! pair, and encrypts what the server writes into the other end. The rest of
 //! the server keeps working on a plain [`Stream`] (the pair end), so the
@@ -176,11 +179,22 @@ impl TlsServer {
         })
     }
 
-    /// Starts TLS on `socket` (the server side; the client's handshake
-    /// follows). Returns the plaintext stream the server continues on and
-    /// the relay thread, which ends when either side closes. `log` receives
-    /// why the session ended when it ended badly (handshake failure, bad
-    /// record, socket error).
+    /// TLS on `socket` run by the calling thread, which must then do all
+    /// reading and writing of the connection itself (the inline server).
+    pub fn start_in_thread(&self, socket: Stream) -> io::Result<Stream> {
+        let session = ServerConnection::new(Arc::clone(&self.config))
+            .map_err(|error| io::Error::other(format!("cannot start a TLS session: {error}")))?;
+        Ok(Stream::ServerTls(Box::new(rustls::StreamOwned::new(
+            session, socket,
+        ))))
+    }
+
+    /// Starts TLS on `socket` behind a relay thread, for servers that read
+    /// and write a connection from different threads (the worker server).
+    /// Returns the plaintext stream the server continues on and the relay
+    /// thread, which ends when either side closes. `log` receives why the
+    /// session ended when it ended badly (handshake failure, bad record,
+    /// socket error).
     pub fn start(
         &self,
         socket: Stream,

@@ -417,42 +417,45 @@ fn bytes_sent_before_the_starttls_reply_end_the_connection() {
 #[test]
 fn client_certificates_are_checked_when_a_client_ca_is_set() {
     let pki = Pki::new();
-    let server = pki.server(TlsMode::Require, true, 0);
-    // Signed by the configured CA: served.
-    let config = client_config(
-        &pki.ca_pem,
-        Some((&pki.client_cert_pem, &pki.client_key_pem)),
-    );
-    let mut secure = upgrade(greet(&server), config).unwrap();
-    exercise_transmission(&mut secure, &server, 11);
-    // No certificate, or one from another CA: no session.
-    for identity in [
-        None,
-        Some((
-            pki.stranger_cert_pem.as_str(),
-            pki.stranger_key_pem.as_str(),
-        )),
-    ] {
-        let config = client_config(&pki.ca_pem, identity);
-        let refused = upgrade(greet(&server), config).and_then(|mut stream| {
-            // TLS 1.3 clients finish their side before the server has
-            // checked the certificate; the refusal shows on first use.
-            stream.write_all(&option(NBD_OPT_LIST, &[]))?;
-            stream.flush()?;
-            let mut byte = [0u8; 1];
-            stream.read_exact(&mut byte)
+    // In-thread sessions (inline) and the relay (workers) alike.
+    for workers in [0, 2] {
+        let server = pki.server(TlsMode::Require, true, workers);
+        // Signed by the configured CA: served.
+        let config = client_config(
+            &pki.ca_pem,
+            Some((&pki.client_cert_pem, &pki.client_key_pem)),
+        );
+        let mut secure = upgrade(greet(&server), config).unwrap();
+        exercise_transmission(&mut secure, &server, 11);
+        // No certificate, or one from another CA: no session.
+        for identity in [
+            None,
+            Some((
+                pki.stranger_cert_pem.as_str(),
+                pki.stranger_key_pem.as_str(),
+            )),
+        ] {
+            let config = client_config(&pki.ca_pem, identity);
+            let refused = upgrade(greet(&server), config).and_then(|mut stream| {
+                // TLS 1.3 clients finish their side before the server has
+                // checked the certificate; the refusal shows on first use.
+                stream.write_all(&option(NBD_OPT_LIST, &[]))?;
+                stream.flush()?;
+                let mut byte = [0u8; 1];
+                stream.read_exact(&mut byte)
+            });
+            assert!(refused.is_err(), "identity {identity:?} was accepted");
+        }
+        common::wait_for(|| {
+            server
+                .logs
+                .warnings()
+                .iter()
+                .filter(|line| line.contains("TLS ended"))
+                .count()
+                >= 2
         });
-        assert!(refused.is_err(), "identity {identity:?} was accepted");
     }
-    common::wait_for(|| {
-        server
-            .logs
-            .warnings()
-            .iter()
-            .filter(|line| line.contains("TLS ended"))
-            .count()
-            >= 2
-    });
 }
 
 #[test]
