@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use clap::Args;
-use tierd_engine::dst::{run_seed, DstReport};
+use tierd_engine::dst::{derive_config, run_seed, DstReport};
 
 use crate::CliError;
 
@@ -45,6 +45,12 @@ pub fn run(args: DstArgs) -> Result<(), CliError> {
         Some(seed) => vec![seed],
         None => (args.first_seed..args.first_seed + args.seeds).collect(),
     };
+    if let Some(seed) = single {
+        // Printed before the run, so a seed that hangs or crashes the
+        // process still shows what it derived.
+        let config = serde_json::to_string(&derive_config(seed, args.steps)).unwrap_or_default();
+        println!("seed {seed}: config {config}");
+    }
     let scratch = std::env::temp_dir().join(format!("tierd-dst-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)
         .map_err(|error| CliError(format!("cannot create {}: {error}", scratch.display())))?;
@@ -90,7 +96,6 @@ pub fn run(args: DstArgs) -> Result<(), CliError> {
             *faults.entry(kind.clone()).or_insert(0) += count;
         }
         if single.is_some() {
-            println!("seed {seed}: config {config}");
             println!("seed {seed}: digest {:016x}", report.digest);
         }
         if let Some(failure) = &report.failure {
