@@ -27,6 +27,12 @@ pub const DEFAULT_TCP_PORT: u16 = 10809;
 /// Option reply data longer than this ends the handshake as a protocol
 /// error.
 const MAX_OPTION_REPLY_BYTES: u32 = 1024 * 1024;
+/// All the replies to one option together (a server streaming replies must
+/// not make the client hold them without bound).
+const MAX_OPTION_REPLIES_TOTAL_BYTES: usize = 16 * 1024 * 1024;
+/// `base:allocation` extents kept for one block status request, over all its
+/// chunks (one maximal chunk's worth).
+const MAX_EXTENTS_PER_REQUEST: usize = 1 << 20;
 /// Largest non-data structured chunk payload accepted (block status of
 /// 2^20 extents, error messages).
 const MAX_METADATA_CHUNK_BYTES: u32 = 4 + 8 * (1 << 20);
@@ -370,10 +376,19 @@ impl Negotiation {
     ) -> Result<Vec<OptionReply>, ClientError> {
         self.send_option(option, data)?;
         let mut replies = Vec::new();
+        let mut total_bytes = 0usize;
         loop {
             let reply = self.read_option_reply(option)?;
             let last =
                 reply.reply_type == NBD_REP_ACK || reply.reply_type & NBD_REP_FLAG_ERROR != 0;
+            total_bytes += reply.data.len();
+            if total_bytes > MAX_OPTION_REPLIES_TOTAL_BYTES {
+                return Err(ClientError::Protocol(format!(
+                    "the replies to option {} ({}) exceed {MAX_OPTION_REPLIES_TOTAL_BYTES} bytes in all",
+                    option,
+                    option_name(option)
+                )));
+            }
             replies.push(reply);
             if last {
                 return Ok(replies);
@@ -947,13 +962,20 @@ impl ClientReceiver {
                     let offset = u64::from_be_bytes(payload[0..8].try_into().unwrap_or_default());
                     let size =
                         u32::from_be_bytes(payload[8..12].try_into().unwrap_or_default()) as u64;
-                    let start = offset.checked_sub(pending.offset_bytes);
-                    match start {
-                        Some(start) if start + size <= u64::from(pending.length_bytes) => {
+                    // Checked arithmetic: the offset is the server's, and
+                    // offset - request offset + size can exceed u64.
+                    let range = offset.checked_sub(pending.offset_bytes).and_then(|start| {
+                        start
+                            .checked_add(size)
+                            .filter(|end| *end <= u64::from(pending.length_bytes))
+                            .map(|end| start as usize..end as usize)
+                    });
+                    match range {
+                        Some(range) => {
                             pending.data.resize(pending.length_bytes as usize, 0);
-                            pending.data[start as usize..(start + size) as usize].fill(0);
+                            pending.data[range].fill(0);
                         }
-                        _ => {
+                        None => {
                             return Err(ClientError::Protocol(
                                 "hole chunk outside the request".into(),
                             ))
@@ -968,6 +990,11 @@ impl ClientReceiver {
                     }
                     let context = u32::from_be_bytes(payload[0..4].try_into().unwrap_or_default());
                     if Some(context) == self.allocation_context_id {
+                        if pending.extents.len() + (length - 4) / 8 > MAX_EXTENTS_PER_REQUEST {
+                            return Err(ClientError::Protocol(format!(
+                                "more than {MAX_EXTENTS_PER_REQUEST} extents for one block status request"
+                            )));
+                        }
                         for descriptor in payload[4..].chunks_exact(8) {
                             pending.extents.push(Extent {
                                 length_bytes: u64::from(u32::from_be_bytes(
@@ -1215,6 +1242,142 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A hostile server on a Unix socket: says `bytes` (its whole side of
+    /// the conversation), half-closes, and drains the client until it hangs
+    /// up.
+    fn hostile_server(
+        bytes: Vec<u8>,
+    ) -> (tempfile::TempDir, NbdTarget, std::thread::JoinHandle<()>) {
+        let directory = tempfile::tempdir().unwrap();
+        let path = directory.path().join("hostile.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut drain = stream.try_clone().unwrap();
+            let drainer = std::thread::spawn(move || {
+                let _ = io::copy(&mut drain, &mut io::sink());
+            });
+            let _ = stream.write_all(&bytes);
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+            let _ = drainer.join();
+        });
+        (directory, NbdTarget::Unix(path), server)
+    }
+
+    fn greeting(out: &mut Vec<u8>) {
+        out.extend_from_slice(&NBD_MAGIC.to_be_bytes());
+        out.extend_from_slice(&NBD_OPTS_MAGIC.to_be_bytes());
+        out.extend_from_slice(&(NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES).to_be_bytes());
+    }
+
+    /// The server's side of `Client::connect` with default options:
+    /// structured replies, `base:allocation` as context 1, then GO.
+    fn handshake() -> Vec<u8> {
+        let mut out = Vec::new();
+        greeting(&mut out);
+        encode_option_reply(&mut out, NBD_OPT_STRUCTURED_REPLY, NBD_REP_ACK, &[]);
+        let mut context = 1u32.to_be_bytes().to_vec();
+        context.extend_from_slice(BASE_ALLOCATION.as_bytes());
+        encode_option_reply(
+            &mut out,
+            NBD_OPT_SET_META_CONTEXT,
+            NBD_REP_META_CONTEXT,
+            &context,
+        );
+        encode_option_reply(&mut out, NBD_OPT_SET_META_CONTEXT, NBD_REP_ACK, &[]);
+        let mut export = NBD_INFO_EXPORT.to_be_bytes().to_vec();
+        export.extend_from_slice(&(1u64 << 20).to_be_bytes());
+        export.extend_from_slice(&NBD_FLAG_HAS_FLAGS.to_be_bytes());
+        encode_option_reply(&mut out, NBD_OPT_GO, NBD_REP_INFO, &export);
+        encode_option_reply(&mut out, NBD_OPT_GO, NBD_REP_ACK, &[]);
+        out
+    }
+
+    fn protocol_message(result: Result<impl std::fmt::Debug, ClientError>) -> String {
+        match result {
+            Err(ClientError::Protocol(message)) => message,
+            other => panic!("expected a protocol error, got {other:?}"),
+        }
+    }
+
+    /// Found by the `nbd_client` fuzz target: a hole at offset u64::MAX
+    /// overflowed `start + size` (a panic with overflow checks, an
+    /// out-of-order slice range without).
+    #[test]
+    fn a_hole_chunk_whose_end_overflows_is_a_protocol_error() {
+        // Against a request at 4096: offset - 4096 + size overflows u64 in
+        // the first two; the last starts before the request.
+        for (offset, size) in [(u64::MAX, 4097u32), (u64::MAX - 4000, u32::MAX), (0, 1)] {
+            let mut bytes = handshake();
+            encode_chunk_header(
+                &mut bytes,
+                NBD_REPLY_FLAG_DONE,
+                NBD_REPLY_TYPE_OFFSET_HOLE,
+                1,
+                12,
+            );
+            bytes.extend_from_slice(&offset.to_be_bytes());
+            bytes.extend_from_slice(&size.to_be_bytes());
+            let (_directory, target, server) = hostile_server(bytes);
+            let mut client = Client::connect(&target, &ConnectOptions::default()).unwrap();
+            let mut buffer = [7u8; 4096];
+            let message = protocol_message(client.read(4096, &mut buffer));
+            assert_eq!(message, "hole chunk outside the request");
+            drop(client);
+            server.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn option_replies_are_bounded_in_total() {
+        let mut bytes = Vec::new();
+        greeting(&mut bytes);
+        // 17 replies of 1 MiB each (the most one reply may carry).
+        let mut data = vec![b'n'; 1 << 20];
+        data[..4].copy_from_slice(&((1u32 << 20) - 4).to_be_bytes());
+        for _ in 0..17 {
+            encode_option_reply(&mut bytes, NBD_OPT_LIST, NBD_REP_SERVER, &data);
+        }
+        encode_option_reply(&mut bytes, NBD_OPT_LIST, NBD_REP_ACK, &[]);
+        let (_directory, target, server) = hostile_server(bytes);
+        let mut negotiation = Negotiation::start(&target).unwrap();
+        let message = protocol_message(negotiation.list());
+        assert!(
+            message.contains("exceed 16777216 bytes in all"),
+            "{message}"
+        );
+        drop(negotiation);
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn block_status_extents_are_bounded_per_request() {
+        let mut bytes = handshake();
+        for (count, flags) in [(MAX_EXTENTS_PER_REQUEST, 0), (1, NBD_REPLY_FLAG_DONE)] {
+            encode_chunk_header(
+                &mut bytes,
+                flags,
+                NBD_REPLY_TYPE_BLOCK_STATUS,
+                1,
+                4 + 8 * count as u32,
+            );
+            bytes.extend_from_slice(&1u32.to_be_bytes());
+            for _ in 0..count {
+                bytes.extend_from_slice(&1u32.to_be_bytes());
+                bytes.extend_from_slice(&0u32.to_be_bytes());
+            }
+        }
+        let (_directory, target, server) = hostile_server(bytes);
+        let mut client = Client::connect(&target, &ConnectOptions::default()).unwrap();
+        let message = protocol_message(client.block_status(0, 1 << 20, false));
+        assert!(
+            message.contains("extents for one block status request"),
+            "{message}"
+        );
+        drop(client);
+        server.join().unwrap();
+    }
 
     #[test]
     fn unix_uris_parse() {
