@@ -4,7 +4,7 @@
 # (-timeout) or memory blow-up (-rss_limit_mb). Prints executions and
 # coverage per target.
 #
-# Usage: fuzz/smoke.sh [SECONDS_PER_TARGET]     (default 15; 7 targets)
+# Usage: fuzz/smoke.sh [SECONDS_PER_TARGET]     (default 15; 9 targets)
 #
 # Works on the stable toolchain: `--sanitizer none` needs no nightly-only
 # compiler flag, and RUSTC_BOOTSTRAP=1 lets cargo-fuzz's `-Z` arguments
@@ -31,7 +31,7 @@ fi
 export RUSTC_BOOTSTRAP=1
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
-# The nbd_server target puts its sockets under TMPDIR.
+# The nbd_server and nbd_client targets put their sockets under TMPDIR.
 export TMPDIR="$scratch"
 
 targets=${FUZZ_TARGETS:-$(cargo fuzz list)}

@@ -9,7 +9,10 @@
 //! mode where the harness computes the checksums, so the fuzzer reaches
 //! the decoding behind them.
 
+pub mod admin_request;
+pub mod alloc_watch;
 pub mod meta_decode;
+pub mod nbd_client;
 pub mod nbd_proto;
 pub mod nbd_server;
 pub mod serve_config;
@@ -22,9 +25,11 @@ pub type Body = fn(&[u8]);
 
 /// Every target: its name (the `fuzz_targets/` file and the seed
 /// directory) and its body.
-pub const TARGETS: [(&str, Body); 7] = [
+pub const TARGETS: [(&str, Body); 9] = [
     ("nbd_proto", nbd_proto::run),
     ("nbd_server", nbd_server::run),
+    ("nbd_client", nbd_client::run),
+    ("admin_request", admin_request::run),
     ("trace_reader", trace_reader::run),
     ("trace_detect", trace_detect::run),
     ("trace_native", trace_native::run),
