@@ -512,7 +512,7 @@ impl Config {
             let key = format!("tier[{index}] (name {:?})", tier.name);
             if !valid_name(&tier.name) {
                 return Err(format!(
-                    "{key}: name must be 1-64 characters of a-z, A-Z, 0-9, '-', '_', '.'"
+                    "{key}: name must be 1-64 characters of a-z, A-Z, 0-9, '-', '_', '.', and not \".\" or \"..\""
                 ));
             }
             if !seen.insert(tier.name.clone()) {
@@ -554,7 +554,7 @@ impl Config {
         for (index, volume) in self.volumes.iter().enumerate() {
             let key = format!("volume[{index}] (name {:?})", volume.name);
             if !valid_name(&volume.name) {
-                return Err(format!("{key}: name must be 1-64 characters of a-z, A-Z, 0-9, '-', '_', '.' (it names the export and a metadata directory)"));
+                return Err(format!("{key}: name must be 1-64 characters of a-z, A-Z, 0-9, '-', '_', '.', and not \".\" or \"..\" (it names the export and a metadata directory)"));
             }
             if !volume_names.insert(volume.name.clone()) {
                 return Err(format!("{key}: a volume with this name is already defined"));
@@ -760,6 +760,10 @@ mod tests {
             (
                 EMBEDDED_DEFAULT.replace("name = \"vol0\"", "name = \"../x\""),
                 "name must be",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace("name = \"vol0\"", "name = \"..\""),
+                "not \".\" or \"..\"",
             ),
             (
                 EMBEDDED_DEFAULT.replace("period = \"10s\"", "period = \"10 parsecs\""),
