@@ -223,12 +223,15 @@ machine() {
 
 # ------------------------------------------------------------------ parts
 
-part_mem() {
-  local volatile_config write_through_config
-  volatile_config=$(cat <<EOF
-data_dir = "$work/tmem"
+# memory_volume_config NAME EXTRA: a 256 MiB volume of 64 MiB segments on a
+# 256 MiB unsafe_volatile memory tier over a file home, data in $work/NAME,
+# socket $work/NAME.sock; EXTRA (e.g. a [server.tls] table) follows [server].
+memory_volume_config() {
+  cat <<EOF
+data_dir = "$work/$1"
 [server]
-listen = ["unix:$work/tmem.sock"]
+listen = ["unix:$work/$1.sock"]
+$2
 [[tier]]
 name = "mem"
 backend = "memory"
@@ -248,7 +251,11 @@ period = "60s"
 [volume.policy]
 kind = "none"
 EOF
-)
+}
+
+part_mem() {
+  local volatile_config write_through_config
+  volatile_config=$(memory_volume_config tmem "")
   write_through_config=${volatile_config//tmem/twt}
   write_through_config=${write_through_config//unsafe_volatile = true/unsafe_volatile = false}
   start_tierd tmem "$volatile_config"; local tmem=$uri
@@ -348,35 +355,10 @@ part_tls() {
   local pki=$work/home/.pki/libnbd plain_config tls_config saved_home=$HOME
   make_pki "$pki"
   export HOME=$work/home
-  plain_config=$(cat <<EOF
-data_dir = "$work/tplain"
-[server]
-listen = ["unix:$work/tplain.sock"]
-[[tier]]
-name = "mem"
-backend = "memory"
-size = "256MiB"
-unsafe_volatile = true
-[[tier]]
-name = "home"
-backend = "file"
-path = "home.img"
-size = "256MiB"
-[[volume]]
-name = "vol0"
-size = "256MiB"
-segment = "64MiB"
-tiers = ["mem", "home"]
-period = "60s"
-[volume.policy]
-kind = "none"
-EOF
-)
-  tls_config=${plain_config//tplain/ttls}
-  tls_config=${tls_config/"[[tier]]"/"[server.tls]
+  plain_config=$(memory_volume_config tplain "")
+  tls_config=$(memory_volume_config ttls "[server.tls]
 certificate = \"$pki/server-cert.pem\"
-key = \"$pki/server-key.pem\"
-[[tier]]"}
+key = \"$pki/server-key.pem\"")
   start_tierd tplain "$plain_config"; local tplain=$uri
   start_tierd ttls "$tls_config"; local ttls=$uri
   case $ttls in nbds+unix://*) ;; *) echo "compare.sh: tierd did not print an nbds URI: $ttls" >&2; exit 1 ;; esac

@@ -1008,60 +1008,9 @@ fn ext4_over_nbdfuse_and_loop_survives_a_restart() {
 
 // ---------------------------------------------------------------- TLS
 
-/// Writes a CA, a server certificate for localhost signed by it, and a client
-/// certificate signed by it into `directory` under the names libnbd's
-/// `tls-certificates` and qemu's `tls-creds-x509` look for (ca-cert.pem,
-/// client-cert.pem, client-key.pem), plus server-cert.pem and server-key.pem
-/// for tierd. A second directory gets a CA that signed nothing of ours.
-fn write_pki(directory: &Path, stranger: &Path) {
-    use rcgen::{
-        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair,
-        KeyUsagePurpose,
-    };
-    let authority = |name: &str| {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
-    };
-    let leaf = |issuer: &CertifiedIssuer<'static, KeyPair>, names: &[&str], stem: &str| {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(
-            names
-                .iter()
-                .map(|name| name.to_string())
-                .collect::<Vec<_>>(),
-        )
-        .unwrap();
-        params.distinguished_name.push(DnType::CommonName, names[0]);
-        let certificate = params.signed_by(&key, issuer).unwrap();
-        std::fs::write(
-            directory.join(format!("{stem}-cert.pem")),
-            certificate.pem(),
-        )
-        .unwrap();
-        let key_path = directory.join(format!("{stem}-key.pem"));
-        std::fs::write(&key_path, key.serialize_pem()).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    };
-    std::fs::create_dir_all(directory).unwrap();
-    std::fs::create_dir_all(stranger).unwrap();
-    let ca = authority("tierd test CA");
-    std::fs::write(directory.join("ca-cert.pem"), ca.pem()).unwrap();
-    leaf(&ca, &["localhost", "127.0.0.1"], "server");
-    leaf(&ca, &["client.test"], "client");
-    std::fs::write(
-        stranger.join("ca-cert.pem"),
-        authority("some other CA").pem(),
-    )
-    .unwrap();
-}
+// The throwaway CA and certificates of tierd-nbd's TLS tests.
+#[path = "../../tierd-nbd/tests/common/pki.rs"]
+mod pki;
 
 #[test]
 fn nbdinfo_and_qemu_img_over_tls_with_client_certificates() {
@@ -1074,7 +1023,7 @@ fn nbdinfo_and_qemu_img_over_tls_with_client_certificates() {
         .expect("temp dir");
     let pki = directory.path().join("pki");
     let stranger = directory.path().join("stranger");
-    write_pki(&pki, &stranger);
+    pki::TestPki::new().write(&pki, Some(&stranger));
     let server_extra = format!(
         "[server.tls]\ncertificate = \"{0}/server-cert.pem\"\nkey = \"{0}/server-key.pem\"\nclient_ca = \"{0}/ca-cert.pem\"\n",
         pki.display()

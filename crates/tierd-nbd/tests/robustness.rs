@@ -11,7 +11,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Once;
 
-use common::{MemoryExport, TestServer};
+use common::{go_data, option_bytes as option, MemoryExport, TestServer};
 use tierd_common::rng::{Rng, SeededRng};
 use tierd_nbd::proto::*;
 use tierd_nbd::{Client, ServerConfig};
@@ -28,22 +28,6 @@ fn count_panics() {
             previous(info);
         }));
     });
-}
-
-fn option(option: u32, data: &[u8]) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    bytes.extend_from_slice(&NBD_OPTS_MAGIC.to_be_bytes());
-    bytes.extend_from_slice(&option.to_be_bytes());
-    bytes.extend_from_slice(&(data.len() as u32).to_be_bytes());
-    bytes.extend_from_slice(data);
-    bytes
-}
-
-fn go_data(name: &str) -> Vec<u8> {
-    let mut data = (name.len() as u32).to_be_bytes().to_vec();
-    data.extend_from_slice(name.as_bytes());
-    data.extend_from_slice(&0u16.to_be_bytes());
-    data
 }
 
 /// Client flags, optionally STRUCTURED_REPLY, then GO "mem".

@@ -10,17 +10,13 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::{pattern, MemoryExport, TestServer};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
-};
+use common::pki::TestPki;
+use common::{go_data, option_bytes as option, pattern, MemoryExport, TestServer};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tierd_nbd::proto::*;
 use tierd_nbd::{ServerConfig, TlsFiles, TlsMode, TlsServer};
 
-/// A CA, a server certificate for "localhost" signed by it, a client
-/// certificate signed by it, and an unrelated second CA with its own client
-/// certificate.
+/// The test PKI, written to a temporary directory for the server.
 struct Pki {
     directory: tempfile::TempDir,
     ca_pem: String,
@@ -31,54 +27,18 @@ struct Pki {
     stranger_key_pem: String,
 }
 
-fn certificate_authority(name: &str) -> CertifiedIssuer<'static, KeyPair> {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
-}
-
-/// (certificate PEM, key PEM) for `names`, signed by `issuer`.
-fn leaf(issuer: &CertifiedIssuer<'static, KeyPair>, names: &[&str]) -> (String, String) {
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(
-        names
-            .iter()
-            .map(|name| name.to_string())
-            .collect::<Vec<_>>(),
-    )
-    .unwrap();
-    params.distinguished_name.push(
-        DnType::CommonName,
-        names.first().copied().unwrap_or("client"),
-    );
-    let certificate = params.signed_by(&key, issuer).unwrap();
-    (certificate.pem(), key.serialize_pem())
-}
-
 impl Pki {
     fn new() -> Pki {
         let directory = tempfile::tempdir().unwrap();
-        let ca = certificate_authority("tierd test CA");
-        let (server_cert, server_key) = leaf(&ca, &["localhost", "127.0.0.1"]);
-        let (client_cert_pem, client_key_pem) = leaf(&ca, &["client.test"]);
-        let stranger = certificate_authority("some other CA");
-        let (stranger_cert_pem, stranger_key_pem) = leaf(&stranger, &["client.test"]);
-        std::fs::write(directory.path().join("ca-cert.pem"), ca.pem()).unwrap();
-        std::fs::write(directory.path().join("server-cert.pem"), server_cert).unwrap();
-        std::fs::write(directory.path().join("server-key.pem"), server_key).unwrap();
+        let pki = TestPki::new();
+        pki.write(directory.path(), None);
         Pki {
-            ca_pem: ca.pem(),
-            client_cert_pem,
-            client_key_pem,
-            stranger_ca_pem: stranger.pem(),
-            stranger_cert_pem,
-            stranger_key_pem,
+            ca_pem: pki.ca_cert,
+            client_cert_pem: pki.client_cert,
+            client_key_pem: pki.client_key,
+            stranger_ca_pem: pki.stranger_ca_cert,
+            stranger_cert_pem: pki.stranger_client_cert,
+            stranger_key_pem: pki.stranger_client_key,
             directory,
         }
     }
@@ -139,22 +99,6 @@ fn client_config(ca_pem: &str, identity: Option<(&str, &str)>) -> Arc<rustls::Cl
             .with_client_auth_cert(certificates(cert), private_key(key))
             .unwrap(),
     })
-}
-
-fn option(option: u32, data: &[u8]) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    bytes.extend_from_slice(&NBD_OPTS_MAGIC.to_be_bytes());
-    bytes.extend_from_slice(&option.to_be_bytes());
-    bytes.extend_from_slice(&(data.len() as u32).to_be_bytes());
-    bytes.extend_from_slice(data);
-    bytes
-}
-
-fn go_data(name: &str) -> Vec<u8> {
-    let mut data = (name.len() as u32).to_be_bytes().to_vec();
-    data.extend_from_slice(name.as_bytes());
-    data.extend_from_slice(&0u16.to_be_bytes());
-    data
 }
 
 /// Sends `option` and returns its replies (type, data), through the final one.

@@ -1,7 +1,10 @@
 //! Shared pieces of the tierd-nbd integration tests: an in-memory export,
 //! a server on a Unix socket in a temporary directory, and the rule for
 //! tests that need real NBD clients installed.
+
 #![allow(dead_code)]
+
+pub mod pki;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -268,7 +271,6 @@ pub fn pattern(seed: u64, length: usize) -> Vec<u8> {
 
 /// Waits (up to 10 s) for `condition`, e.g. a log line written by a server
 /// thread after the client already saw the effect; panics if it never holds.
-#[allow(dead_code)]
 pub fn wait_for(condition: impl Fn() -> bool) {
     for _ in 0..1000 {
         if condition() {
@@ -277,4 +279,23 @@ pub fn wait_for(condition: impl Fn() -> bool) {
         tierd_common::clock::Clock::sleep_ns(&tierd_common::clock::SystemClock::new(), 10_000_000);
     }
     panic!("condition still false after 10 s");
+}
+
+/// An option request on the wire: magic, option, length, data.
+pub fn option_bytes(option: u32, data: &[u8]) -> Vec<u8> {
+    use tierd_nbd::proto::NBD_OPTS_MAGIC;
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&NBD_OPTS_MAGIC.to_be_bytes());
+    bytes.extend_from_slice(&option.to_be_bytes());
+    bytes.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    bytes.extend_from_slice(data);
+    bytes
+}
+
+/// INFO/GO data naming `name` with no information requests.
+pub fn go_data(name: &str) -> Vec<u8> {
+    let mut data = (name.len() as u32).to_be_bytes().to_vec();
+    data.extend_from_slice(name.as_bytes());
+    data.extend_from_slice(&0u16.to_be_bytes());
+    data
 }
