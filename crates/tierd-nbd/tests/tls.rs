@@ -449,65 +449,54 @@ fn shutdown_ends_tls_connections() {
 fn load_errors_name_the_file_and_the_problem() {
     let pki = Pki::new();
     let files = pki.files(false);
-    let missing = TlsFiles {
-        certificate: pki.path("nope.pem"),
-        ..files.clone()
-    };
-    let message = TlsServer::load(&missing, TlsMode::Require)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        message.contains("nope.pem") && message.contains("cannot read"),
-        "{message}"
-    );
-
     std::fs::write(pki.path("empty.pem"), "not a certificate\n").unwrap();
-    let empty = TlsFiles {
-        certificate: pki.path("empty.pem"),
-        ..files.clone()
-    };
-    let message = TlsServer::load(&empty, TlsMode::Require)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        message.contains("empty.pem") && message.contains("CERTIFICATE"),
-        "{message}"
-    );
-
-    let not_a_key = TlsFiles {
-        key: pki.path("ca-cert.pem"),
-        ..files.clone()
-    };
-    let message = TlsServer::load(&not_a_key, TlsMode::Require)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        message.contains("ca-cert.pem") && message.contains("private key"),
-        "{message}"
-    );
-
     std::fs::write(pki.path("other-key.pem"), pki.client_key_pem.as_str()).unwrap();
-    let mismatched = TlsFiles {
-        key: pki.path("other-key.pem"),
-        ..files.clone()
-    };
-    let message = TlsServer::load(&mismatched, TlsMode::Require)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        message.contains("server-cert.pem") && message.contains("other-key.pem"),
-        "{message}"
-    );
-
-    let bad_ca = TlsFiles {
-        client_ca: Some(pki.path("empty.pem")),
-        ..files
-    };
-    let message = TlsServer::load(&bad_ca, TlsMode::Require)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        message.contains("empty.pem") && message.contains("client CA"),
-        "{message}"
-    );
+    let cases = [
+        (
+            TlsFiles {
+                certificate: pki.path("nope.pem"),
+                ..files.clone()
+            },
+            ["nope.pem", "cannot read"],
+        ),
+        (
+            TlsFiles {
+                certificate: pki.path("empty.pem"),
+                ..files.clone()
+            },
+            ["empty.pem", "CERTIFICATE"],
+        ),
+        (
+            TlsFiles {
+                key: pki.path("ca-cert.pem"),
+                ..files.clone()
+            },
+            ["ca-cert.pem", "private key"],
+        ),
+        // A key that belongs to another certificate.
+        (
+            TlsFiles {
+                key: pki.path("other-key.pem"),
+                ..files.clone()
+            },
+            ["server-cert.pem", "other-key.pem"],
+        ),
+        (
+            TlsFiles {
+                client_ca: Some(pki.path("empty.pem")),
+                ..files.clone()
+            },
+            ["empty.pem", "client CA"],
+        ),
+    ];
+    for (case, expected) in cases {
+        let message = TlsServer::load(&case, TlsMode::Require)
+            .unwrap_err()
+            .to_string();
+        for text in expected {
+            assert!(message.contains(text), "{text:?} missing in: {message}");
+        }
+    }
+    // The good files load.
+    TlsServer::load(&files, TlsMode::Require).unwrap();
 }
