@@ -17,6 +17,8 @@
 //! number of kills (default 20). Nothing asserts speed; waits have generous
 //! deadlines that fail loudly.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -50,69 +52,22 @@ fn sleep_ms(milliseconds: u64) {
 
 // ---------------------------------------------------------------- server
 
-/// The write-through memory tier over a file home that the brief asks for;
-/// `fast` replaces the memory tier for the fault tests.
+/// The write-through memory tier over a file home that the brief asks for
+/// (the shared `common::small_stack_config`), its copies slowed to 16 MiB/s:
+/// a move of 1 MiB takes ~60 ms, so kills land during copies too.
 fn mem_config() -> String {
-    r#"data_dir = "data"
-
-[[tier]]
-name = "mem"
-backend = "memory"
-size = "16MiB"
-
-[[tier]]
-name = "disk"
-backend = "file"
-path = "disk.img"
-size = "64MiB"
-
-[[volume]]
-name = "vol0"
-size = "64MiB"
-segment = "1MiB"
-chunk = "256KiB"
-tiers = ["mem", "disk"]
-period = "200ms"
-# A move of 1 MiB takes ~60 ms, so kills land during copies too.
-migration_max_rate = "16MiB"
-
-[volume.policy]
-kind = "none"
-"#
-    .to_string()
+    common::small_stack_config(
+        "data",
+        "",
+        common::FastTier::Memory,
+        "migration_max_rate = \"16MiB\"",
+    )
 }
 
 /// A non-volatile file fast tier `ssd` (with the fault wrapper when
 /// `faults`) over a file home.
 fn ssd_config(faults: bool) -> String {
-    format!(
-        r#"data_dir = "data"
-
-[[tier]]
-name = "ssd"
-backend = "file"
-path = "ssd.img"
-size = "16MiB"
-{faults}
-[[tier]]
-name = "disk"
-backend = "file"
-path = "disk.img"
-size = "64MiB"
-
-[[volume]]
-name = "vol0"
-size = "64MiB"
-segment = "1MiB"
-chunk = "256KiB"
-tiers = ["ssd", "disk"]
-period = "200ms"
-
-[volume.policy]
-kind = "none"
-"#,
-        faults = if faults { "[tier.faults]\n" } else { "" }
-    )
+    common::small_stack_config("data", "", common::FastTier::File { faults }, "")
 }
 
 /// A running `tierd serve`; SIGKILLed on drop if still running.

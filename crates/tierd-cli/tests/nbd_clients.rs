@@ -9,6 +9,8 @@
 //! `../shared/tools/install-nbd-clients.sh`. Every test uses its own temporary
 //! directory, socket and server, so they run in parallel.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -169,36 +171,11 @@ struct Tierd {
 }
 
 fn config_text(data_dir: &Path, server_extra: &str) -> String {
-    format!(
-        r#"data_dir = "{data_dir}"
-
-[server]
-listen = ["unix:tierd.sock"]
-{server_extra}
-
-[[tier]]
-name = "mem"
-backend = "memory"
-size = "16MiB"
-
-[[tier]]
-name = "disk"
-backend = "file"
-path = "disk.img"
-size = "64MiB"
-
-[[volume]]
-name = "vol0"
-size = "64MiB"
-segment = "1MiB"
-chunk = "256KiB"
-tiers = ["mem", "disk"]
-period = "200ms"
-
-[volume.policy]
-kind = "none"
-"#,
-        data_dir = data_dir.display()
+    common::small_stack_config(
+        &data_dir.display().to_string(),
+        &format!("[server]\nlisten = [\"unix:tierd.sock\"]\n{server_extra}"),
+        common::FastTier::Memory,
+        "",
     )
 }
 

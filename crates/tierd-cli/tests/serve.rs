@@ -24,37 +24,10 @@ const START_DEADLINE: Duration = Duration::from_secs(60);
 /// How long moves get to finish.
 const MOVE_DEADLINE_NS: u64 = 120_000_000_000;
 
-/// A small stack: a 64 MiB volume of 1 MiB segments, a 16 MiB memory tier
-/// over a file tier, 200 ms periods, the `none` policy (so only operator
-/// moves change placement). `extra` is appended to `[[volume]]`; `top` goes
-/// before the first table.
+/// The shared small stack (`common::small_stack_config`) with a memory
+/// fast tier, data in `data`.
 fn small_config(top: &str, volume_extra: &str) -> String {
-    format!(
-        r#"data_dir = "data"
-{top}
-[[tier]]
-name = "mem"
-backend = "memory"
-size = "16MiB"
-
-[[tier]]
-name = "disk"
-backend = "file"
-path = "disk.img"
-size = "64MiB"
-
-[[volume]]
-name = "vol0"
-size = "64MiB"
-segment = "1MiB"
-tiers = ["mem", "disk"]
-period = "200ms"
-{volume_extra}
-
-[volume.policy]
-kind = "none"
-"#
-    )
+    common::small_stack_config("data", top, common::FastTier::Memory, volume_extra)
 }
 
 /// A running `tierd serve`; killed (SIGKILL) on drop if still running.

@@ -30,3 +30,57 @@ pub fn write_file(directory: &Path, name: &str, contents: &str) -> PathBuf {
     std::fs::write(&path, contents).unwrap();
     path
 }
+
+/// The fast tier of [`small_stack_config`].
+pub enum FastTier {
+    /// `mem`: a 16 MiB write-through memory tier.
+    Memory,
+    /// `ssd`: a 16 MiB file tier, with the fault wrapper when `faults`.
+    File { faults: bool },
+}
+
+/// The small stack the `serve` tests share: a 64 MiB volume `vol0` of 1 MiB
+/// segments (256 KiB chunks, 200 ms periods, policy `none`, so only operator
+/// moves change placement) over a 16 MiB fast tier and a 64 MiB file home
+/// `disk`. `top` goes after `data_dir` (e.g. a `[server]` table);
+/// `volume_extra` is appended to `[[volume]]`.
+pub fn small_stack_config(data_dir: &str, top: &str, fast: FastTier, volume_extra: &str) -> String {
+    let (fast_name, fast_tier) = match fast {
+        FastTier::Memory => (
+            "mem",
+            "backend = \"memory\"\nsize = \"16MiB\"\n".to_string(),
+        ),
+        FastTier::File { faults } => (
+            "ssd",
+            format!(
+                "backend = \"file\"\npath = \"ssd.img\"\nsize = \"16MiB\"\n{}",
+                if faults { "[tier.faults]\n" } else { "" }
+            ),
+        ),
+    };
+    format!(
+        r#"data_dir = "{data_dir}"
+{top}
+[[tier]]
+name = "{fast_name}"
+{fast_tier}
+[[tier]]
+name = "disk"
+backend = "file"
+path = "disk.img"
+size = "64MiB"
+
+[[volume]]
+name = "vol0"
+size = "64MiB"
+segment = "1MiB"
+chunk = "256KiB"
+tiers = ["{fast_name}", "disk"]
+period = "200ms"
+{volume_extra}
+
+[volume.policy]
+kind = "none"
+"#
+    )
+}
