@@ -756,6 +756,7 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
             &tierd_nbd::ConnectOptions {
                 export_name: uri.export_name.clone(),
                 allocation_context: false,
+                tls: uri.tls.clone(),
                 ..tierd_nbd::ConnectOptions::default()
             },
         )

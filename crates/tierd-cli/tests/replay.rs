@@ -61,17 +61,21 @@ impl Export for MemoryExport {
     }
 }
 
+// The throwaway CA and certificates of tierd-nbd's TLS tests.
+#[path = "../../tierd-nbd/tests/common/pki.rs"]
+mod pki;
+
 /// A server on a Unix socket in `directory`; returns its handle and URI.
 fn serve(directory: &Path, writable: bool) -> (ServerHandle, String) {
+    serve_with(directory, writable, ServerConfig::default())
+}
+
+fn serve_with(directory: &Path, writable: bool, config: ServerConfig) -> (ServerHandle, String) {
     let export = Arc::new(MemoryExport {
         bytes: RwLock::new(vec![0; EXPORT_BYTES]),
         writable,
     });
-    let server = Server::new(
-        vec![("vol".to_string(), export as Arc<dyn Export>)],
-        ServerConfig::default(),
-    )
-    .unwrap();
+    let server = Server::new(vec![("vol".to_string(), export as Arc<dyn Export>)], config).unwrap();
     let handle = server.serve_unix(directory.join("nbd.sock")).unwrap();
     let uri = handle.address().uri("vol");
     (handle, uri)
@@ -193,6 +197,75 @@ fn replays_every_request_and_the_writes_land() {
         .zip(&written)
         .all(|(byte, written)| *written || *byte == 0));
     client.disconnect().unwrap();
+    handle.shutdown();
+}
+
+#[test]
+fn replays_over_tls_with_a_client_certificate() {
+    let directory = tempfile::tempdir().unwrap();
+    let pki_dir = directory.path().join("pki");
+    pki::TestPki::new().write(&pki_dir, None);
+    let tls = tierd_nbd::TlsServer::load(
+        &tierd_nbd::TlsFiles {
+            certificate: pki_dir.join("server-cert.pem"),
+            key: pki_dir.join("server-key.pem"),
+            client_ca: Some(pki_dir.join("ca-cert.pem")),
+        },
+        tierd_nbd::TlsMode::Require,
+    )
+    .unwrap();
+    let (handle, uri) = serve_with(
+        directory.path(),
+        true,
+        ServerConfig {
+            tls: Some(tls),
+            ..ServerConfig::default()
+        },
+    );
+    let tls_uri = format!(
+        "{}&tls-certificates={}",
+        uri.replacen("nbd+unix", "nbds+unix", 1),
+        pki_dir.display()
+    );
+    let requests = mixed_requests();
+    let trace = msr_trace(directory.path(), &requests);
+    let replay = |target: &str| {
+        tierd(&[
+            "replay",
+            "--trace",
+            path_arg(&trace),
+            "--target",
+            target,
+            "--speed",
+            "100",
+            "--connections",
+            "2",
+            "--json",
+        ])
+    };
+    let output = replay(&tls_uri);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let run = &json_of(&output)["runs"][0];
+    assert_eq!(run["requests"], requests.len() as u64);
+    assert_eq!(run["errors"], 0);
+    let mut client = Client::connect_uri(&tls_uri).unwrap();
+    for (is_write, offset, length) in requests.iter().rev() {
+        if *is_write {
+            let mut buffer = vec![0u8; *length as usize];
+            client.read(*offset, &mut buffer).unwrap();
+            assert!(buffer == expected_pattern(*offset, *length));
+            break;
+        }
+    }
+    client.disconnect().unwrap();
+    // The same server refuses plain text.
+    let output = replay(&uri);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("connection 0"),
+        "{}",
+        stderr(&output)
+    );
     handle.shutdown();
 }
 

@@ -21,6 +21,7 @@ use tierd_common::hash::FastMap;
 use crate::export::Extent;
 use crate::io::{Fill, InputBuffer, Stream};
 use crate::proto::*;
+use crate::tls::ClientTls;
 
 /// The IANA port of NBD.
 pub const DEFAULT_TCP_PORT: u16 = 10809;
@@ -80,6 +81,8 @@ pub enum NbdTarget {
 pub struct NbdUri {
     pub target: NbdTarget,
     pub export_name: String,
+    /// Set for `nbds` / `nbds+unix` URIs.
+    pub tls: Option<ClientTls>,
 }
 
 fn percent_decode(text: &str, uri: &str) -> Result<String, ClientError> {
@@ -112,8 +115,12 @@ fn percent_decode(text: &str, uri: &str) -> Result<String, ClientError> {
 }
 
 /// Parses `nbd+unix:///NAME?socket=PATH` and `nbd://HOST[:PORT][/NAME]`
-/// (port 10809 by default). Names and paths may be percent-encoded. TLS
-/// schemes (`nbds`, `nbds+unix`) are refused: this client has no TLS.
+/// (port 10809 by default), and their TLS forms `nbds+unix://` and
+/// `nbds://`, which need `tls-certificates=DIR` (a directory with
+/// `ca-cert.pem`, and `client-cert.pem` + `client-key.pem` when the server
+/// checks clients, as libnbd reads it) and take `tls-hostname=NAME` (the
+/// name the server certificate must carry; default the URI's host, or
+/// `localhost` for a Unix socket). Names and paths may be percent-encoded.
 pub fn parse_nbd_uri(uri: &str) -> Result<NbdUri, ClientError> {
     let bad = |detail: String| ClientError::Uri {
         uri: uri.into(),
@@ -131,17 +138,44 @@ pub fn parse_nbd_uri(uri: &str) -> Result<NbdUri, ClientError> {
         None => (rest, ""),
     };
     let export_name = percent_decode(path, uri)?;
+    let tls_scheme = scheme.starts_with("nbds");
     let mut socket = None;
+    let mut certificates_dir = None;
+    let mut hostname = None;
     for parameter in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (key, value) = parameter.split_once('=').unwrap_or((parameter, ""));
-        if key == "socket" {
-            socket = Some(percent_decode(value, uri)?);
-        } else if scheme == "nbd+unix" {
-            return Err(bad(format!("unknown query parameter {key:?}")));
+        match key {
+            "socket" => socket = Some(percent_decode(value, uri)?),
+            "tls-certificates" | "tls-hostname" if !tls_scheme => {
+                return Err(bad(format!(
+                    "{key} needs a TLS URI (nbds:// or nbds+unix://)"
+                )))
+            }
+            "tls-certificates" => certificates_dir = Some(percent_decode(value, uri)?),
+            "tls-hostname" => hostname = Some(percent_decode(value, uri)?),
+            _ if scheme.ends_with("+unix") => {
+                return Err(bad(format!("unknown query parameter {key:?}")))
+            }
+            _ => {}
         }
     }
+    let tls = |default_host: &str| -> Result<Option<ClientTls>, ClientError> {
+        if !tls_scheme {
+            return Ok(None);
+        }
+        let certificates_dir = certificates_dir
+            .clone()
+            .filter(|dir| !dir.is_empty())
+            .ok_or_else(|| {
+                bad("a TLS URI needs tls-certificates=DIR (a directory with ca-cert.pem)".into())
+            })?;
+        Ok(Some(ClientTls {
+            certificates_dir: PathBuf::from(certificates_dir),
+            hostname: hostname.clone().unwrap_or_else(|| default_host.to_string()),
+        }))
+    };
     match scheme {
-        "nbd+unix" => {
+        "nbd+unix" | "nbds+unix" => {
             if !authority.is_empty() {
                 return Err(bad(format!(
                     "nbd+unix URIs have no host (found {authority:?}); write nbd+unix:///NAME?socket=PATH"
@@ -153,9 +187,10 @@ pub fn parse_nbd_uri(uri: &str) -> Result<NbdUri, ClientError> {
             Ok(NbdUri {
                 target: NbdTarget::Unix(PathBuf::from(socket)),
                 export_name,
+                tls: tls("localhost")?,
             })
         }
-        "nbd" => {
+        "nbd" | "nbds" => {
             if authority.is_empty() {
                 return Err(bad("missing host".into()));
             }
@@ -175,14 +210,18 @@ pub fn parse_nbd_uri(uri: &str) -> Result<NbdUri, ClientError> {
             } else {
                 format!("{authority}:{DEFAULT_TCP_PORT}")
             };
+            let host = match authority.strip_prefix('[') {
+                Some(after) => after.split(']').next().unwrap_or(""),
+                None => authority.split(':').next().unwrap_or(""),
+            };
             Ok(NbdUri {
                 target: NbdTarget::Tcp(address),
                 export_name,
+                tls: tls(host)?,
             })
         }
-        "nbds" | "nbds+unix" => Err(bad("TLS is not supported by this client".into())),
         other => Err(bad(format!(
-            "unknown scheme {other:?}; expected nbd or nbd+unix"
+            "unknown scheme {other:?}; expected nbd, nbd+unix, nbds or nbds+unix"
         ))),
     }
 }
@@ -204,6 +243,9 @@ pub struct ConnectOptions {
     /// Select `base:allocation` (needs structured replies) so
     /// `block_status` works.
     pub allocation_context: bool,
+    /// Upgrade with `NBD_OPT_STARTTLS` first; a refusal is an error (no
+    /// fallback to plain text).
+    pub tls: Option<ClientTls>,
 }
 
 impl Default for ConnectOptions {
@@ -212,6 +254,7 @@ impl Default for ConnectOptions {
             export_name: String::new(),
             structured_replies: true,
             allocation_context: true,
+            tls: None,
         }
     }
 }
@@ -319,6 +362,30 @@ impl Negotiation {
             structured: false,
             allocation_context_id: None,
         })
+    }
+
+    /// `NBD_OPT_STARTTLS`, then the TLS handshake: everything after goes
+    /// over TLS. A server that refuses is an error (this client never falls
+    /// back to plain text), and so is one that sent anything unasked before
+    /// the handshake.
+    pub fn start_tls(&mut self, tls: &ClientTls) -> Result<(), ClientError> {
+        self.option_expect_ack(NBD_OPT_STARTTLS, &[])?;
+        if !self.input.buffered().is_empty() {
+            return Err(ClientError::Protocol(format!(
+                "server sent {} bytes after acknowledging NBD_OPT_STARTTLS, before the TLS handshake",
+                self.input.buffered().len()
+            )));
+        }
+        let socket = self.stream.try_clone()?;
+        let (plain, _relay) = tls
+            .start(socket)
+            .map_err(|error| ClientError::Protocol(error.to_string()))?;
+        // The relay ends by itself once both ends are closed.
+        self.stream = plain;
+        // Nothing negotiated before STARTTLS survives it.
+        self.structured = false;
+        self.allocation_context_id = None;
+        Ok(())
     }
 
     fn send_option(&mut self, option: u32, data: &[u8]) -> Result<(), ClientError> {
@@ -1063,6 +1130,9 @@ impl Client {
     /// Connects, negotiates as `options` asks, enters transmission.
     pub fn connect(target: &NbdTarget, options: &ConnectOptions) -> Result<Client, ClientError> {
         let mut negotiation = Negotiation::start(target)?;
+        if let Some(tls) = &options.tls {
+            negotiation.start_tls(tls)?;
+        }
         if options.structured_replies
             && negotiation.structured_reply()?
             && options.allocation_context
@@ -1082,6 +1152,7 @@ impl Client {
         let parsed = parse_nbd_uri(uri)?;
         let options = ConnectOptions {
             export_name: parsed.export_name,
+            tls: parsed.tls,
             ..ConnectOptions::default()
         };
         Client::connect(&parsed.target, &options)
@@ -1403,7 +1474,28 @@ mod tests {
         let uri = parse_nbd_uri("nbd://[::1]:99/").unwrap();
         assert_eq!(uri.target, NbdTarget::Tcp("[::1]:99".into()));
         assert!(parse_nbd_uri("nbd://host:notaport/x").is_err());
-        assert!(parse_nbd_uri("nbds://host/x").is_err());
+        assert!(
+            parse_nbd_uri("nbds://host/x").is_err(),
+            "no tls-certificates"
+        );
+        assert!(parse_nbd_uri("nbd://host/x?tls-certificates=/d").is_err());
+        let uri = parse_nbd_uri("nbds://example:99/x?tls-certificates=/pki").unwrap();
+        assert_eq!(
+            uri.tls,
+            Some(ClientTls {
+                certificates_dir: PathBuf::from("/pki"),
+                hostname: "example".into()
+            })
+        );
+        let uri = parse_nbd_uri(
+            "nbds+unix:///v?socket=/s&tls-certificates=/pki&tls-hostname=server.test",
+        )
+        .unwrap();
+        assert_eq!(uri.target, NbdTarget::Unix(PathBuf::from("/s")));
+        assert_eq!(uri.tls.unwrap().hostname, "server.test");
+        let uri = parse_nbd_uri("nbds+unix:///v?socket=/s&tls-certificates=/pki").unwrap();
+        assert_eq!(uri.tls.unwrap().hostname, "localhost");
+        assert_eq!(parse_nbd_uri("nbd://h/x").unwrap().tls, None);
         assert!(parse_nbd_uri("http://host/x").is_err());
         assert!(parse_nbd_uri("nbd://host/%zz").is_err());
     }

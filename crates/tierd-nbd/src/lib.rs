@@ -21,4 +21,4 @@ pub use export::{Export, ExportError, ExportResult, Extent};
 pub use server::{
     ListenAddress, LogLevel, Logger, Server, ServerConfig, ServerError, ServerHandle, ServerStats,
 };
-pub use tls::{TlsError, TlsFiles, TlsMode, TlsServer};
+pub use tls::{ClientTls, TlsError, TlsFiles, TlsMode, TlsServer};

@@ -29,7 +29,7 @@ use std::thread::JoinHandle;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConnection};
+use rustls::{ClientConnection, Connection, RootCertStore, ServerConnection};
 
 use crate::io::Stream;
 
@@ -202,15 +202,107 @@ impl TlsServer {
     ) -> io::Result<(Stream, JoinHandle<()>)> {
         let session = ServerConnection::new(Arc::clone(&self.config))
             .map_err(|error| io::Error::other(format!("cannot start a TLS session: {error}")))?;
-        let (inner, outer) = UnixStream::pair()?;
-        let thread = std::thread::Builder::new()
-            .name("nbd-tls".into())
-            .spawn(move || {
-                if let Err(message) = relay(session, socket, inner) {
-                    log(message);
-                }
+        start_relay(Connection::Server(session), socket, log)
+    }
+}
+
+/// Starts a relay thread for `session` on `socket`; returns the plaintext
+/// end and the thread.
+fn start_relay(
+    session: Connection,
+    socket: Stream,
+    log: Box<dyn Fn(String) + Send>,
+) -> io::Result<(Stream, JoinHandle<()>)> {
+    let (inner, outer) = UnixStream::pair()?;
+    let thread = std::thread::Builder::new()
+        .name("nbd-tls".into())
+        .spawn(move || {
+            if let Err(message) = relay(session, socket, inner) {
+                log(message);
+            }
+        })?;
+    Ok((Stream::Unix(outer), thread))
+}
+
+/// The client side of TLS, as libnbd's URIs give it: a directory with the
+/// CA that signed the server (`ca-cert.pem`) and, when the server checks
+/// clients, `client-cert.pem` and `client-key.pem`; and the name the server
+/// certificate must carry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientTls {
+    pub certificates_dir: PathBuf,
+    pub hostname: String,
+}
+
+impl ClientTls {
+    fn config(&self) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let ca_path = self.certificates_dir.join("ca-cert.pem");
+        let mut roots = RootCertStore::empty();
+        for certificate in read_certificates(&ca_path, "CA certificate")? {
+            roots.add(certificate).map_err(|error| {
+                tls_error(format!(
+                    "{}: not a usable CA certificate: {error}",
+                    ca_path.display()
+                ))
             })?;
-        Ok((Stream::Unix(outer), thread))
+        }
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|error| tls_error(format!("TLS protocol setup failed: {error}")))?
+            .with_root_certificates(roots);
+        let cert_path = self.certificates_dir.join("client-cert.pem");
+        let key_path = self.certificates_dir.join("client-key.pem");
+        let config = if cert_path.exists() || key_path.exists() {
+            let chain = read_certificates(&cert_path, "client certificate")?;
+            let key_bytes = std::fs::read(&key_path).map_err(|error| {
+                tls_error(format!(
+                    "{}: cannot read the client key: {error}",
+                    key_path.display()
+                ))
+            })?;
+            let key = PrivateKeyDer::from_pem_slice(&key_bytes).map_err(|error| {
+                tls_error(format!(
+                    "{}: no usable private key ({error:?})",
+                    key_path.display()
+                ))
+            })?;
+            builder.with_client_auth_cert(chain, key).map_err(|error| {
+                tls_error(format!(
+                    "{} with {}: {error}",
+                    cert_path.display(),
+                    key_path.display()
+                ))
+            })?
+        } else {
+            builder.with_no_client_auth()
+        };
+        Ok(Arc::new(config))
+    }
+
+    /// Starts the client side of TLS on `socket` (after the server
+    /// acknowledged `NBD_OPT_STARTTLS`) behind a relay thread, so the
+    /// plaintext end can be split between a sending and a receiving thread.
+    /// The handshake runs before this returns; a server whose certificate
+    /// does not verify is an error here.
+    pub fn start(&self, socket: Stream) -> Result<(Stream, JoinHandle<()>), TlsError> {
+        let config = self.config()?;
+        let name = rustls::pki_types::ServerName::try_from(self.hostname.clone())
+            .map_err(|error| tls_error(format!("tls-hostname {:?}: {error}", self.hostname)))?;
+        let mut session = ClientConnection::new(config, name)
+            .map_err(|error| tls_error(format!("cannot start a TLS session: {error}")))?;
+        let mut handshake_socket = socket;
+        while session.is_handshaking() {
+            session
+                .complete_io(&mut handshake_socket)
+                .map_err(|error| tls_error(format!("TLS handshake failed: {error}")))?;
+        }
+        start_relay(
+            Connection::Client(session),
+            handshake_socket,
+            Box::new(|_message| {}),
+        )
+        .map_err(|error| tls_error(format!("cannot start the TLS relay: {error}")))
     }
 }
 
@@ -225,11 +317,7 @@ fn would_block(error: &io::Error) -> bool {
 
 /// Moves bytes between the TLS socket and the plaintext pair end until both
 /// directions are closed. `Err` carries a message worth logging.
-fn relay(
-    mut session: ServerConnection,
-    mut socket: Stream,
-    mut plain: UnixStream,
-) -> Result<(), String> {
+fn relay(mut session: Connection, mut socket: Stream, mut plain: UnixStream) -> Result<(), String> {
     socket
         .set_nonblocking(true)
         .map_err(|error| format!("TLS relay: {error}"))?;

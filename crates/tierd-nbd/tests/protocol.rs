@@ -36,6 +36,7 @@ fn connect_with(server: &TestServer, structured: bool, allocation: bool) -> Clie
             export_name: "mem".into(),
             structured_replies: structured,
             allocation_context: allocation,
+            tls: None,
         },
     )
     .unwrap()

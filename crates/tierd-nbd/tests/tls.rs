@@ -500,3 +500,75 @@ fn load_errors_name_the_file_and_the_problem() {
     // The good files load.
     TlsServer::load(&files, TlsMode::Require).unwrap();
 }
+
+#[test]
+fn our_client_connects_over_tls_and_refuses_to_fall_back() {
+    let pki = Pki::new();
+    for workers in [0, 2] {
+        let server = pki.server(TlsMode::Require, true, workers);
+        let uri = format!(
+            "nbds+unix:///mem?socket={}&tls-certificates={}",
+            server.socket.display(),
+            pki.directory.path().display()
+        );
+        let mut client = tierd_nbd::Client::connect_uri(&uri).unwrap();
+        assert!(client.info().structured_replies);
+        let data = pattern(21 + workers as u64, 3 << 20);
+        client.write(4096, &data, true).unwrap();
+        // Pipelined from two threads over the relay.
+        let (mut sender, mut receiver) = client.split();
+        let piece = data.len() / 12;
+        let writer = std::thread::spawn(move || {
+            let mut cookies = Vec::new();
+            for index in 0..12 {
+                cookies.push(
+                    sender
+                        .submit_read(4096 + (index * piece) as u64, piece as u32)
+                        .unwrap(),
+                );
+            }
+            (sender, cookies)
+        });
+        let mut back = vec![0u8; data.len()];
+        for _ in 0..12 {
+            let completion = receiver.receive().unwrap();
+            assert!(completion.is_ok(), "{completion:?}");
+            let offset = completion.offset_bytes as usize - 4096;
+            back[offset..offset + completion.data.len()].copy_from_slice(&completion.data);
+        }
+        let (_sender, cookies) = writer.join().unwrap();
+        assert_eq!(cookies.len(), 12);
+        assert_eq!(back, data);
+        assert_eq!(
+            &server.export.snapshot()[4096..4096 + data.len()],
+            &data[..]
+        );
+    }
+    // A server without TLS: STARTTLS is refused, and the client stops.
+    let plain = TestServer::start(1 << 16);
+    let uri = format!(
+        "nbds+unix:///mem?socket={}&tls-certificates={}",
+        plain.socket.display(),
+        pki.directory.path().display()
+    );
+    match tierd_nbd::Client::connect_uri(&uri) {
+        Err(tierd_nbd::ClientError::OptionRefused { reply_type, .. }) => {
+            assert_eq!(reply_type, NBD_REP_ERR_POLICY)
+        }
+        other => panic!("expected the STARTTLS refusal, got {:?}", other.map(|_| ())),
+    }
+    // A server whose certificate the client cannot verify.
+    let server = pki.server(TlsMode::Require, false, 0);
+    let stranger = tempfile::tempdir().unwrap();
+    std::fs::write(stranger.path().join("ca-cert.pem"), &pki.stranger_ca_pem).unwrap();
+    let uri = format!(
+        "nbds+unix:///mem?socket={}&tls-certificates={}",
+        server.socket.display(),
+        stranger.path().display()
+    );
+    let error = tierd_nbd::Client::connect_uri(&uri)
+        .err()
+        .map(|error| error.to_string())
+        .unwrap_or_default();
+    assert!(error.contains("handshake"), "{error}");
+}
