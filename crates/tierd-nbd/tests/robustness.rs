@@ -8,27 +8,12 @@ use std::io::{Read, Write};
 use std::net::Shutdown;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Once;
+use std::sync::atomic::Ordering;
 
-use common::{go_data, option_bytes as option, MemoryExport, TestServer};
+use common::{count_panics, go_data, option_bytes as option, MemoryExport, TestServer, PANICS};
 use tierd_common::rng::{Rng, SeededRng};
 use tierd_nbd::proto::*;
 use tierd_nbd::{Client, ServerConfig};
-
-static PANICS: AtomicUsize = AtomicUsize::new(0);
-static HOOK: Once = Once::new();
-
-/// Counts panics on any thread (server threads included) from now on.
-fn count_panics() {
-    HOOK.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            PANICS.fetch_add(1, Ordering::SeqCst);
-            previous(info);
-        }));
-    });
-}
 
 /// Client flags, optionally STRUCTURED_REPLY, then GO "mem".
 fn valid_handshake(structured: bool) -> Vec<u8> {

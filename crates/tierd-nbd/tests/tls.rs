@@ -572,3 +572,53 @@ fn our_client_connects_over_tls_and_refuses_to_fall_back() {
         .unwrap_or_default();
     assert!(error.contains("handshake"), "{error}");
 }
+
+#[test]
+fn garbage_after_starttls_ends_only_that_connection() {
+    use tierd_common::rng::{Rng, SeededRng};
+    common::count_panics();
+    let pki = Pki::new();
+    for workers in [0u64, 2] {
+        let server = pki.server(TlsMode::Require, false, workers as usize);
+        let mut rng = SeededRng::new(0x746c_7300 + workers);
+        for _ in 0..100 {
+            let mut stream = greet(&server);
+            assert_eq!(
+                ask(&mut stream, NBD_OPT_STARTTLS, &[]),
+                vec![(NBD_REP_ACK, Vec::new())]
+            );
+            let mut bytes = Vec::new();
+            if rng.below(2) == 0 {
+                // A handshake record header with a random length and body.
+                bytes.extend_from_slice(&[0x16, 0x03, 0x01]);
+                bytes.extend_from_slice(&(rng.below(1 << 14) as u16).to_be_bytes());
+            }
+            let count = rng.below(700);
+            bytes.extend((0..count).map(|_| rng.below(256) as u8));
+            let _ = stream.write_all(&bytes);
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+            // The server ends the connection; a hang fails here.
+            stream
+                .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+                .unwrap();
+            let mut rest = Vec::new();
+            if let Err(error) = stream.read_to_end(&mut rest) {
+                assert!(
+                    !matches!(
+                        error.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ),
+                    "the server kept a garbage TLS connection open"
+                );
+            }
+        }
+        // Others are still served.
+        let mut secure = upgrade(greet(&server), client_config(&pki.ca_pem, None)).unwrap();
+        exercise_transmission(&mut secure, &server, 40 + workers);
+        assert_eq!(
+            common::PANICS.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "a server thread panicked"
+        );
+    }
+}

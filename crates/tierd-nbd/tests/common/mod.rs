@@ -299,3 +299,18 @@ pub fn go_data(name: &str) -> Vec<u8> {
     data.extend_from_slice(&0u16.to_be_bytes());
     data
 }
+
+/// Panics on any thread (server threads included) since [`count_panics`].
+pub static PANICS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static PANIC_HOOK: std::sync::Once = std::sync::Once::new();
+
+/// Starts counting panics in [`PANICS`] (once per test binary).
+pub fn count_panics() {
+    PANIC_HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            previous(info);
+        }));
+    });
+}
