@@ -244,7 +244,13 @@ fn replays_over_tls_with_a_client_certificate() {
         ])
     };
     let output = replay(&tls_uri);
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        output.status.success(),
+        "{:?}\nstdout: {}\nstderr: {}",
+        output.status,
+        stdout(&output),
+        stderr(&output)
+    );
     let run = &json_of(&output)["runs"][0];
     assert_eq!(run["requests"], requests.len() as u64);
     assert_eq!(run["errors"], 0);

@@ -79,6 +79,28 @@ impl Read for Stream {
     }
 }
 
+/// `sendmsg(2)` of `bufs` with `MSG_NOSIGNAL`: a peer that hung up is an
+/// `EPIPE` error, never a SIGPIPE that kills the process. std's socket
+/// `write` already passes `MSG_NOSIGNAL`, but its `write_vectored` is a
+/// plain `writev`, which raises SIGPIPE; rustls writes its records with
+/// `write_vectored`, and `tierd` restores SIGPIPE's default action for its
+/// pipe-friendly commands (a TLS `tierd replay` died of it).
+fn send_vectored_no_signal(fd: RawFd, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: an all-zero msghdr is a valid empty message.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    // IoSlice is ABI-compatible with iovec on Unix (std documents it); the
+    // kernel only reads through the pointer.
+    message.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+    message.msg_iovlen = bufs.len().min(1024) as _;
+    // SAFETY: `message` points at `bufs`, valid for the whole call.
+    let sent = unsafe { libc::sendmsg(fd, &message, libc::MSG_NOSIGNAL) };
+    if sent < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(sent as usize)
+    }
+}
+
 impl Write for Stream {
     #[inline]
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -92,8 +114,8 @@ impl Write for Stream {
     #[inline]
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         match self {
-            Stream::Unix(stream) => stream.write_vectored(bufs),
-            Stream::Tcp(stream) => stream.write_vectored(bufs),
+            Stream::Unix(stream) => send_vectored_no_signal(stream.as_raw_fd(), bufs),
+            Stream::Tcp(stream) => send_vectored_no_signal(stream.as_raw_fd(), bufs),
             Stream::ServerTls(tls) => tls.write_vectored(bufs),
         }
     }
@@ -272,6 +294,47 @@ mod tests {
             length_bytes,
         }
         .encode()
+    }
+
+    /// A write to a socket whose peer is gone is an EPIPE error even when
+    /// SIGPIPE has its default action (as in `tierd replay`, which a
+    /// relay's late close_notify used to kill). Runs in a forked child so
+    /// the signal disposition of the test process is untouched.
+    #[test]
+    fn writes_to_a_closed_peer_fail_with_epipe_not_sigpipe() {
+        use std::os::fd::FromRawFd;
+        // SAFETY: the child only makes system calls (no allocation, no
+        // locks) and leaves with _exit.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork failed");
+        if child == 0 {
+            unsafe {
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+                let mut fds = [0; 2];
+                if libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, fds.as_mut_ptr()) != 0 {
+                    libc::_exit(2);
+                }
+                libc::close(fds[1]);
+                let mut stream = Stream::Unix(UnixStream::from_raw_fd(fds[0]));
+                let single = stream.write(b"x");
+                let vectored = stream.write_vectored(&[io::IoSlice::new(b"y")]);
+                let epipe = |result: &io::Result<usize>| matches!(result, Err(error) if error.raw_os_error() == Some(libc::EPIPE));
+                libc::_exit(if epipe(&single) && epipe(&vectored) {
+                    0
+                } else {
+                    1
+                });
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(child, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child died of signal {} or exited {}",
+            libc::WTERMSIG(status),
+            libc::WEXITSTATUS(status)
+        );
     }
 
     #[test]

@@ -317,7 +317,9 @@ fn would_block(error: &io::Error) -> bool {
 
 /// Moves bytes between the TLS socket and the plaintext pair end until both
 /// directions are closed. `Err` carries a message worth logging.
-fn relay(mut session: Connection, mut socket: Stream, mut plain: UnixStream) -> Result<(), String> {
+fn relay(mut session: Connection, mut socket: Stream, plain: UnixStream) -> Result<(), String> {
+    // Writes through `Stream` never raise SIGPIPE.
+    let mut plain = Stream::Unix(plain);
     socket
         .set_nonblocking(true)
         .map_err(|error| format!("TLS relay: {error}"))?;
