@@ -48,7 +48,7 @@ use crate::device::crash::{CrashDisk, SECTOR_BYTES};
 use crate::device::fault::{FaultConfig, FaultDevice};
 use crate::device::memory::MemoryDevice;
 use crate::device::BlockDevice;
-use crate::meta::{AppendFault, MetaStore};
+use crate::meta::{AppendFault, CheckpointFault, MetaStore};
 use crate::volume::{StepOutcome, TierSpec, Volume, VolumeOptions};
 
 /// What a seed derived (printed at start so a failure can be read).
@@ -79,6 +79,10 @@ pub struct DstConfig {
     /// Per migration step: arm "the metadata device is full" for the next
     /// journal append and keep running.
     pub full_meta_probability: f64,
+    /// Per period tick: write a checkpoint with a fault armed — the process
+    /// dies writing `checkpoint.tmp` or right after renaming it into place
+    /// (then crash), or the metadata device is full (then go on).
+    pub checkpoint_fault_probability: f64,
 }
 
 /// One seed's outcome.
@@ -210,6 +214,8 @@ pub fn derive_config(seed: u64, steps: u32) -> DstConfig {
         // Drawn after every field above, for the same reason.
         torn_append_probability: if rng.below(3) == 0 { 0.05 } else { 0.0 },
         full_meta_probability: if rng.below(3) == 0 { 0.05 } else { 0.0 },
+        // Drawn after every field above, for the same reason.
+        checkpoint_fault_probability: if rng.below(3) == 0 { 0.25 } else { 0.0 },
     }
 }
 
@@ -572,6 +578,41 @@ impl Run {
         Ok(volume)
     }
 
+    /// A checkpoint written with a fault: the process dies inside it (torn
+    /// `checkpoint.tmp`, or after the rename before the journal reset; then
+    /// crash and check the restart), or the metadata device is full (the
+    /// checkpoint fails, the volume goes on, and the next one must succeed).
+    fn faulty_checkpoint(&mut self, volume: Volume) -> Result<Volume, String> {
+        let fault = match self.fault_rng.below(3) {
+            0 => CheckpointFault::TearTemporary {
+                after_bytes: self.fault_rng.below(200) as usize,
+            },
+            1 => CheckpointFault::DieAfterRename,
+            _ => CheckpointFault::NoSpace {
+                written_bytes: self.fault_rng.below(200) as usize,
+            },
+        };
+        volume.meta_faults().arm_checkpoint(fault);
+        if volume.checkpoint().is_ok() {
+            return Err(format!("a checkpoint with {fault:?} armed succeeded"));
+        }
+        match fault {
+            CheckpointFault::NoSpace { .. } => {
+                self.count("checkpoints_failed_enospc");
+                // The journal goes on: a move can still finish, and the
+                // next checkpoint (over the partial checkpoint.tmp) works.
+                volume.checkpoint().map_err(|error| {
+                    format!("the checkpoint after an ENOSPC one failed: {error}")
+                })?;
+                Ok(volume)
+            }
+            _ => {
+                self.count("checkpoints_torn");
+                self.crash_and_restart(volume, false)
+            }
+        }
+    }
+
     fn write(&mut self, volume: &Volume, kind: u64) {
         let (offset, length) = self.pick_range();
         let id = self.next_id;
@@ -776,6 +817,9 @@ impl Run {
                 95..=97 => {
                     self.clock.advance_ns(400_000_000);
                     volume.tick().map_err(|error| format!("tick: {error}"))?;
+                    if self.fault_rng.next_f64() < self.config.checkpoint_fault_probability {
+                        volume = self.faulty_checkpoint(volume)?;
+                    }
                 }
                 _ => {
                     if self.rng.next_f64() < self.config.outage_probability * 30.0

@@ -24,12 +24,14 @@
 //! Fault injection: [`MetaFaults`] (from [`MetaStore::faults`], or
 //! `Volume::meta_faults`) arms one fault for the next journal append — the
 //! process dying part-way through it ([`AppendFault::Tear`]) or a full
-//! metadata device ([`AppendFault::NoSpace`]). It is an ordinary, always
-//! compiled handle, used by the deterministic simulation tests; nothing
-//! fires unless a caller arms it.
+//! metadata device ([`AppendFault::NoSpace`]) — and one for the next
+//! checkpoint write ([`CheckpointFault`]: dying while writing
+//! `checkpoint.tmp` or right after renaming it into place, or ENOSPC). It is
+//! an ordinary, always compiled handle, used by the deterministic simulation
+//! tests; nothing fires unless a caller arms it.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -144,12 +146,31 @@ pub enum AppendFault {
     NoSpace { written_bytes: usize },
 }
 
-/// Deterministic fault injection for one [`MetaStore`]'s journal appends.
-/// Clones share the same state. An armed fault fires on the next
-/// [`MetaStore::append`] and is then disarmed; nothing fires unless armed.
+/// A fault for the next checkpoint write (see [`MetaFaults`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum CheckpointFault {
+    /// The process dies while writing `checkpoint.tmp`: its first
+    /// `after_bytes` bytes reach the file, then the store is dead (as after
+    /// [`AppendFault::Tear`]). The old checkpoint and journal stay in place.
+    TearTemporary { after_bytes: usize },
+    /// The process dies right after the new checkpoint was renamed into
+    /// place and the directory synced, before the journal was reset: the
+    /// directory holds a newer checkpoint than its journal.
+    DieAfterRename,
+    /// The metadata device is full: the first `written_bytes` bytes of the
+    /// checkpoint reach `checkpoint.tmp`, then ENOSPC. Nothing is renamed,
+    /// the journal goes on, the store stays usable.
+    NoSpace { written_bytes: usize },
+}
+
+/// Deterministic fault injection for one [`MetaStore`]'s journal appends
+/// and checkpoint writes. Clones share the same state. An armed fault fires
+/// on the next [`MetaStore::append`] (or [`MetaStore::write_checkpoint`])
+/// and is then disarmed; nothing fires unless armed.
 #[derive(Clone, Debug, Default)]
 pub struct MetaFaults {
     armed: Arc<Mutex<Option<AppendFault>>>,
+    checkpoint: Arc<Mutex<Option<CheckpointFault>>>,
 }
 
 impl MetaFaults {
@@ -166,6 +187,22 @@ impl MetaFaults {
     /// The fault waiting for the next append (`None` once it fired).
     pub fn armed(&self) -> Option<AppendFault> {
         *self.lock()
+    }
+
+    /// Arms `fault` for the next checkpoint write (replacing one armed).
+    pub fn arm_checkpoint(&self, fault: CheckpointFault) {
+        *self.lock_checkpoint() = Some(fault);
+    }
+
+    /// Disarms and returns the armed checkpoint fault, if any.
+    pub fn disarm_checkpoint(&self) -> Option<CheckpointFault> {
+        self.lock_checkpoint().take()
+    }
+
+    fn lock_checkpoint(&self) -> std::sync::MutexGuard<'_, Option<CheckpointFault>> {
+        self.checkpoint
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<AppendFault>> {
@@ -616,14 +653,43 @@ impl MetaStore {
         bytes.extend_from_slice(&payload);
         let path = Self::checkpoint_path(&self.dir);
         let temporary = self.dir.join("checkpoint.tmp");
+        let fault = self.faults.disarm_checkpoint();
         let mut file =
             File::create(&temporary).map_err(|error| io_error(&temporary, "creating", error))?;
+        match fault {
+            Some(CheckpointFault::TearTemporary { after_bytes }) => {
+                let _ = file.write_all(&bytes[..after_bytes.min(bytes.len() - 1)]);
+                self.dead = true;
+                return Err(io_error(
+                    &temporary,
+                    "writing",
+                    io::Error::other("injected fault: the process died writing the checkpoint"),
+                ));
+            }
+            Some(CheckpointFault::NoSpace { written_bytes }) => {
+                let _ = file.write_all(&bytes[..written_bytes.min(bytes.len() - 1)]);
+                return Err(io_error(
+                    &temporary,
+                    "writing",
+                    io::Error::from_raw_os_error(libc::ENOSPC),
+                ));
+            }
+            Some(CheckpointFault::DieAfterRename) | None => {}
+        }
         file.write_all(&bytes)
             .and_then(|()| file.sync_all())
             .map_err(|error| io_error(&temporary, "writing", error))?;
         fs::rename(&temporary, &path)
             .map_err(|error| io_error(&path, "renaming the new checkpoint into place", error))?;
         sync_dir(&self.dir)?;
+        if fault == Some(CheckpointFault::DieAfterRename) {
+            self.dead = true;
+            return Err(io_error(
+                &path,
+                "resetting the journal after",
+                io::Error::other("injected fault: the process died after renaming the checkpoint"),
+            ));
+        }
         // The checkpoint now covers every journal record; a crash here leaves
         // an older-generation journal that recovery ignores.
         Self::write_fresh_journal(&self.dir, next_generation)?;
@@ -785,6 +851,66 @@ mod tests {
             "{:?}",
             recovered.notes
         );
+    }
+
+    #[test]
+    fn checkpoint_faults_keep_the_last_good_state() {
+        // Died writing checkpoint.tmp: the old checkpoint and journal hold.
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = MetaStore::open(dir.path()).unwrap();
+        store.write_checkpoint(&checkpoint(4)).unwrap();
+        store.append(&place(1, 0, 0)).unwrap();
+        store
+            .faults()
+            .arm_checkpoint(CheckpointFault::TearTemporary { after_bytes: 30 });
+        assert!(store.write_checkpoint(&checkpoint(5)).is_err());
+        assert!(store.append(&place(2, 0, 1)).is_err(), "the store is dead");
+        drop(store);
+        let (_, recovered) = MetaStore::open(dir.path()).unwrap();
+        assert_eq!(recovered.checkpoint.unwrap().placement.len(), 4);
+        assert_eq!(recovered.records, vec![place(1, 0, 0)]);
+
+        // Died after the rename: the new checkpoint covers the old journal,
+        // which reopening ignores and resets.
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = MetaStore::open(dir.path()).unwrap();
+        store.append(&place(1, 0, 0)).unwrap();
+        store
+            .faults()
+            .arm_checkpoint(CheckpointFault::DieAfterRename);
+        assert!(store.write_checkpoint(&checkpoint(6)).is_err());
+        drop(store);
+        let (mut store, recovered) = MetaStore::open(dir.path()).unwrap();
+        assert_eq!(recovered.checkpoint.unwrap().placement.len(), 6);
+        assert!(recovered.records.is_empty());
+        assert!(
+            recovered.notes[0].contains("predates"),
+            "{:?}",
+            recovered.notes
+        );
+        store.append(&place(3, 0, 1)).unwrap();
+        drop(store);
+        let (_, recovered) = MetaStore::open(dir.path()).unwrap();
+        assert_eq!(recovered.records, vec![place(3, 0, 1)]);
+
+        // A full device: the checkpoint fails, the journal goes on, the
+        // next checkpoint replaces the partial checkpoint.tmp.
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = MetaStore::open(dir.path()).unwrap();
+        store
+            .faults()
+            .arm_checkpoint(CheckpointFault::NoSpace { written_bytes: 10 });
+        let error = store.write_checkpoint(&checkpoint(4)).unwrap_err();
+        assert!(error.to_string().contains("checkpoint.tmp"), "{error}");
+        store.append(&place(1, 0, 0)).unwrap();
+        drop(store);
+        let (mut store, recovered) = MetaStore::open(dir.path()).unwrap();
+        assert!(recovered.checkpoint.is_none());
+        assert_eq!(recovered.records, vec![place(1, 0, 0)]);
+        store.write_checkpoint(&checkpoint(4)).unwrap();
+        drop(store);
+        let (_, recovered) = MetaStore::open(dir.path()).unwrap();
+        assert_eq!(recovered.checkpoint.unwrap().placement.len(), 4);
     }
 
     #[test]

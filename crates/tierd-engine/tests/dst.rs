@@ -55,6 +55,8 @@ fn seeds_hold_every_invariant() {
             "journal_corruptions",
             "journal_appends_torn",
             "journal_appends_failed_enospc",
+            "checkpoints_torn",
+            "checkpoints_failed_enospc",
             "tier_outages",
             "lost_tier_segments_reported",
             "lost_tier_segments_served_from_home",
