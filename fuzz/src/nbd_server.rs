@@ -5,7 +5,11 @@
 //! Two servers run for the whole fuzzing process, in a private temporary
 //! directory: one inline (no workers, 1-byte blocks, listing allowed) and
 //! one with two workers per connection, 512-byte minimum blocks and
-//! `NBD_OPT_LIST` disabled. First byte bit 0 picks the server; the rest is
+//! `NBD_OPT_LIST` disabled. Both offer TLS in `optional` mode with a
+//! throwaway self-signed certificate, so an input that sends
+//! `NBD_OPT_STARTTLS` drives the TLS start (in-thread session inline, relay
+//! thread with workers) and hands rustls the rest of its bytes as the
+//! handshake; inputs without it run in plain text as before. First byte bit 0 picks the server; the rest is
 //! written as the client's bytes, then the client half-closes and reads
 //! every reply until the server closes. The server must close on its own
 //! (at the end of the input at the latest): a connection still open after
@@ -153,12 +157,27 @@ fn sockets() -> &'static [PathBuf; 2] {
             path
         };
         let quiet: tierd_nbd::Logger = Arc::new(|_, _| {});
+        let key = rcgen::KeyPair::generate().expect("a key pair");
+        let certificate = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+            .and_then(|params| params.self_signed(&key))
+            .expect("a self-signed certificate");
+        let files = tierd_nbd::TlsFiles {
+            certificate: directory.join("cert.pem"),
+            key: directory.join("key.pem"),
+            client_ca: None,
+        };
+        std::fs::write(&files.certificate, certificate.pem()).expect("write the certificate");
+        std::fs::write(&files.key, key.serialize_pem()).expect("write the key");
+        let tls = tierd_nbd::TlsServer::load(&files, tierd_nbd::TlsMode::Optional)
+            .expect("load the throwaway certificate");
         let inline = ServerConfig {
+            tls: Some(tls.clone()),
             logger: quiet.clone(),
             shutdown_grace_ms: 0,
             ..ServerConfig::default()
         };
         let workers = ServerConfig {
+            tls: Some(tls),
             allow_list: false,
             workers_per_connection: 2,
             queue_depth_per_connection: 4,
