@@ -41,3 +41,25 @@ pub const TARGETS: [(&str, Body); 9] = [
 pub fn split_mode(data: &[u8]) -> Option<(u8, &[u8])> {
     data.split_first().map(|(mode, rest)| (*mode, rest))
 }
+
+/// Reads `stream` until the peer closes it (a reset counts as closed).
+/// `false` when the read timeout set on the stream passed with neither data
+/// nor a close: the peer hangs.
+pub fn drain_until_closed(stream: &mut impl std::io::Read, buffer: &mut [u8]) -> bool {
+    loop {
+        match stream.read(buffer) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false
+            }
+            Err(_) => return true,
+        }
+    }
+}

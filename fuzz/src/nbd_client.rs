@@ -32,7 +32,7 @@
 //! grows by more than [`MAX_GROWTH_BYTES`] (a length field from the server
 //! must not become an allocation).
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::Shutdown;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
@@ -217,24 +217,11 @@ fn serve(listener: &UnixListener, bytes: Vec<u8>) {
             .set_read_timeout(Some(HANG_TIMEOUT))
             .expect("set a read timeout");
         let mut buffer = [0u8; 16 * 1024];
-        loop {
-            match drain.read(&mut buffer) {
-                Ok(0) => return,
-                Ok(_) => {}
-                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(error)
-                    if matches!(
-                        error.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    eprintln!(
-                        "nbd_client: the client neither sent anything nor hung up for {HANG_TIMEOUT:?} after the server's bytes ended: a hang"
-                    );
-                    std::process::abort();
-                }
-                Err(_) => return,
-            }
+        if !crate::drain_until_closed(&mut drain, &mut buffer) {
+            eprintln!(
+                "nbd_client: the client neither sent anything nor hung up for {HANG_TIMEOUT:?} after the server's bytes ended: a hang"
+            );
+            std::process::abort();
         }
     });
     // The client may hang up before reading everything (EPIPE).

@@ -16,7 +16,7 @@
 //! [`REPLY_TIMEOUT`] is reported as a hang. A panic in a server thread
 //! aborts the process (libFuzzer's panic hook), so it is caught as a crash.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -206,21 +206,8 @@ pub fn run(data: &[u8]) {
         let _ = stream.shutdown(Shutdown::Write);
     }
     let mut buffer = vec![0u8; 64 * 1024];
-    loop {
-        match stream.read(&mut buffer) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(error)
-                if matches!(
-                    error.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                panic!("the server did not close the connection within {REPLY_TIMEOUT:?} after the client's input ended");
-            }
-            // Reset by the server: it closed with input unread.
-            Err(_) => break,
-        }
+    // A reset means the server closed with input unread: fine.
+    if !crate::drain_until_closed(&mut stream, &mut buffer) {
+        panic!("the server did not close the connection within {REPLY_TIMEOUT:?} after the client's input ended");
     }
 }
