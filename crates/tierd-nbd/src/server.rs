@@ -13,9 +13,8 @@
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -339,8 +338,8 @@ impl Server {
             address: path.display().to_string(),
             source,
         };
-        remove_stale_socket(&path).map_err(listen_error)?;
-        let listener = bind_unix_private(&path).map_err(listen_error)?;
+        crate::io::remove_stale_socket(&path).map_err(listen_error)?;
+        let listener = crate::io::bind_unix_private(&path, 128).map_err(listen_error)?;
         let metadata = std::fs::symlink_metadata(&path).map_err(listen_error)?;
         let address = ListenAddress::Unix(path.clone());
         let socket_identity = Some((metadata.dev(), metadata.ino()));
@@ -549,78 +548,6 @@ impl ServerHandle {
 impl Drop for ServerHandle {
     fn drop(&mut self) {
         self.stop();
-    }
-}
-
-fn remove_stale_socket(path: &Path) -> io::Result<()> {
-    let metadata = match std::fs::symlink_metadata(path) {
-        Ok(metadata) => metadata,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(error) => return Err(error),
-    };
-    if !metadata.file_type().is_socket() {
-        return Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            "the path exists and is not a socket; refusing to replace it",
-        ));
-    }
-    match UnixStream::connect(path) {
-        Ok(_) => Err(io::Error::new(
-            io::ErrorKind::AddrInUse,
-            "another server is listening on this socket",
-        )),
-        Err(error) if error.kind() == io::ErrorKind::ConnectionRefused => {
-            std::fs::remove_file(path)
-        }
-        Err(error) => Err(error),
-    }
-}
-
-/// socket + bind + chmod 0600 + listen: nobody can connect before the mode
-/// is set, because connecting needs `listen`.
-fn bind_unix_private(path: &Path) -> io::Result<UnixListener> {
-    let bytes = path.as_os_str().as_bytes();
-    // SAFETY: sockaddr_un is plain data; zeroed is a valid value.
-    let mut address: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    if bytes.is_empty() || bytes.len() >= address.sun_path.len() || bytes.contains(&0) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "socket path must be 1 to {} bytes without NUL",
-                address.sun_path.len() - 1
-            ),
-        ));
-    }
-    address.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (slot, byte) in address.sun_path.iter_mut().zip(bytes) {
-        *slot = *byte as libc::c_char;
-    }
-    // SAFETY: plain system calls on a descriptor this function owns.
-    unsafe {
-        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let owned = OwnedFd::from_raw_fd(fd);
-        let length = (std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1) as u32;
-        if libc::bind(
-            fd,
-            &address as *const libc::sockaddr_un as *const libc::sockaddr,
-            length,
-        ) != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
-        let mut c_path = bytes.to_vec();
-        c_path.push(0);
-        if libc::chmod(c_path.as_ptr() as *const libc::c_char, 0o600) != 0
-            || libc::listen(fd, 128) != 0
-        {
-            let error = io::Error::last_os_error();
-            let _ = std::fs::remove_file(path);
-            return Err(error);
-        }
-        Ok(UnixListener::from(owned))
     }
 }
 

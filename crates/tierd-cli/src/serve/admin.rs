@@ -16,9 +16,7 @@
 //! target); this file holds the socket and runs the requests.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -67,18 +65,8 @@ impl AdminServer {
         engine: Arc<Mutex<Engine>>,
         logger: Logger,
     ) -> io::Result<AdminServer> {
-        match std::fs::symlink_metadata(path) {
-            Ok(metadata) if metadata.file_type().is_socket() => std::fs::remove_file(path)?,
-            Ok(_) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::AlreadyExists,
-                    "the path exists and is not a socket; refusing to replace it",
-                ))
-            }
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-            Err(error) => return Err(error),
-        }
-        let listener = bind_private(path)?;
+        tierd_nbd::io::remove_stale_socket(path)?;
+        let listener = tierd_nbd::io::bind_unix_private(path, 16)?;
         let metadata = std::fs::symlink_metadata(path)?;
         let context = Arc::new(Context {
             volumes,
@@ -124,55 +112,6 @@ impl AdminServer {
 impl Drop for AdminServer {
     fn drop(&mut self) {
         self.stop_listener();
-    }
-}
-
-/// Binds and chmods to 0600 before `listen`, so no client can connect while
-/// the socket is still open to everyone.
-fn bind_private(path: &Path) -> io::Result<UnixListener> {
-    let bytes = path.as_os_str().as_bytes();
-    // SAFETY: sockaddr_un is plain data; all-zero is a valid value.
-    let mut address: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    if bytes.is_empty() || bytes.len() >= address.sun_path.len() || bytes.contains(&0) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "a socket path must be 1 to {} bytes; use a shorter data_dir",
-                address.sun_path.len() - 1
-            ),
-        ));
-    }
-    address.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (slot, byte) in address.sun_path.iter_mut().zip(bytes) {
-        *slot = *byte as libc::c_char;
-    }
-    let mut c_path = bytes.to_vec();
-    c_path.push(0);
-    // SAFETY: system calls on a descriptor owned here, with a valid address
-    // and a NUL-terminated path.
-    unsafe {
-        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let owned = OwnedFd::from_raw_fd(fd);
-        let length = (std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1) as u32;
-        if libc::bind(
-            owned.as_raw_fd(),
-            &address as *const libc::sockaddr_un as *const libc::sockaddr,
-            length,
-        ) != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
-        if libc::chmod(c_path.as_ptr() as *const libc::c_char, 0o600) != 0
-            || libc::listen(owned.as_raw_fd(), 16) != 0
-        {
-            let error = io::Error::last_os_error();
-            let _ = std::fs::remove_file(path);
-            return Err(error);
-        }
-        Ok(UnixListener::from(owned))
     }
 }
 
@@ -429,7 +368,7 @@ mod tests {
     #[test]
     fn long_paths_are_refused_with_a_hint() {
         let long = PathBuf::from(format!("/tmp/{}", "x".repeat(200)));
-        let error = bind_private(&long).unwrap_err();
+        let error = tierd_nbd::io::bind_unix_private(&long, 16).unwrap_err();
         assert!(error.to_string().contains("shorter data_dir"), "{error}");
     }
 }
