@@ -1,5 +1,6 @@
-//! TLS for the NBD server (`NBD_OPT_STARTTLS`, rustls with the `ring`
-//! provider, X.509 certificates).
+//! TLS for the NBD server and client (`NBD_OPT_STARTTLS`, rustls with the
+//! `ring` provider, X.509 certificates): [`TlsServer`] for the server,
+//! [`ClientTls`] for `nbds://` URIs in the client.
 //!
 //! After the server acknowledges `NBD_OPT_STARTTLS`, an inline connection
 //! (one thread reads requests and writes replies) runs the rustls session on
