@@ -305,6 +305,11 @@ pub struct SpikeClass {
     /// Step of a drifting spike (≤ 1 GiB keeps the analysis's concentration
     /// continuous: it moves to the adjacent segment).
     pub drift_step_bytes: u64,
+    /// When wider than the spike, a drifting spike walks back and forth
+    /// inside a range this wide, centred where it starts, instead of across
+    /// the whole volume: a hot area that the concentration sweeps and keeps
+    /// coming back over (web_2). 0: the whole volume.
+    pub drift_range_bytes: f64,
     /// A core: `core_share` of the spike's requests fall in the middle
     /// `core_width_fraction` of its width (0 share: uniform over the width).
     pub core_width_fraction: f64,

@@ -68,21 +68,42 @@ pub(crate) struct Spike {
     pub drift_interval_s: f64,
     /// Signed step per interval.
     pub drift_step_bytes: f64,
+    /// Bytes of room the drift walks back and forth in, from where the spike
+    /// starts on the way it first walks; 0: the whole volume
+    /// ([`SpikeClass::drift_range_bytes`]).
+    pub drift_range_bytes: f64,
     /// Where this spike's previous request ended (sequential runs).
     pub last_end_bytes: u64,
 }
 
 impl Spike {
     /// Centre at `time_s`, after the drift steps taken so far; a drifting
-    /// spike bounces off the ends of the volume.
+    /// spike bounces off the ends of the volume, or of its drift range when
+    /// it has one.
     pub fn center_at(&self, time_s: f64, volume_bytes: f64) -> f64 {
         if self.drift_interval_s <= 0.0 {
             return self.center_bytes;
         }
         let steps = ((time_s - self.shape.start_s).max(0.0) / self.drift_interval_s).floor();
-        let low = self.width_bytes / 2.0;
-        let high = volume_bytes - self.width_bytes / 2.0;
+        let (low, high) = self.center_bounds(volume_bytes);
         reflect(self.center_bytes + steps * self.drift_step_bytes, low, high)
+    }
+
+    /// The lowest and highest centre the spike's drift reaches.
+    fn center_bounds(&self, volume_bytes: f64) -> (f64, f64) {
+        let half = self.width_bytes / 2.0;
+        let (mut low, mut high) = (half, volume_bytes - half);
+        if self.drift_range_bytes > self.width_bytes {
+            let reach = self.drift_range_bytes - self.width_bytes;
+            if self.drift_step_bytes >= 0.0 {
+                low = low.max(self.center_bytes);
+                high = high.min(self.center_bytes + reach);
+            } else {
+                low = low.max(self.center_bytes - reach);
+                high = high.min(self.center_bytes);
+            }
+        }
+        (low, high.max(low))
     }
 }
 
@@ -358,6 +379,7 @@ impl Placer<'_> {
                 .min(self.volume_bytes),
             drift_interval_s: 0.0,
             drift_step_bytes: 0.0,
+            drift_range_bytes: class.drift_range_bytes,
             last_end_bytes: u64::MAX,
         };
         // Spikes inside a host stay put (they are bursts at one place).
@@ -394,7 +416,10 @@ impl Placer<'_> {
             return;
         }
         let life_s = spike.shape.end_s() - spike.shape.start_s;
-        let travel_bytes = life_s / spike.drift_interval_s * spike.drift_step_bytes.abs();
+        let mut travel_bytes = life_s / spike.drift_interval_s * spike.drift_step_bytes.abs();
+        if spike.drift_range_bytes > spike.width_bytes {
+            travel_bytes = travel_bytes.min(spike.drift_range_bytes - spike.width_bytes);
+        }
         let room_up = self.volume_bytes - spike.width_bytes / 2.0 - center_bytes;
         let room_down = center_bytes - spike.width_bytes / 2.0;
         let up = spike.drift_step_bytes > 0.0;
@@ -561,6 +586,63 @@ mod tests {
         assert!((mean - 100.0).abs() < 1e-6, "{mean}");
         assert!((peak - 250.0).abs() < 1e-6, "{peak}");
         assert_eq!(normalise(&[], window_s, 100.0, 250.0), (100.0, 0.0));
+    }
+
+    #[test]
+    fn a_drift_range_keeps_the_walk_inside_it_both_ways() {
+        const GIB_F: f64 = (1u64 << 30) as f64;
+        let volume_bytes = 170.0 * GIB_F;
+        let spike = |step_bytes: f64, range_bytes: f64| Spike {
+            shape: Shape {
+                start_s: 0.0,
+                onset_s: 0.0,
+                plateau_s: 6.0 * 3600.0,
+                decay_s: 0.0,
+            },
+            class: 0,
+            peak_share: 0.95,
+            center_bytes: 80.0 * GIB_F,
+            width_bytes: 10.0 * GIB_F,
+            drift_interval_s: 10.0,
+            drift_step_bytes: step_bytes,
+            drift_range_bytes: range_bytes,
+            last_end_bytes: u64::MAX,
+        };
+        for step_bytes in [GIB_F / 8.0, -GIB_F / 8.0] {
+            let confined = spike(step_bytes, 40.0 * GIB_F);
+            let centers: Vec<f64> = (0..2160)
+                .map(|tick| confined.center_at(tick as f64 * 10.0, volume_bytes))
+                .collect();
+            let low = centers.iter().copied().fold(f64::INFINITY, f64::min);
+            let high = centers.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            // The centre travels range - width = 30 GiB, from the start on
+            // the way the walk first goes, and comes back over it.
+            let (expected_low, expected_high) = if step_bytes > 0.0 {
+                (80.0 * GIB_F, 110.0 * GIB_F)
+            } else {
+                (50.0 * GIB_F, 80.0 * GIB_F)
+            };
+            assert_eq!(
+                (low, high),
+                (expected_low, expected_high),
+                "step {step_bytes}"
+            );
+            let returns = centers
+                .windows(2)
+                .filter(|pair| {
+                    (pair[1] - pair[0]).signum() != step_bytes.signum() && pair[1] != pair[0]
+                })
+                .count();
+            assert!(returns > 100, "the walk turns back: {returns}");
+            assert_eq!(
+                swept_range(&confined, volume_bytes),
+                (expected_low - 5.0 * GIB_F, expected_high + 5.0 * GIB_F)
+            );
+            // Without a range the same walk crosses the volume.
+            let free = spike(step_bytes, 0.0);
+            let (free_low, free_high) = swept_range(&free, volume_bytes);
+            assert_eq!((free_low, free_high), (0.0, volume_bytes));
+        }
     }
 
     #[test]

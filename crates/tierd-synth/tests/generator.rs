@@ -128,20 +128,26 @@ fn sizes_follow_the_size_mix() {
 
 #[test]
 fn the_busy_window_recurs_and_quiet_time_runs_at_the_quiet_rate() {
-    // web_2: a 1 h busy window every 24 h, background only in between.
+    // web_2: a 6 h busy state once a week, background only in between.
     let preset = preset("web_2").unwrap();
-    let requests = generate("web_2", 5, 25.0);
-    let hour_ns = 3600 * NS_PER_SECOND;
-    let count = |from: u64, to: u64| {
+    let model = &preset.model;
+    let (window_h, recurrence_h) = (model.window_hours, model.recurrence_hours);
+    assert!(recurrence_h > window_h + 1.0, "web_2 must have quiet time");
+    let requests = generate("web_2", 5, recurrence_h + window_h);
+    let second_s = NS_PER_SECOND as f64;
+    let count = |from_h: f64, to_h: f64| {
+        let (from_ns, to_ns) = (from_h * 3600.0 * second_s, to_h * 3600.0 * second_s);
         requests
             .iter()
-            .filter(|request| request.time_ns >= from * hour_ns && request.time_ns < to * hour_ns)
+            .filter(|request| {
+                (request.time_ns as f64) >= from_ns && (request.time_ns as f64) < to_ns
+            })
             .count() as f64
     };
-    let first_window = count(0, 1);
-    let quiet = count(1, 24);
-    let second_window = count(24, 25);
-    let window_expected = preset.model.window_mean_iops * 3600.0;
+    let first_window = count(0.0, window_h);
+    let quiet = count(window_h, recurrence_h);
+    let second_window = count(recurrence_h, recurrence_h + window_h);
+    let window_expected = model.window_mean_iops * window_h * 3600.0;
     assert!(
         relative_error(first_window, window_expected).abs() < 0.01,
         "{first_window}"
@@ -150,21 +156,22 @@ fn the_busy_window_recurs_and_quiet_time_runs_at_the_quiet_rate() {
         relative_error(second_window, window_expected).abs() < 0.01,
         "{second_window}"
     );
-    let quiet_expected = preset.model.quiet_mean_iops * 23.0 * 3600.0;
+    let quiet_expected = model.quiet_mean_iops * (recurrence_h - window_h) * 3600.0;
     assert!(
         relative_error(quiet, quiet_expected).abs() < 0.05,
         "{quiet} vs {quiet_expected}"
     );
     // Each window gets its own plan: the second is not a copy of the first.
-    let offsets = |from: u64| {
+    let offsets = |from_h: f64| {
+        let from_ns = (from_h * 3600.0 * second_s) as u64;
         requests
             .iter()
-            .filter(|request| request.time_ns >= from * hour_ns)
+            .filter(|request| request.time_ns >= from_ns)
             .take(100)
             .map(|request| request.offset_bytes)
             .collect::<Vec<_>>()
     };
-    assert_ne!(offsets(0), offsets(24));
+    assert_ne!(offsets(0.0), offsets(recurrence_h));
 }
 
 #[test]
