@@ -3,9 +3,9 @@
 //! from the full windows). Every preset here is synthetic (`tierd-synth`),
 //! calibrated to the papers' published figures — not the real MSR traces.
 //!
-//! - paper 000 Table 4: OTF-AST's gain over the HDD alone is largest on
-//!   usr_1, then web_2, and smallest on proj_4 (replayed ×8 and ×2, HDD
-//!   saturated);
+//! - paper 000 Table 4: OTF-AST's gain over the HDD alone (OTF-AST as
+//!   Table 4 ran it) is largest on usr_1 and smallest on proj_4, with web_2
+//!   and proj_2 between (replayed ×8 and ×2, HDD saturated);
 //! - paper 002 Table 5: ATSMF answers ≥ 20 % faster than the SSD alone on
 //!   src1_0 and usr_1;
 //! - paper 002 Table 6: ATSMF serves more IO from memory than a FIFO cache
@@ -14,17 +14,19 @@
 //!   002 §3.3 and §6.1) on src1_0 and dbt2;
 //! - `none` moves nothing.
 
+use tierd_policy::policies::otf_ast::OtfAstConfig;
+use tierd_policy::PolicyConfig;
 use tierd_sim::{Replay, RunResult, SimConfig, Strategy, TierStack};
 use tierd_trace::{Format, IteratorReader};
 
 /// Replays `hours` of `preset` (seed 1) at `speed` on the `stack` preset
-/// under `policy`, each policy at its paper's period.
-fn replay(
+/// under `strategy`, each policy at its paper's period.
+fn replay_with(
     preset: &str,
     hours: f64,
     speed: f64,
     stack: &str,
-    policy: &str,
+    strategy: &Strategy,
     cache_bytes: Option<u64>,
 ) -> RunResult {
     let preset = tierd_synth::preset(preset).unwrap();
@@ -35,17 +37,35 @@ fn replay(
     let generator = tierd_synth::Generator::new(preset, 1, hours).unwrap();
     let mut reader =
         IteratorReader::new(generator, &[preset.volume_name], Format::Tierd, preset.name);
-    let strategy = Strategy::parse(policy).unwrap();
-    tierd_sim::run(&config, &strategy, &mut reader, &mut |_| {}).unwrap()
+    tierd_sim::run(&config, strategy, &mut reader, &mut |_| {}).unwrap()
 }
 
-/// First-hour iops of `otf-ast` over `none`, minus 1 (paper 000 Table 4's gain).
-/// The two runs go on two threads (the HDD model is the slow part in a
-/// debug build).
+/// [`replay_with`] the named policy at its defaults.
+fn replay(
+    preset: &str,
+    hours: f64,
+    speed: f64,
+    stack: &str,
+    policy: &str,
+    cache_bytes: Option<u64>,
+) -> RunResult {
+    let strategy = Strategy::parse(policy).unwrap();
+    replay_with(preset, hours, speed, stack, &strategy, cache_bytes)
+}
+
+/// First-hour iops of `otf-ast` over `none`, minus 1 (paper 000 Table 4's
+/// gain), with OTF-AST as Table 4 ran it: without the §5.4 persistent-IO
+/// rule. The two runs go on two threads (the HDD model is the slow part in
+/// a debug build).
 fn otf_ast_gain(preset: &str, hours: f64, speed: f64) -> f64 {
+    let table_4 = OtfAstConfig {
+        promote_persistent: false,
+        ..OtfAstConfig::default()
+    };
+    let otf_ast = Strategy::Tiering(PolicyConfig::OtfAst(table_4));
     let (home_only, tiered) = std::thread::scope(|scope| {
         let home_only = scope.spawn(|| replay(preset, hours, speed, "hdd-ssd", "none", None));
-        let tiered = replay(preset, hours, speed, "hdd-ssd", "otf-ast", None);
+        let tiered = replay_with(preset, hours, speed, "hdd-ssd", &otf_ast, None);
         (home_only.join().unwrap(), tiered)
     });
     assert!(
@@ -57,20 +77,27 @@ fn otf_ast_gain(preset: &str, hours: f64, speed: f64) -> f64 {
 }
 
 #[test]
-fn otf_ast_gains_most_on_usr_1_then_web_2_and_least_on_proj_4() {
+fn otf_ast_gains_most_on_usr_1_and_least_on_proj_4() {
     // Half an hour of usr_1, three hours of web_2 (its band needs about
     // half an hour of moves, at one a minute, before the SSD holds its
-    // area) and a quarter of proj_4, at the paper's factors.
-    let (usr_1, web_2, proj_4) = std::thread::scope(|scope| {
+    // area), an hour of proj_2 and a quarter of proj_4, at the paper's
+    // factors. The paper's order is usr1 > proj2 > web2 > proj4; ours puts
+    // web_2 above proj_2 (EVIDENCE.md says why), so that pair is not pinned.
+    let (usr_1, web_2, proj_2, proj_4) = std::thread::scope(|scope| {
         let web_2 = scope.spawn(|| otf_ast_gain("web_2", 3.0, 8.0));
         let usr_1 = otf_ast_gain("usr_1", 0.5, 8.0);
+        let proj_2 = otf_ast_gain("proj_2", 1.0, 2.0);
         let proj_4 = otf_ast_gain("proj_4", 0.25, 2.0);
-        (usr_1, web_2.join().unwrap(), proj_4)
+        (usr_1, web_2.join().unwrap(), proj_2, proj_4)
     });
-    eprintln!("otf-ast gain: usr_1 {usr_1:+.3}, web_2 {web_2:+.3}, proj_4 {proj_4:+.3}");
+    eprintln!(
+        "otf-ast gain: usr_1 {usr_1:+.3}, web_2 {web_2:+.3}, proj_2 {proj_2:+.3}, proj_4 {proj_4:+.3}"
+    );
     assert!(usr_1 > 0.15, "usr_1 gain {usr_1}");
-    assert!(usr_1 > web_2, "usr_1 {usr_1} vs web_2 {web_2}");
-    assert!(web_2 > proj_4, "web_2 {web_2} vs proj_4 {proj_4}");
+    for (name, gain) in [("web_2", web_2), ("proj_2", proj_2)] {
+        assert!(usr_1 > gain, "usr_1 {usr_1} vs {name} {gain}");
+        assert!(gain > proj_4, "{name} {gain} vs proj_4 {proj_4}");
+    }
 }
 
 #[test]
