@@ -356,7 +356,10 @@ that walk to adjacent segments every 6-8 min, under a short volume spike",
                 decay_s: Span::fixed(240.0),
                 peak_share: Span::new(0.25, 0.29),
                 width_bytes: Span::new(0.12 * GIB_F, 0.28 * GIB_F),
-                revisit_fraction: 0.12,
+                // No revisit quota: the analysis already sees a lane's
+                // hand-over as a short concentration and its restart as a
+                // non-arbitrary one (~1 in 8).
+                revisit_fraction: 0.0,
                 drift_fraction: 1.0,
                 drift_interval_s: Span::new(360.0, 480.0),
                 write_fraction: PROJ_2_WRITE,
