@@ -87,7 +87,7 @@ pub fn preset(name: &str) -> Result<&'static Preset, SynthError> {
 }
 
 /// The label every report of generated data carries, e.g. `synthetic (tierd
-/// synth preset usr_1, seed 1, 4.17 h; calibrated to OTF-AST Tables 2,3,4,6
+/// synth preset usr_1, seed 1, 4.17 h; calibrated to OTF-AST Tables 2,3,4,5,6
 /// and ATSMF Table 1) — not a real trace`.
 pub fn label(preset: &Preset, seed: u64, hours: f64) -> String {
     format!(
