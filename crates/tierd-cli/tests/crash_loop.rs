@@ -23,12 +23,12 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::serve::{ServeProcess, READY_PREFIX};
 use serde_json::{json, Value};
 use tierd_common::clock::{Clock, SystemClock};
 use tierd_common::rng::{Rng, SeededRng};
@@ -70,69 +70,35 @@ fn ssd_config(faults: bool) -> String {
     common::small_stack_config("data", "", common::FastTier::File { faults }, "")
 }
 
-/// A running `tierd serve`; SIGKILLed on drop if still running.
+/// A running `tierd serve` (`common::serve::ServeProcess`) with the paths
+/// these tests use; SIGKILLed on drop if still running.
 struct Server {
-    child: Option<Child>,
+    process: ServeProcess,
     dir: PathBuf,
     uri: String,
     admin: PathBuf,
-    stderr_path: PathBuf,
 }
 
 impl Server {
     /// Starts `tierd serve --config config.toml` in `dir` and waits for its
-    /// admin socket line; `Err(stderr)` when it exits instead.
+    /// admin socket line; `Err(exit status and stderr)` when it exits instead.
     fn try_start(dir: &Path) -> Result<Server, String> {
-        let stderr_path = dir.join("tierd.stderr");
-        let stderr = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&stderr_path)
-            .unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tierd"))
-            .args(["serve", "--config", "config.toml"])
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .expect("start tierd serve");
-        let stdout = child.stdout.take().unwrap();
-        let (sender, lines): (_, Receiver<String>) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let _ = sender.send(line);
-            }
-        });
-        let mut uri = None;
-        loop {
-            match lines.recv_timeout(Duration::from_secs(60)) {
-                Ok(line) => {
-                    if let Some(rest) = line.strip_prefix("tierd: volume vol0 at nbd+unix://") {
-                        uri = Some(format!("nbd+unix://{rest}"));
-                    }
-                    if let Some(path) = line.strip_prefix("tierd: admin socket ") {
-                        return Ok(Server {
-                            child: Some(child),
-                            dir: dir.to_path_buf(),
-                            uri: uri.expect("volume line before the admin line"),
-                            admin: PathBuf::from(path.trim()),
-                            stderr_path,
-                        });
-                    }
-                }
-                Err(_) => {
-                    // Closed stdout (the process exited) or nothing for 60 s.
-                    let _ = child.kill();
-                    let status = child.wait().unwrap();
-                    return Err(format!(
-                        "{status}\n{}",
-                        std::fs::read_to_string(&stderr_path).unwrap_or_default()
-                    ));
-                }
-            }
+        let mut process = ServeProcess::spawn(dir, Some(Path::new("config.toml")));
+        if process.try_wait_line(READY_PREFIX).is_err() {
+            // Closed stdout (the process exited) or nothing for a minute.
+            let status = process.kill();
+            return Err(format!(
+                "{}\n{}",
+                status.map_or_else(|| "not running".to_string(), |status| status.to_string()),
+                process.stderr()
+            ));
         }
+        Ok(Server {
+            uri: process.uri("vol0"),
+            admin: process.admin_socket(),
+            process,
+            dir: dir.to_path_buf(),
+        })
     }
 
     fn start(dir: &Path) -> Server {
@@ -140,28 +106,20 @@ impl Server {
     }
 
     fn pid(&self) -> i32 {
-        self.child.as_ref().expect("running").id() as i32
+        self.process.pid()
     }
 
     fn log(&self) -> String {
-        let text = std::fs::read_to_string(&self.stderr_path).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+        self.process.stderr_tail(30)
     }
 
     fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().unwrap();
-            child.wait().unwrap();
-        }
+        self.process.kill();
     }
 
     /// SIGTERM and wait for the clean stop.
     fn stop(&mut self) {
-        let mut child = self.child.take().expect("running");
-        // SAFETY: kill(2) on our own child, not yet reaped.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let status = child.wait().unwrap();
+        let status = self.process.stop();
         assert!(status.success(), "clean stop: {status}\n{}", self.log());
     }
 
@@ -218,12 +176,6 @@ impl Server {
             .find_map(|line| line.strip_prefix("VmRSS:"))
             .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
             .expect("VmRSS in /proc/PID/status")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 

@@ -11,7 +11,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,6 +19,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use common::serve::ServeProcess;
 use tierd_common::clock::{Clock, SystemClock};
 
 const VOLUME_BYTES: u64 = 64 << 20;
@@ -148,10 +149,6 @@ impl Deadline {
     fn passed(&self) -> bool {
         self.clock.now_ns() >= self.end_ns
     }
-
-    fn left(&self) -> Duration {
-        Duration::from_nanos(self.end_ns.saturating_sub(self.clock.now_ns()))
-    }
 }
 
 fn pause_ms(milliseconds: u64) {
@@ -164,8 +161,7 @@ fn pause_ms(milliseconds: u64) {
 struct Tierd {
     directory: tempfile::TempDir,
     config: PathBuf,
-    stderr_path: PathBuf,
-    child: Option<Child>,
+    process: Option<ServeProcess>,
     socket: PathBuf,
     uri: String,
 }
@@ -198,12 +194,10 @@ impl Tierd {
             config_text(&directory.path().join("data"), server_extra),
         )
         .unwrap();
-        let stderr_path = directory.path().join("tierd.stderr");
         let mut server = Tierd {
             directory,
             config,
-            stderr_path,
-            child: None,
+            process: None,
             socket: PathBuf::new(),
             uri: String::new(),
         };
@@ -211,55 +205,16 @@ impl Tierd {
         server
     }
 
-    /// Starts the process and waits for both lines it prints when ready.
+    /// Starts the process and waits for the socket and volume lines.
     fn spawn(&mut self) {
-        assert!(self.child.is_none(), "already running");
-        let stderr = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.stderr_path)
-            .unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tierd"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&self.config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .expect("start tierd serve");
-        let stdout = child.stdout.take().unwrap();
-        self.child = Some(child);
-        let (sender, receiver) = mpsc::channel();
-        // Keeps draining stdout for the process's whole life.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if sender.send(line).is_err() {
-                    // Nobody listens any more; keep reading so the pipe never fills.
-                }
-            }
-        });
-        let deadline = Deadline::after(Duration::from_secs(60));
-        let (mut socket, mut uri) = (None, None);
-        while socket.is_none() || uri.is_none() {
-            let left = deadline.left();
-            match receiver.recv_timeout(left) {
-                Ok(line) => {
-                    if let Some(path) = line.strip_prefix("tierd: listening on unix:") {
-                        socket = Some(PathBuf::from(path.trim()));
-                    } else if let Some(rest) = line.strip_prefix("tierd: volume vol0 at ") {
-                        uri = Some(rest.trim().to_string());
-                    }
-                }
-                Err(_) => panic!(
-                    "tierd serve did not print its socket and volume lines (got socket {socket:?}, uri {uri:?})\n{}",
-                    self.log()
-                ),
-            }
-        }
-        self.socket = socket.unwrap();
-        self.uri = uri.unwrap();
+        assert!(
+            !self.process.as_mut().is_some_and(ServeProcess::is_running),
+            "already running"
+        );
+        let mut process = ServeProcess::spawn(self.directory.path(), Some(&self.config));
+        self.socket = process.unix_socket();
+        self.uri = process.uri("vol0");
+        self.process = Some(process);
         assert!(
             self.socket.is_absolute() && self.socket.extension().is_some_and(|e| e == "sock"),
             "socket path {:?}",
@@ -278,29 +233,15 @@ impl Tierd {
     }
 
     fn log(&self) -> String {
-        let text = std::fs::read_to_string(&self.stderr_path).unwrap_or_default();
-        let tail: Vec<&str> = text.lines().rev().take(40).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        format!("tierd stderr (last 40 lines):\n{}", tail.join("\n"))
+        self.process
+            .as_ref()
+            .map(|process| process.stderr_tail(40))
+            .unwrap_or_default()
     }
 
-    /// SIGTERM, then waits for the process (SIGKILL after 30 s).
+    /// SIGTERM, then waits for the process (its stderr stays readable).
     fn stop(&mut self) -> ExitStatus {
-        let mut child = self.child.take().expect("running");
-        // SAFETY: kill(2) on the pid of our own child, not yet reaped.
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Deadline::after(Duration::from_secs(30));
-        loop {
-            if let Some(status) = child.try_wait().expect("wait for tierd") {
-                return status;
-            }
-            if deadline.passed() {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("tierd did not stop within 30 s of SIGTERM\n{}", self.log());
-            }
-            pause_ms(20);
-        }
+        self.process.as_mut().expect("started").stop()
     }
 
     fn tierd(&self, args: &[&str]) -> Command {
@@ -335,23 +276,6 @@ impl Tierd {
 
     fn path(&self, name: &str) -> PathBuf {
         self.directory.path().join(name)
-    }
-}
-
-impl Drop for Tierd {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // SAFETY: kill(2) on the pid of our own child, not yet reaped.
-            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-            for _ in 0..500 {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                pause_ms(20);
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 

@@ -9,18 +9,15 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::mpsc::{channel, Receiver};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Output};
 use std::time::Duration;
 
+use common::serve::ServeProcess as Server;
 use serde_json::Value;
 use tierd_common::clock::{Clock, SystemClock};
 use tierd_nbd::Client;
 
 const MIB: u64 = 1 << 20;
-/// How long a server gets to print its lines or to stop.
-const START_DEADLINE: Duration = Duration::from_secs(60);
 /// How long moves get to finish.
 const MOVE_DEADLINE_NS: u64 = 120_000_000_000;
 
@@ -28,160 +25,6 @@ const MOVE_DEADLINE_NS: u64 = 120_000_000_000;
 /// fast tier, data in `data`.
 fn small_config(top: &str, volume_extra: &str) -> String {
     common::small_stack_config("data", top, common::FastTier::Memory, volume_extra)
-}
-
-/// A running `tierd serve`; killed (SIGKILL) on drop if still running.
-struct Server {
-    child: Option<Child>,
-    lines: Receiver<String>,
-    stdout: Vec<String>,
-    stderr: Arc<Mutex<String>>,
-    stderr_reader: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Server {
-    /// Starts `tierd serve` in `dir` (with `--config config` when given).
-    fn spawn(dir: &Path, config: Option<&Path>) -> Server {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_tierd"));
-        command.arg("serve").current_dir(dir);
-        if let Some(config) = config {
-            command.arg("--config").arg(config);
-        }
-        let mut child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start tierd serve");
-        let (sender, lines) = channel();
-        let stdout = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let collected = stderr.clone();
-        let mut pipe = child.stderr.take().unwrap();
-        let stderr_reader = std::thread::spawn(move || {
-            let mut buffer = [0u8; 4096];
-            while let Ok(read) = pipe.read(&mut buffer) {
-                if read == 0 {
-                    break;
-                }
-                collected
-                    .lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buffer[..read]));
-            }
-        });
-        Server {
-            child: Some(child),
-            lines,
-            stdout: Vec::new(),
-            stderr,
-            stderr_reader: Some(stderr_reader),
-        }
-    }
-
-    /// Starts a server and waits until it has printed its admin socket line
-    /// (printed after every listener and volume line).
-    fn start(dir: &Path, config: Option<&Path>) -> Server {
-        let mut server = Server::spawn(dir, config);
-        server.wait_line("tierd: admin socket ");
-        server
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    /// The first stdout line starting with `prefix` (waiting for it).
-    fn wait_line(&mut self, prefix: &str) -> String {
-        if let Some(line) = self.stdout.iter().find(|line| line.starts_with(prefix)) {
-            return line.clone();
-        }
-        loop {
-            match self.lines.recv_timeout(START_DEADLINE) {
-                Ok(line) => {
-                    self.stdout.push(line.clone());
-                    if line.starts_with(prefix) {
-                        return line;
-                    }
-                }
-                Err(_) => panic!(
-                    "tierd serve printed no line starting with {prefix:?}\nstdout: {:?}\nstderr:\n{}",
-                    self.stdout,
-                    self.stderr()
-                ),
-            }
-        }
-    }
-
-    /// The `nbd+unix://` URI of `volume`.
-    fn uri(&mut self, volume: &str) -> String {
-        let line = self.wait_line(&format!("tierd: volume {volume} at nbd+unix://"));
-        line.rsplit(' ').next().unwrap().to_string()
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.as_ref().unwrap().id() as i32
-    }
-
-    fn is_running(&mut self) -> bool {
-        self.child.as_mut().unwrap().try_wait().unwrap().is_none()
-    }
-
-    /// Waits for the process to end by itself.
-    fn wait_exit(&mut self) -> ExitStatus {
-        let clock = SystemClock::new();
-        let deadline_ns = START_DEADLINE.as_nanos() as u64;
-        let child = self.child.as_mut().unwrap();
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                self.child = None;
-                // The pipe closed with the process: collect everything it wrote.
-                if let Some(reader) = self.stderr_reader.take() {
-                    reader.join().unwrap();
-                }
-                return status;
-            }
-            if clock.now_ns() > deadline_ns {
-                panic!(
-                    "tierd serve did not exit within {START_DEADLINE:?}\nstderr:\n{}",
-                    self.stderr()
-                );
-            }
-            clock.sleep_ns(20_000_000);
-        }
-    }
-
-    /// SIGTERM, then waits for the clean stop.
-    fn stop(&mut self) -> ExitStatus {
-        // SAFETY: kill with a pid of a child we have not reaped yet.
-        let sent = unsafe { libc::kill(self.pid(), libc::SIGTERM) };
-        assert_eq!(sent, 0, "send SIGTERM");
-        self.wait_exit()
-    }
-
-    /// `kill -9`.
-    fn kill(&mut self) {
-        let mut child = self.child.take().unwrap();
-        child.kill().unwrap();
-        child.wait().unwrap();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 fn tierd_in(dir: &Path, args: &[&str]) -> Output {
@@ -484,10 +327,9 @@ fn corrupted_journal_refuses_to_start_naming_the_file_and_offset() {
         journal.display()
     );
     assert!(stderr.contains("byte offset 24"), "{stderr}");
-    // The process has exited, so its stdout reader ends: collect every line.
-    let printed: Vec<String> = server.lines.iter().collect();
+    let printed = server.stdout_after_exit();
     assert!(
-        server.stdout.is_empty() && printed.is_empty(),
+        printed.is_empty(),
         "a server that refuses to start printed {printed:?}"
     );
     // Offline status reports the same damage instead of guessing.
@@ -685,11 +527,7 @@ fn garbage_from_clients_does_not_stop_the_server() {
     let (dir, _) = setup(&small_config("", ""));
     let dir = dir.path();
     let mut server = Server::start(dir, Some(Path::new("config.toml")));
-    let socket = PathBuf::from(
-        server
-            .wait_line("tierd: listening on unix:")
-            .trim_start_matches("tierd: listening on unix:"),
-    );
+    let socket = server.unix_socket();
     let mut garbage = Vec::new();
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     for _ in 0..64 * 1024 {

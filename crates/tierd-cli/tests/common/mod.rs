@@ -84,3 +84,5 @@ kind = "none"
 "#
     )
 }
+
+pub mod serve;
