@@ -20,11 +20,10 @@ use std::io::Write;
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tierd_nbd::proto::{NBD_STATE_HOLE, NBD_STATE_ZERO};
-use tierd_nbd::{Export, ExportError, ExportResult, Extent, Server, ServerConfig};
+use tierd_nbd::{Export, MemoryExport, Server, ServerConfig};
 
 /// Size of each in-memory export: small, so reads stay cheap.
 pub const EXPORT_BYTES: u64 = 256 * 1024;
@@ -34,95 +33,20 @@ pub const MAX_INPUT_BYTES: usize = 64 * 1024;
 /// How long the server may take to finish replying and close.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// A writable volume in a Vec; the second half reports holes in block
-/// status so the server encodes several extents.
-struct MemoryExport {
-    bytes: Mutex<Vec<u8>>,
-    writable: bool,
-}
-
-impl MemoryExport {
-    fn range(&self, offset_bytes: u64, length_bytes: u64) -> ExportResult<(usize, usize)> {
-        let end = offset_bytes
-            .checked_add(length_bytes)
-            .filter(|end| *end <= EXPORT_BYTES)
-            .ok_or_else(|| ExportError::new(libc_einval(), "range beyond the export"))?;
-        Ok((offset_bytes as usize, end as usize))
-    }
-}
-
-/// EINVAL on Linux (the fuzz crate does not depend on libc for one number).
-fn libc_einval() -> i32 {
-    22
-}
-
-impl Export for MemoryExport {
-    fn size_bytes(&self) -> u64 {
-        EXPORT_BYTES
-    }
-
-    fn is_writable(&self) -> bool {
-        self.writable
-    }
-
-    fn description(&self) -> Option<String> {
-        Some("fuzzing export".to_string())
-    }
-
-    fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> ExportResult<()> {
-        let (start, end) = self.range(offset_bytes, buf.len() as u64)?;
-        let bytes = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
-        buf.copy_from_slice(&bytes[start..end]);
-        Ok(())
-    }
-
-    fn write(&self, offset_bytes: u64, data: &[u8], _fua: bool) -> ExportResult<()> {
-        let (start, end) = self.range(offset_bytes, data.len() as u64)?;
-        let mut bytes = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
-        bytes[start..end].copy_from_slice(data);
-        Ok(())
-    }
-
-    fn flush(&self) -> ExportResult<()> {
-        Ok(())
-    }
-
-    fn trim(&self, offset_bytes: u64, length_bytes: u64, _fua: bool) -> ExportResult<()> {
-        self.write_zeroes(offset_bytes, length_bytes, false, true, false)
-    }
-
-    fn write_zeroes(
-        &self,
-        offset_bytes: u64,
-        length_bytes: u64,
-        _fua: bool,
-        _may_trim: bool,
-        _fast_only: bool,
-    ) -> ExportResult<()> {
-        let (start, end) = self.range(offset_bytes, length_bytes)?;
-        let mut bytes = self.bytes.lock().unwrap_or_else(|e| e.into_inner());
-        bytes[start..end].fill(0);
-        Ok(())
-    }
-
-    fn block_status(&self, offset_bytes: u64, length_bytes: u64) -> ExportResult<Vec<Extent>> {
-        let (start, end) = self.range(offset_bytes, length_bytes)?;
-        let middle = (EXPORT_BYTES / 2) as usize;
-        let mut extents = Vec::new();
-        if start < middle {
-            extents.push(Extent {
-                length_bytes: (end.min(middle) - start) as u64,
-                flags: 0,
-            });
-        }
-        if end > middle {
-            extents.push(Extent {
-                length_bytes: (end - start.max(middle)) as u64,
-                flags: NBD_STATE_HOLE | NBD_STATE_ZERO,
-            });
-        }
-        Ok(extents)
-    }
+/// The fuzzed servers' exports (`tierd_nbd::MemoryExport`): `disk`, writable,
+/// with data in its first half and zeroes (holes in block status) in its
+/// second, so the server encodes several extents; `ro`, read-only, all 7s.
+fn exports() -> Vec<(String, Arc<dyn Export>)> {
+    let disk = MemoryExport::new(EXPORT_BYTES as usize).with_description("fuzzing export");
+    disk.poke(0, &vec![0x5a; EXPORT_BYTES as usize / 2])
+        .expect("inside the export");
+    let read_only = MemoryExport::filled(EXPORT_BYTES as usize, 7)
+        .read_only()
+        .with_description("fuzzing export");
+    vec![
+        ("disk".to_string(), Arc::new(disk)),
+        ("ro".to_string(), Arc::new(read_only)),
+    ]
 }
 
 /// The socket paths of the two servers, started on first use and kept for
@@ -133,22 +57,7 @@ fn sockets() -> &'static [PathBuf; 2] {
         let directory = std::env::temp_dir().join(format!("tierd-fuzz-nbd-{}", std::process::id()));
         std::fs::create_dir_all(&directory).expect("create the socket directory");
         let start = |name: &str, config: ServerConfig| {
-            let exports: Vec<(String, Arc<dyn Export>)> = vec![
-                (
-                    "disk".to_string(),
-                    Arc::new(MemoryExport {
-                        bytes: Mutex::new(vec![0; EXPORT_BYTES as usize]),
-                        writable: true,
-                    }),
-                ),
-                (
-                    "ro".to_string(),
-                    Arc::new(MemoryExport {
-                        bytes: Mutex::new(vec![7; EXPORT_BYTES as usize]),
-                        writable: false,
-                    }),
-                ),
-            ];
+            let exports = exports();
             let server = Server::new(exports, config).expect("valid server config");
             let path = directory.join(name);
             let handle = server.serve_unix(&path).expect("listen on the socket");

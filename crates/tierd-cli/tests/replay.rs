@@ -5,61 +5,12 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use common::{path_arg, stderr, stdout, tierd, write_file};
-use tierd_nbd::{Client, Export, ExportError, ExportResult, Server, ServerConfig, ServerHandle};
+use tierd_nbd::{Client, Export, MemoryExport, Server, ServerConfig, ServerHandle};
 
 const EXPORT_BYTES: usize = 1 << 20;
-
-/// A volume in a Vec; `writable = false` makes every write fail (EPERM).
-struct MemoryExport {
-    bytes: RwLock<Vec<u8>>,
-    writable: bool,
-}
-
-impl Export for MemoryExport {
-    fn size_bytes(&self) -> u64 {
-        self.bytes.read().unwrap().len() as u64
-    }
-
-    fn is_writable(&self) -> bool {
-        self.writable
-    }
-
-    fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> ExportResult<()> {
-        let bytes = self.bytes.read().unwrap();
-        let start = offset_bytes as usize;
-        buf.copy_from_slice(&bytes[start..start + buf.len()]);
-        Ok(())
-    }
-
-    fn write(&self, offset_bytes: u64, data: &[u8], _fua: bool) -> ExportResult<()> {
-        let mut bytes = self.bytes.write().unwrap();
-        let start = offset_bytes as usize;
-        bytes[start..start + data.len()].copy_from_slice(data);
-        Ok(())
-    }
-
-    fn flush(&self) -> ExportResult<()> {
-        Ok(())
-    }
-
-    fn trim(&self, _offset_bytes: u64, _length_bytes: u64, _fua: bool) -> ExportResult<()> {
-        Err(ExportError::new(libc::ENOTSUP, "no trim"))
-    }
-
-    fn write_zeroes(
-        &self,
-        _offset_bytes: u64,
-        _length_bytes: u64,
-        _fua: bool,
-        _may_trim: bool,
-        _fast_only: bool,
-    ) -> ExportResult<()> {
-        Err(ExportError::new(libc::ENOTSUP, "no write zeroes"))
-    }
-}
 
 // The throwaway CA and certificates of tierd-nbd's TLS tests.
 #[path = "../../tierd-nbd/tests/common/pki.rs"]
@@ -71,10 +22,9 @@ fn serve(directory: &Path, writable: bool) -> (ServerHandle, String) {
 }
 
 fn serve_with(directory: &Path, writable: bool, config: ServerConfig) -> (ServerHandle, String) {
-    let export = Arc::new(MemoryExport {
-        bytes: RwLock::new(vec![0; EXPORT_BYTES]),
-        writable,
-    });
+    // A read-only export makes every write fail (EPERM).
+    let export = MemoryExport::new(EXPORT_BYTES);
+    let export = Arc::new(if writable { export } else { export.read_only() });
     let server = Server::new(vec![("vol".to_string(), export as Arc<dyn Export>)], config).unwrap();
     let handle = server.serve_unix(directory.join("nbd.sock")).unwrap();
     let uri = handle.address().uri("vol");

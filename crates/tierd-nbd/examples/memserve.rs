@@ -10,69 +10,9 @@
 //! Runs until stdin closes (or Ctrl-C).
 
 use std::io::Read;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
-use tierd_nbd::{Export, ExportError, ExportResult, Server, ServerConfig};
-
-/// A volume in memory. One lock for the whole volume is enough for a speed
-/// check of the protocol path (reads share it).
-struct MemoryExport {
-    bytes: RwLock<Vec<u8>>,
-}
-
-impl MemoryExport {
-    fn range(&self, offset_bytes: u64, length_bytes: u64) -> std::ops::Range<usize> {
-        offset_bytes as usize..(offset_bytes + length_bytes) as usize
-    }
-}
-
-fn poisoned<T>(_: T) -> ExportError {
-    ExportError::new(libc::EIO, "lock poisoned")
-}
-
-impl Export for MemoryExport {
-    fn size_bytes(&self) -> u64 {
-        self.bytes
-            .read()
-            .map(|bytes| bytes.len() as u64)
-            .unwrap_or(0)
-    }
-
-    fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> ExportResult<()> {
-        let bytes = self.bytes.read().map_err(poisoned)?;
-        buf.copy_from_slice(&bytes[self.range(offset_bytes, buf.len() as u64)]);
-        Ok(())
-    }
-
-    fn write(&self, offset_bytes: u64, data: &[u8], _fua: bool) -> ExportResult<()> {
-        let mut bytes = self.bytes.write().map_err(poisoned)?;
-        let range = self.range(offset_bytes, data.len() as u64);
-        bytes[range].copy_from_slice(data);
-        Ok(())
-    }
-
-    fn flush(&self) -> ExportResult<()> {
-        Ok(())
-    }
-
-    fn trim(&self, offset_bytes: u64, length_bytes: u64, _fua: bool) -> ExportResult<()> {
-        self.write_zeroes(offset_bytes, length_bytes, false, true, false)
-    }
-
-    fn write_zeroes(
-        &self,
-        offset_bytes: u64,
-        length_bytes: u64,
-        _fua: bool,
-        _may_trim: bool,
-        _fast_only: bool,
-    ) -> ExportResult<()> {
-        let mut bytes = self.bytes.write().map_err(poisoned)?;
-        let range = self.range(offset_bytes, length_bytes);
-        bytes[range].fill(0);
-        Ok(())
-    }
-}
+use tierd_nbd::{Export, MemoryExport, Server, ServerConfig};
 
 fn parse_size(text: &str) -> Option<u64> {
     let (digits, multiplier) = match text.as_bytes().last()? {
@@ -100,9 +40,7 @@ fn main() {
         .get(3)
         .and_then(|text| text.parse().ok())
         .unwrap_or(0);
-    let export: Arc<dyn Export> = Arc::new(MemoryExport {
-        bytes: RwLock::new(vec![0; size_bytes as usize]),
-    });
+    let export: Arc<dyn Export> = Arc::new(MemoryExport::new(size_bytes as usize));
     let mut config = ServerConfig {
         workers_per_connection: workers,
         ..ServerConfig::default()

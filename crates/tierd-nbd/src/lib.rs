@@ -12,12 +12,14 @@
 pub mod client;
 pub mod export;
 pub mod io;
+pub mod memory;
 pub mod proto;
 pub mod server;
 pub mod tls;
 
 pub use client::{parse_nbd_uri, Client, ClientError, ConnectOptions, NbdTarget, NbdUri};
 pub use export::{Export, ExportError, ExportResult, Extent};
+pub use memory::MemoryExport;
 pub use server::{
     ListenAddress, LogLevel, Logger, Server, ServerConfig, ServerError, ServerHandle, ServerStats,
 };

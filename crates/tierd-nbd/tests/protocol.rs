@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
 
 use common::{pattern, MemoryExport, TestServer, BLOCK_BYTES};
@@ -76,14 +75,14 @@ fn fua_and_flush_reach_the_export() {
     let mut client = server.connect();
     assert!(client.info().can_fua() && client.info().can_flush());
     client.write(0, &[1; 512], false).unwrap();
-    assert_eq!(server.export.fua_requests.load(Ordering::SeqCst), 0);
+    assert_eq!(server.export.fua_requests(), 0);
     client.write(512, &[2; 512], true).unwrap();
     client.trim(4096, 4096, true).unwrap();
     client.write_zeroes(8192, 4096, NBD_CMD_FLAG_FUA).unwrap();
-    assert_eq!(server.export.fua_requests.load(Ordering::SeqCst), 3);
+    assert_eq!(server.export.fua_requests(), 3);
     client.flush().unwrap();
     client.flush().unwrap();
-    assert_eq!(server.export.flushes.load(Ordering::SeqCst), 2);
+    assert_eq!(server.export.flushes(), 2);
 }
 
 #[test]
@@ -103,20 +102,13 @@ fn trim_and_write_zeroes_read_back_as_zero_and_pass_no_hole() {
             index < 4096 || (8192..12_288).contains(&index) || (16_384..20_480).contains(&index);
         assert_eq!(*byte, if zeroed { 0 } else { 0xaa }, "byte {index}");
     }
-    assert_eq!(
-        server.export.zero_requests_may_trim.load(Ordering::SeqCst),
-        1
-    );
-    assert_eq!(
-        server.export.zero_requests_no_hole.load(Ordering::SeqCst),
-        1
-    );
+    assert_eq!(server.export.zero_requests_may_trim(), 1);
+    assert_eq!(server.export.zero_requests_no_hole(), 1);
 }
 
 #[test]
 fn fast_zero_fails_with_enotsup_when_the_export_cannot_zero_fast() {
-    let mut slow = MemoryExport::new(SIZE_BYTES);
-    slow.fast_zero = false;
+    let slow = MemoryExport::new(SIZE_BYTES).without_fast_zero();
     let server = TestServer::start_with(slow, ServerConfig::default());
     let mut client = server.connect();
     assert!(client.info().can_fast_zero());
@@ -275,8 +267,7 @@ fn unknown_commands_and_flags_are_einval() {
 
 #[test]
 fn read_only_exports_refuse_writes_with_eperm() {
-    let mut export = MemoryExport::new(SIZE_BYTES);
-    export.writable = false;
+    let export = MemoryExport::new(SIZE_BYTES).read_only();
     let server = TestServer::start_with(export, ServerConfig::default());
     let mut client = server.connect();
     assert!(client.info().read_only());
@@ -329,7 +320,8 @@ fn unknown_export_names_are_refused() {
 #[test]
 fn list_info_and_abort() {
     let first: Arc<dyn Export> = Arc::new(MemoryExport::new(4096));
-    let second: Arc<dyn Export> = Arc::new(MemoryExport::new(8192));
+    let second: Arc<dyn Export> =
+        Arc::new(MemoryExport::new(8192).with_description("in-memory test volume"));
     let server = Server::new(
         vec![("alpha".into(), first), ("beta".into(), second)],
         ServerConfig::default(),

@@ -6,7 +6,6 @@
 mod common;
 
 use std::process::{Command, Output};
-use std::sync::atomic::Ordering;
 
 use common::{pattern, tool_available, TestServer};
 
@@ -63,7 +62,7 @@ fn nbdinfo_sees_size_and_every_capability() {
     let output = run(Command::new("nbdinfo").arg("--list").arg(server.uri()));
     assert!(String::from_utf8_lossy(&output.stdout).contains("export=\"mem\""));
     // --map asks base:allocation for the whole export.
-    server.export.bytes.write().unwrap()[8192] = 1;
+    server.export.poke(8192, &[1]).unwrap();
     let output = run(Command::new("nbdinfo").arg("--map").arg(server.uri()));
     let map = String::from_utf8_lossy(&output.stdout);
     assert!(map.contains("data") && map.contains("hole,zero"), "{map}");
@@ -109,11 +108,8 @@ fn qemu_io_writes_reads_zeroes_discards_and_flushes() {
     assert!(bytes[1 << 20..(1 << 20) + 65_536]
         .iter()
         .all(|byte| *byte == 0x11));
-    assert!(
-        server.export.fua_requests.load(Ordering::SeqCst) >= 1,
-        "write -f sent FUA"
-    );
-    assert!(server.export.flushes.load(Ordering::SeqCst) >= 1);
+    assert!(server.export.fua_requests() >= 1, "write -f sent FUA");
+    assert!(server.export.flushes() >= 1);
     // A pattern mismatch is reported by qemu-io, which this test must see.
     let output = Command::new("qemu-io")
         .args(["-f", "raw", "-c", "read -P 0x55 0 4k"])
@@ -150,7 +146,7 @@ assert seen and seen[0][0] == "base:allocation", seen
         .arg("-c")
         .arg(script));
     assert_eq!(&server.export.snapshot()[..4], b"fua!");
-    assert_eq!(server.export.fua_requests.load(Ordering::SeqCst), 1);
+    assert_eq!(server.export.fua_requests(), 1);
 }
 
 #[test]

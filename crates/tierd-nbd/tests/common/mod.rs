@@ -1,160 +1,20 @@
-//! Shared pieces of the tierd-nbd integration tests: an in-memory export,
-//! a server on a Unix socket in a temporary directory, and the rule for
-//! tests that need real NBD clients installed.
+//! Shared pieces of the tierd-nbd integration tests: the in-memory export
+//! (`tierd_nbd::MemoryExport`), a server on a Unix socket in a temporary
+//! directory, and the rule for tests that need real NBD clients installed.
 
 #![allow(dead_code)]
 
 pub mod pki;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
-use tierd_nbd::proto::{NBD_STATE_HOLE, NBD_STATE_ZERO};
-use tierd_nbd::{
-    Export, ExportError, ExportResult, Extent, LogLevel, Server, ServerConfig, ServerHandle,
-};
+use tierd_nbd::{Export, LogLevel, Server, ServerConfig, ServerHandle};
 
 /// Block size of the in-memory export's allocation map.
-pub const BLOCK_BYTES: u64 = 4096;
+pub const BLOCK_BYTES: u64 = tierd_nbd::memory::MEMORY_BLOCK_BYTES;
 
-/// A volume in a Vec. Counts FUA writes, flushes and zero requests so tests
-/// can see what reached the export.
-pub struct MemoryExport {
-    pub bytes: RwLock<Vec<u8>>,
-    pub writable: bool,
-    /// When false, FAST_ZERO requests fail with ENOTSUP.
-    pub fast_zero: bool,
-    pub fua_requests: AtomicU64,
-    pub flushes: AtomicU64,
-    pub zero_requests_may_trim: AtomicU64,
-    pub zero_requests_no_hole: AtomicU64,
-}
-
-impl MemoryExport {
-    pub fn new(size_bytes: usize) -> Self {
-        Self {
-            bytes: RwLock::new(vec![0; size_bytes]),
-            writable: true,
-            fast_zero: true,
-            fua_requests: AtomicU64::new(0),
-            flushes: AtomicU64::new(0),
-            zero_requests_may_trim: AtomicU64::new(0),
-            zero_requests_no_hole: AtomicU64::new(0),
-        }
-    }
-
-    pub fn snapshot(&self) -> Vec<u8> {
-        self.bytes.read().unwrap().clone()
-    }
-
-    fn range(offset_bytes: u64, length_bytes: u64) -> std::ops::Range<usize> {
-        offset_bytes as usize..(offset_bytes + length_bytes) as usize
-    }
-
-    fn note_fua(&self, fua: bool) {
-        if fua {
-            self.fua_requests.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-}
-
-impl Export for MemoryExport {
-    fn size_bytes(&self) -> u64 {
-        self.bytes.read().unwrap().len() as u64
-    }
-
-    fn is_writable(&self) -> bool {
-        self.writable
-    }
-
-    fn description(&self) -> Option<String> {
-        Some("in-memory test volume".into())
-    }
-
-    fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> ExportResult<()> {
-        let bytes = self.bytes.read().unwrap();
-        buf.copy_from_slice(&bytes[Self::range(offset_bytes, buf.len() as u64)]);
-        Ok(())
-    }
-
-    fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> ExportResult<()> {
-        self.note_fua(fua);
-        let mut bytes = self.bytes.write().unwrap();
-        bytes[Self::range(offset_bytes, data.len() as u64)].copy_from_slice(data);
-        Ok(())
-    }
-
-    fn flush(&self) -> ExportResult<()> {
-        self.flushes.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-
-    fn trim(&self, offset_bytes: u64, length_bytes: u64, fua: bool) -> ExportResult<()> {
-        self.note_fua(fua);
-        let mut bytes = self.bytes.write().unwrap();
-        bytes[Self::range(offset_bytes, length_bytes)].fill(0);
-        Ok(())
-    }
-
-    fn write_zeroes(
-        &self,
-        offset_bytes: u64,
-        length_bytes: u64,
-        fua: bool,
-        may_trim: bool,
-        fast_only: bool,
-    ) -> ExportResult<()> {
-        if fast_only && !self.fast_zero {
-            return Err(ExportError::new(libc::ENOTSUP, "no fast zeroing here"));
-        }
-        self.note_fua(fua);
-        if may_trim {
-            self.zero_requests_may_trim.fetch_add(1, Ordering::SeqCst);
-        } else {
-            self.zero_requests_no_hole.fetch_add(1, Ordering::SeqCst);
-        }
-        let mut bytes = self.bytes.write().unwrap();
-        bytes[Self::range(offset_bytes, length_bytes)].fill(0);
-        Ok(())
-    }
-
-    /// Blocks of all zero bytes are reported as HOLE|ZERO, others as data;
-    /// neighbouring blocks of the same kind are merged; the last extent may
-    /// run past the request to the end of its run.
-    fn block_status(&self, offset_bytes: u64, length_bytes: u64) -> ExportResult<Vec<Extent>> {
-        let bytes = self.bytes.read().unwrap();
-        let size = bytes.len() as u64;
-        let end = (offset_bytes + length_bytes).min(size);
-        let mut extents: Vec<Extent> = Vec::new();
-        let mut position = offset_bytes;
-        while position < size {
-            let block_end = ((position / BLOCK_BYTES + 1) * BLOCK_BYTES).min(size);
-            let zero = bytes[position as usize..block_end as usize]
-                .iter()
-                .all(|byte| *byte == 0);
-            let flags = if zero {
-                NBD_STATE_HOLE | NBD_STATE_ZERO
-            } else {
-                0
-            };
-            match extents.last_mut() {
-                Some(last) if last.flags == flags => last.length_bytes += block_end - position,
-                _ => {
-                    if position >= end {
-                        break;
-                    }
-                    extents.push(Extent {
-                        length_bytes: block_end - position,
-                        flags,
-                    });
-                }
-            }
-            position = block_end;
-        }
-        Ok(extents)
-    }
-}
+pub use tierd_nbd::MemoryExport;
 
 /// Log lines collected from a server, for tests that check logging.
 #[derive(Clone, Default)]
