@@ -30,9 +30,9 @@ runs.
 
 Run from the repository root:
 
-    python3 -m venv /work/venv-libcachesim
-    /work/venv-libcachesim/bin/pip install libcachesim numpy
-    /work/venv-libcachesim/bin/python bench/libcachesim/compare.py
+    python3 -m venv ../venv-libcachesim
+    ../venv-libcachesim/bin/pip install libcachesim numpy
+    ../venv-libcachesim/bin/python bench/libcachesim/compare.py
 
 Exit status 1 when an LRU, FIFO or ARC miss ratio differs by more than
 `--tolerance-pp` percentage points (default 0.5).
