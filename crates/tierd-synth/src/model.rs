@@ -306,9 +306,10 @@ pub struct SpikeClass {
     /// continuous: it moves to the adjacent segment).
     pub drift_step_bytes: u64,
     /// When wider than the spike, a drifting spike walks back and forth
-    /// inside a range this wide, centred where it starts, instead of across
-    /// the whole volume: a hot area that the concentration sweeps and keeps
-    /// coming back over (web_2). 0: the whole volume.
+    /// inside a range this wide, from where it starts on the way it first
+    /// walks, instead of across the whole volume: a hot area that the
+    /// concentration sweeps and keeps coming back over (web_2). 0: the whole
+    /// volume.
     pub drift_range_bytes: f64,
     /// A core: `core_share` of the spike's requests fall in the middle
     /// `core_width_fraction` of its width (0 share: uniform over the width).
