@@ -11,10 +11,10 @@
 //! `avg_response_us`, iostat's await) and from the intended issue time
 //! (what a user of the traced system would have waited).
 
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
 
 use clap::Args;
 use serde::Serialize;
@@ -325,9 +325,7 @@ struct GateState {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex.lock()
 }
 
 impl Gate {
@@ -349,10 +347,7 @@ impl Gate {
         let mut waited = false;
         while state.in_flight >= self.limit && !state.closed {
             waited = true;
-            state = self
-                .changed
-                .wait(state)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            self.changed.wait(&mut state);
         }
         if state.closed {
             return None;
@@ -371,10 +366,7 @@ impl Gate {
     fn wait_idle(&self) {
         let mut state = lock(&self.state);
         while state.in_flight > 0 && !state.closed {
-            state = self
-                .changed
-                .wait(state)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            self.changed.wait(&mut state);
         }
     }
 
@@ -847,10 +839,7 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
 
     let mut completions = Completions::new(args.period);
     for connection in connections {
-        let table = connection
-            .table
-            .into_inner()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let table = connection.table.into_inner();
         completions.merge(table.completions);
     }
     let live = build_report(

@@ -141,15 +141,14 @@ fn quote(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
+    use parking_lot::Mutex;
     use tierd_common::clock::ManualClock;
 
     #[test]
     fn logfmt_and_json_lines() {
         let lines = Arc::new(Mutex::new(Vec::new()));
         let captured = lines.clone();
-        let sink: Arc<Sink> =
-            Arc::new(move |line: &str| captured.lock().unwrap().push(line.to_string()));
+        let sink: Arc<Sink> = Arc::new(move |line: &str| captured.lock().push(line.to_string()));
         let clock = Arc::new(ManualClock::new(1_500_000_000));
         let text = Logger::to_sink(Level::Info, false, clock.clone(), sink.clone());
         text.info(
@@ -159,7 +158,7 @@ mod tests {
         text.debug("hidden", &[]);
         let json = Logger::to_sink(Level::Info, true, clock, sink);
         json.warn("x", &[("k", "v")]);
-        let lines = lines.lock().unwrap();
+        let lines = lines.lock();
         assert_eq!(lines.len(), 2);
         assert_eq!(
             lines[0],

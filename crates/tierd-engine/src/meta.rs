@@ -30,10 +30,11 @@
 //! an ordinary, always compiled handle, used by the deterministic simulation
 //! tests; nothing fires unless a caller arms it.
 
+use parking_lot::Mutex;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use tierd_policy::view::{PeriodStats, SegmentId, TierId};
@@ -199,17 +200,13 @@ impl MetaFaults {
         self.lock_checkpoint().take()
     }
 
-    fn lock_checkpoint(&self) -> std::sync::MutexGuard<'_, Option<CheckpointFault>> {
-        self.checkpoint
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn lock_checkpoint(&self) -> parking_lot::MutexGuard<'_, Option<CheckpointFault>> {
+        self.checkpoint.lock()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<AppendFault>> {
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Option<AppendFault>> {
         // An Option is valid whatever a panicking holder did.
-        self.armed
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.armed.lock()
     }
 }
 

@@ -8,7 +8,8 @@
 //! `max_rate_bytes_per_sec` when set. Deterministic tests drive the volume's
 //! methods directly instead of these threads.
 
-use std::sync::{Arc, Condvar, Mutex};
+use parking_lot::{Condvar, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -47,14 +48,12 @@ impl Signal {
     /// Waits up to `duration_ns` (real time) or until stopped/woken. Returns
     /// true when stopped.
     fn wait(&self, duration_ns: u64) -> bool {
-        let stopped = self.stopped.lock().expect("signal lock");
+        let mut stopped = self.stopped.lock();
         if *stopped {
             return true;
         }
-        let (stopped, _) = self
-            .wake
-            .wait_timeout(stopped, Duration::from_nanos(duration_ns))
-            .expect("signal lock");
+        self.wake
+            .wait_for(&mut stopped, Duration::from_nanos(duration_ns));
         *stopped
     }
 }
@@ -133,7 +132,7 @@ impl VolumeRunner {
                             if signal.wait(pause_ns) {
                                 break;
                             }
-                        } else if *signal.stopped.lock().expect("signal lock") {
+                        } else if *signal.stopped.lock() {
                             break;
                         }
                     })
@@ -155,7 +154,7 @@ impl VolumeRunner {
     }
 
     fn stop_threads(&mut self) {
-        *self.signal.stopped.lock().expect("signal lock") = true;
+        *self.signal.stopped.lock() = true;
         self.signal.wake.notify_all();
         for thread in self.threads.drain(..) {
             let _ = thread.join();

@@ -24,9 +24,10 @@
 //! - FLUSH flushes every tier device, so it covers writes completed on any
 //!   connection. FUA flushes the devices the write touched.
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 
 use serde::Serialize;
 use tierd_common::clock::Clock;
@@ -435,7 +436,7 @@ impl Volume {
             if tier_index == home {
                 continue;
             }
-            let mut free = tier.free_slots.lock().expect("fresh lock");
+            let mut free = tier.free_slots.lock();
             free.retain(|slot| !taken[tier_index][*slot as usize]);
             let used = taken[tier_index].iter().filter(|taken| **taken).count() as u32;
             tier.used_segments.store(used, Ordering::Relaxed);
@@ -514,7 +515,7 @@ impl Volume {
                 continue;
             }
             if !tier.write_through {
-                self.warnings.lock().expect("lock").push(format!(
+                self.warnings.lock().push(format!(
                     "segment {segment} was on unsafe_volatile tier {}: writes to it since its promotion were lost with the last process",
                     tier.name
                 ));
@@ -574,13 +575,13 @@ impl Volume {
     }
 
     fn entry(&self, segment: SegmentId) -> Entry {
-        *self.entries[segment as usize].read().expect("entry lock")
+        *self.entries[segment as usize].read()
     }
 
     /// The metadata store's fault-injection handle (journal appends; see
     /// [`MetaFaults`]). Nothing fires unless a caller arms it.
     pub fn meta_faults(&self) -> MetaFaults {
-        self.meta.lock().expect("meta lock").faults()
+        self.meta.lock().faults()
     }
 
     /// Current tier of every segment.
@@ -634,7 +635,7 @@ impl Volume {
         for (segment, within, length, at) in self.pieces(offset_bytes, buf.len() as u64) {
             let started_ns = self.clock.now_ns();
             let piece = &mut buf[at as usize..(at + length) as usize];
-            let guard = self.entries[segment as usize].read().expect("entry lock");
+            let guard = self.entries[segment as usize].read();
             let entry = *guard;
             let device = &self.tiers[entry.location.tier as usize].device;
             let mut served_by = entry.location.tier;
@@ -655,7 +656,7 @@ impl Volume {
             }
             drop(guard);
             let response_ns = self.clock.now_ns().saturating_sub(started_ns);
-            self.monitor.lock().expect("monitor lock").record_user_io(
+            self.monitor.lock().record_user_io(
                 segment,
                 served_by,
                 false,
@@ -712,14 +713,9 @@ impl Volume {
             let (tier, moving) =
                 self.mutate_piece(segment, within, length, &piece, &mut touched)?;
             let response_ns = self.clock.now_ns().saturating_sub(started_ns);
-            self.monitor.lock().expect("monitor lock").record_user_io(
-                segment,
-                tier,
-                true,
-                length,
-                response_ns,
-                moving,
-            );
+            self.monitor
+                .lock()
+                .record_user_io(segment, tier, true, length, response_ns, moving);
         }
         if fua {
             for (tier, touched) in self.tiers.iter().zip(touched) {
@@ -742,12 +738,12 @@ impl Volume {
         touched: &mut [bool; 8],
     ) -> Result<(TierId, bool), VolumeError> {
         let home = self.home();
-        let guard = self.entries[segment as usize].read().expect("entry lock");
+        let guard = self.entries[segment as usize].read();
         let entry = *guard;
         let source = entry.location;
         let source_tier = &self.tiers[source.tier as usize];
         let active = if entry.moving {
-            self.active.read().expect("active lock").clone()
+            self.active.read().clone()
         } else {
             None
         };
@@ -768,7 +764,7 @@ impl Volume {
         let last_chunk = ((within + length.max(1) - 1) / chunk_bytes) as usize;
         let _chunk_guards: Vec<_> = match &active {
             Some(active) => (first_chunk..=last_chunk)
-                .map(|chunk| active.chunk_locks[chunk].read().expect("chunk lock"))
+                .map(|chunk| active.chunk_locks[chunk].read())
                 .collect(),
             None => Vec::new(),
         };
@@ -856,30 +852,26 @@ impl Volume {
             )));
         }
         let from = self.entry(segment).location.tier;
-        self.planner
-            .lock()
-            .expect("planner lock")
-            .pending
-            .push_back(Move {
-                segment,
-                from,
-                to,
-                reason: MoveReason {
-                    rule: "operator".to_string(),
-                    detail: why.to_string(),
-                },
-            });
+        self.planner.lock().pending.push_back(Move {
+            segment,
+            from,
+            to,
+            reason: MoveReason {
+                rule: "operator".to_string(),
+                detail: why.to_string(),
+            },
+        });
         Ok(())
     }
 
     /// Moves waiting to start.
     pub fn pending_moves(&self) -> usize {
-        self.planner.lock().expect("planner lock").pending.len()
+        self.planner.lock().pending.len()
     }
 
     /// True while a move is being copied.
     pub fn is_migrating(&self) -> bool {
-        self.active.read().expect("active lock").is_some()
+        self.active.read().is_some()
     }
 
     /// Ends the monitor period if it is due: runs the policy and queues its
@@ -892,9 +884,9 @@ impl Volume {
             .iter()
             .map(|tier| tier.device.stats().map_or(0, |stats| stats.busy_ns))
             .collect();
-        let mut planner = self.planner.lock().expect("planner lock");
+        let mut planner = self.planner.lock();
         let history = {
-            let mut monitor = self.monitor.lock().expect("monitor lock");
+            let mut monitor = self.monitor.lock();
             if now_ns < monitor.period_end_ns() {
                 return Ok(false);
             }
@@ -914,7 +906,7 @@ impl Volume {
         planner.periods_closed += 1;
         let placement = self.placement();
         let mut in_flight: Vec<Move> = planner.pending.iter().cloned().collect();
-        if let Some(active) = self.active.read().expect("active lock").as_ref() {
+        if let Some(active) = self.active.read().as_ref() {
             in_flight.push(Move {
                 segment: active.segment,
                 from: active.from.tier,
@@ -976,18 +968,13 @@ impl Volume {
 
     /// Writes a checkpoint of the durable placement and the policy's state.
     pub fn checkpoint(&self) -> Result<(), VolumeError> {
-        let mut planner = self.planner.lock().expect("planner lock");
+        let mut planner = self.planner.lock();
         planner.periods_since_checkpoint = 0;
-        let history = self
-            .monitor
-            .lock()
-            .expect("monitor lock")
-            .history()
-            .to_vec();
+        let history = self.monitor.lock().history().to_vec();
         // Hold the journal lock while reading the table: a move's journal
         // record and its flip happen together under it, so the checkpoint
         // never misses a placement the journal had.
-        let mut meta = self.meta.lock().expect("meta lock");
+        let mut meta = self.meta.lock();
         let placement = (0..self.segments)
             .map(|segment| self.entry(segment).location)
             .collect();
@@ -1013,14 +1000,9 @@ impl Volume {
     fn start_next_move(&self) -> Option<Arc<ActiveMove>> {
         let home = self.home();
         loop {
-            let planned = self
-                .planner
-                .lock()
-                .expect("planner lock")
-                .pending
-                .pop_front()?;
+            let planned = self.planner.lock().pending.pop_front()?;
             let segment = planned.segment;
-            let mut guard = self.entries[segment as usize].write().expect("entry lock");
+            let mut guard = self.entries[segment as usize].write();
             let from = guard.location;
             let drop_reason = if guard.moving {
                 Some("segment already moving".to_string())
@@ -1044,7 +1026,6 @@ impl Volume {
                     self.tiers[planned.to as usize]
                         .free_slots
                         .lock()
-                        .expect("slots lock")
                         .pop()
                         .map(|slot| Location {
                             tier: planned.to,
@@ -1094,7 +1075,7 @@ impl Volume {
                 next_chunk: AtomicU32::new(if clean_demotion { chunks as u32 } else { 0 }),
                 copied_bytes: AtomicU64::new(0),
             });
-            *self.active.write().expect("active lock") = Some(active.clone());
+            *self.active.write() = Some(active.clone());
             guard.moving = true;
             return Some(active);
         }
@@ -1104,7 +1085,7 @@ impl Volume {
     /// is active, copies one chunk, or finishes the move when all chunks are
     /// copied. The caller paces calls (see [`crate::runner`]).
     pub fn copy_step(&self) -> StepOutcome {
-        let current = self.active.read().expect("active lock").clone();
+        let current = self.active.read().clone();
         let active = match current {
             Some(active) => active,
             None => match self.start_next_move() {
@@ -1120,10 +1101,8 @@ impl Volume {
             let length = chunk_bytes.min(self.options.segment_bytes - start);
             let hold_started_ns = self.clock.now_ns();
             let result = {
-                let _exclusive = active.chunk_locks[chunk as usize]
-                    .write()
-                    .expect("chunk lock");
-                let mut buffer = self.copy_buffer.lock().expect("buffer lock");
+                let _exclusive = active.chunk_locks[chunk as usize].write();
+                let mut buffer = self.copy_buffer.lock();
                 buffer.resize(length as usize, 0);
                 let source = &self.tiers[active.from.tier as usize].device;
                 let target = &self.tiers[active.to.tier as usize].device;
@@ -1151,7 +1130,7 @@ impl Volume {
                 Ok(()) => {
                     active.next_chunk.store(chunk + 1, Ordering::Relaxed);
                     active.copied_bytes.fetch_add(length, Ordering::Relaxed);
-                    let mut monitor = self.monitor.lock().expect("monitor lock");
+                    let mut monitor = self.monitor.lock();
                     monitor.record_migration_io(active.from.tier, length);
                     monitor.record_migration_io(active.to.tier, length);
                     StepOutcome::Copied { bytes: length }
@@ -1173,10 +1152,7 @@ impl Volume {
     fn release(&self, location: Location, home: TierId) {
         let tier = &self.tiers[location.tier as usize];
         if location.tier != home {
-            tier.free_slots
-                .lock()
-                .expect("slots lock")
-                .push(location.slot);
+            tier.free_slots.lock().push(location.slot);
         }
         tier.used_segments.fetch_sub(1, Ordering::Relaxed);
     }
@@ -1184,11 +1160,9 @@ impl Volume {
     fn abandon(&self, active: &Arc<ActiveMove>, outcome: &str) -> StepOutcome {
         let home = self.home();
         {
-            let mut guard = self.entries[active.segment as usize]
-                .write()
-                .expect("entry lock");
+            let mut guard = self.entries[active.segment as usize].write();
             guard.moving = false;
-            *self.active.write().expect("active lock") = None;
+            *self.active.write() = None;
         }
         self.release(active.to, home);
         self.record_finished(
@@ -1215,7 +1189,7 @@ impl Volume {
             return self.abandon(active, &format!("failed: flushing the target: {error}"));
         }
         {
-            let mut meta = self.meta.lock().expect("meta lock");
+            let mut meta = self.meta.lock();
             if let Err(error) = meta.append(&Record::Place {
                 segment: active.segment,
                 location: active.to,
@@ -1224,9 +1198,7 @@ impl Volume {
                 return self.abandon(active, &format!("failed: journal: {error}"));
             }
             let switch_started_ns = self.clock.now_ns();
-            let mut guard = self.entries[active.segment as usize]
-                .write()
-                .expect("entry lock");
+            let mut guard = self.entries[active.segment as usize].write();
             guard.location = active.to;
             guard.moving = false;
             let target = &self.tiers[active.to.tier as usize];
@@ -1235,7 +1207,7 @@ impl Volume {
                 || (active.from.tier == home
                     && self.home_current[active.segment as usize].load(Ordering::Acquire));
             self.home_current[active.segment as usize].store(home_current, Ordering::Release);
-            *self.active.write().expect("active lock") = None;
+            *self.active.write() = None;
             drop(guard);
             self.max_switch_over_ns.fetch_max(
                 self.clock.now_ns().saturating_sub(switch_started_ns),
@@ -1245,7 +1217,7 @@ impl Volume {
         self.release(active.from, home);
         let elapsed_ns = self.clock.now_ns().saturating_sub(active.started_ns);
         {
-            let mut planner = self.planner.lock().expect("planner lock");
+            let mut planner = self.planner.lock();
             planner.completed_moves += 1;
             planner.total_move_ns += elapsed_ns as f64;
         }
@@ -1283,7 +1255,7 @@ impl Volume {
             bytes_copied: bytes,
             outcome,
         };
-        let mut planner = self.planner.lock().expect("planner lock");
+        let mut planner = self.planner.lock();
         if !record.outcome.starts_with("done") && !record.outcome.starts_with("failed") {
             planner.dropped_moves += 1;
         }
@@ -1296,11 +1268,10 @@ impl Volume {
     /// Everything `tierd status` shows.
     pub fn status(&self) -> VolumeStatus {
         let placement = self.placement();
-        let planner = self.planner.lock().expect("planner lock");
+        let planner = self.planner.lock();
         let in_flight = self
             .active
             .read()
-            .expect("active lock")
             .as_ref()
             .map(|active| InFlightMove {
                 segment: active.segment,
@@ -1364,7 +1335,7 @@ impl Volume {
             max_chunk_hold_ns: self.max_chunk_hold_ns.load(Ordering::Relaxed),
             max_switch_over_ns: self.max_switch_over_ns.load(Ordering::Relaxed),
             recent_moves: planner.recent.iter().cloned().collect(),
-            warnings: self.warnings.lock().expect("lock").clone(),
+            warnings: self.warnings.lock().clone(),
             unavailable: self.unavailable_ranges(),
         }
     }

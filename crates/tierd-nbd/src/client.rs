@@ -10,11 +10,12 @@
 //! handshake step by step (LIST, INFO, ABORT, raw options) for tools and
 //! tests.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use tierd_common::hash::FastMap;
 
@@ -718,9 +719,7 @@ struct Pending {
 type InFlight = Arc<Mutex<FastMap<u64, Pending>>>;
 
 fn lock(in_flight: &InFlight) -> MutexGuard<'_, FastMap<u64, Pending>> {
-    in_flight
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    in_flight.lock()
 }
 
 /// A finished request.

@@ -7,9 +7,9 @@
 //! data). It counts what reached it (FUA requests, flushes, zero requests
 //! by kind) so a test can see what a client sent.
 
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::export::{Export, ExportError, ExportResult, Extent};
 use crate::proto::{NBD_STATE_HOLE, NBD_STATE_ZERO};
@@ -103,15 +103,11 @@ impl MemoryExport {
     }
 
     fn read_lock(&self) -> RwLockReadGuard<'_, Vec<u8>> {
-        self.bytes
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.bytes.read()
     }
 
     fn write_lock(&self) -> RwLockWriteGuard<'_, Vec<u8>> {
-        self.bytes
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.bytes.write()
     }
 
     fn note_fua(&self, fua: bool) {

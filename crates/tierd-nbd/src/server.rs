@@ -10,6 +10,7 @@
 //! stops reading replies stalls its own connection (the socket send buffer
 //! fills, then the queue, then request reading stops) and nothing grows.
 
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -19,7 +20,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -456,9 +457,7 @@ struct ListenerState {
 
 impl ListenerState {
     fn lock(&self) -> MutexGuard<'_, ConnectionTable> {
-        self.table
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.table.lock()
     }
 }
 
@@ -518,14 +517,11 @@ impl ServerHandle {
         }
         let mut table = self.state.lock();
         if !table.open.is_empty() {
-            table = match self
-                .state
-                .changed
-                .wait_timeout_while(table, self.grace, |table| !table.open.is_empty())
-            {
-                Ok((table, _)) => table,
-                Err(poisoned) => poisoned.into_inner().0,
-            };
+            self.state.changed.wait_while_for(
+                &mut table,
+                |table| !table.open.is_empty(),
+                self.grace,
+            );
         }
         for stream in table.open.values() {
             let _ = stream.shutdown(Shutdown::Both);
@@ -569,10 +565,10 @@ fn accept_loop(shared: Arc<Shared>, state: Arc<ListenerState>, listener: Listene
                 shared.log(LogLevel::Error, &format!("accept failed: {error}"));
                 // Out of descriptors or similar: back off a little instead
                 // of spinning.
-                let table = state.lock();
-                let _ = state
+                let mut table = state.lock();
+                state
                     .changed
-                    .wait_timeout(table, Duration::from_millis(100));
+                    .wait_for(&mut table, Duration::from_millis(100));
                 continue;
             }
         };
@@ -1590,9 +1586,7 @@ fn transmit_with_workers(
     let receiver = Mutex::new(receiver);
 
     let send_reply = |bytes: &[u8]| {
-        let mut writer = writer
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut writer = writer.lock();
         if writer.write_all(bytes).is_err() && !write_failed.swap(true, Ordering::SeqCst) {
             // Unblock the reader: nobody will get replies any more.
             let _ = writer.shutdown(Shutdown::Both);
@@ -1614,10 +1608,7 @@ fn transmit_with_workers(
                 Err(end) => break Err(end),
             };
             let mut payload = if header.has_payload() && header.length_bytes <= MAX_PAYLOAD_BYTES {
-                pool.lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .pop()
-                    .unwrap_or_default()
+                pool.lock().pop().unwrap_or_default()
             } else {
                 Vec::new()
             };
@@ -1663,9 +1654,7 @@ fn worker_loop(
     let mut out = Vec::with_capacity(64 * 1024);
     loop {
         let job = {
-            let receiver = receiver
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let receiver = receiver.lock();
             match receiver.recv() {
                 Ok(job) => job,
                 Err(_) => return,
@@ -1678,7 +1667,7 @@ fn worker_loop(
         let mut payload = job.payload;
         if payload.capacity() > 0 && payload.capacity() <= RETAINED_BUFFER_BYTES {
             payload.clear();
-            let mut pool = pool.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut pool = pool.lock();
             if pool.len() < pool_limit {
                 pool.push(payload);
             }

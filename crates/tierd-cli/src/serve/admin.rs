@@ -15,12 +15,13 @@
 //! `tierd_engine::admin_proto` (pure, fuzzed by `fuzz/`'s `admin_request`
 //! target); this file holds the socket and runs the requests.
 
+use parking_lot::Mutex;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -248,11 +249,7 @@ fn queue_move(request: &MoveRequest, context: &Context) -> Result<(), String> {
             ("to", &request.to),
         ],
     );
-    context
-        .engine
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .wake();
+    context.engine.lock().wake();
     Ok(())
 }
 
@@ -263,10 +260,7 @@ fn queue_move(request: &MoveRequest, context: &Context) -> Result<(), String> {
 /// are refused (the wrapper is opt-in so production tiers pay nothing).
 fn set_fault(request: FaultRequest, context: &Context) -> Result<Value, String> {
     let name = request.tier.as_str();
-    let engine = context
-        .engine
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let engine = context.engine.lock();
     let tier = engine
         .tiers
         .iter()

@@ -18,11 +18,12 @@ mod export;
 mod metrics;
 mod status;
 
+use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use clap::Args;
 use tierd_common::clock::{Clock, SystemClock};
@@ -317,10 +318,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     };
     // Last: everything that can fail to start has started, so a failed
     // start never leaves policy or copier threads running.
-    engine
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .start(&config, clock.clone());
+    engine.lock().start(&config, clock.clone());
 
     for listener in &listeners {
         announce(&format!(
@@ -363,9 +361,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     for listener in listeners {
         listener.shutdown();
     }
-    let mut engine = engine
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut engine = engine.lock();
     engine
         .shutdown()
         .map_err(|error| CliError(format!("clean stop failed: {error}")))?;

@@ -7,7 +7,7 @@
 //! torn at sector granularity, and later writes may survive while earlier
 //! ones do not, as on a disk that reorders its cache.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 use tierd_common::rng::Rng;
 
@@ -46,7 +46,7 @@ impl CrashDisk {
     /// The process (or power) dies: unflushed sectors keep their new
     /// contents or lose them at random. Returns how many sectors lost data.
     pub fn crash(&self, rng: &mut dyn Rng) -> u64 {
-        let mut state = self.state.lock().expect("crash disk lock");
+        let mut state = self.state.lock();
         let pending = std::mem::take(&mut state.pending);
         let mut lost = 0;
         for (offset, length) in pending {
@@ -103,7 +103,7 @@ impl BlockDevice for CrashDisk {
             buf.len() as u64,
             self.size_bytes,
         )?;
-        let state = self.state.lock().expect("crash disk lock");
+        let state = self.state.lock();
         let start = offset_bytes as usize;
         buf.copy_from_slice(&state.current[start..start + buf.len()]);
         Ok(())
@@ -117,7 +117,7 @@ impl BlockDevice for CrashDisk {
             data.len() as u64,
             self.size_bytes,
         )?;
-        let mut state = self.state.lock().expect("crash disk lock");
+        let mut state = self.state.lock();
         let start = offset_bytes as usize;
         state.current[start..start + data.len()].copy_from_slice(data);
         Self::mark(&mut state, offset_bytes, data.len() as u64);
@@ -125,7 +125,7 @@ impl BlockDevice for CrashDisk {
     }
 
     fn flush(&self) -> DeviceResult<()> {
-        let mut state = self.state.lock().expect("crash disk lock");
+        let mut state = self.state.lock();
         let pending = std::mem::take(&mut state.pending);
         let State {
             current, durable, ..
@@ -150,7 +150,7 @@ impl BlockDevice for CrashDisk {
             length_bytes,
             self.size_bytes,
         )?;
-        let mut state = self.state.lock().expect("crash disk lock");
+        let mut state = self.state.lock();
         let start = offset_bytes as usize;
         state.current[start..start + length_bytes as usize].fill(0);
         Self::mark(&mut state, offset_bytes, length_bytes);

@@ -12,8 +12,9 @@
 //! probability and count as failed writes. Out-of-range calls are reported
 //! as such without drawing.
 
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use tierd_common::clock::Clock;
@@ -132,11 +133,9 @@ impl FaultDevice {
         }
     }
 
-    fn lock_injector(&self) -> std::sync::MutexGuard<'_, Injector> {
+    fn lock_injector(&self) -> parking_lot::MutexGuard<'_, Injector> {
         // The generator state is valid whatever a panicking holder did.
-        self.injector
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.injector.lock()
     }
 
     fn error(

@@ -17,13 +17,13 @@
 //! filesystems) refuse `O_DIRECT`; opening then fails with an error that says
 //! to set `direct = false`.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
 
 use super::{check_range, BlockDevice, DeviceError, DeviceErrorKind, DeviceResult};
 
@@ -304,13 +304,7 @@ impl FileDevice {
         }
         stripes.sort_unstable_by_key(|stripe| stripe.unwrap_or(usize::MAX));
         // The lock guards no data, so a poisoned one is as good as any.
-        let lock = |index: Option<usize>| {
-            index.map(|index| {
-                self.edge_locks[index]
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-            })
-        };
+        let lock = |index: Option<usize>| index.map(|index| self.edge_locks[index].lock());
         let low = lock(stripes[0]);
         let high = lock(stripes[1]);
         (low, high)

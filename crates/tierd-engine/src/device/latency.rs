@@ -45,8 +45,9 @@
 //! - offsets: see [`OffsetMapping`]. User and migration IO both count as
 //!   user IO in the model (`background = false`).
 
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tierd_common::clock::Clock;
@@ -243,9 +244,7 @@ impl LatencyDevice {
     fn lock_state(&self) -> MutexGuard<'_, ModelState> {
         // A panic while holding the lock can only have come from the model;
         // its state is what it is, and refusing every later IO helps nobody.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state.lock()
     }
 
     /// Where `[offset, offset + length)` lands in the model, clamped inside it.
@@ -334,11 +333,9 @@ impl LatencyDevice {
             }
             let delta_ns = target_ns - now_ns;
             tighten_timer_slack();
-            let (guard, timeout) = self
+            let timeout = self
                 .completions
-                .wait_timeout(state, Duration::from_nanos(delta_ns))
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            state = guard;
+                .wait_for(&mut state, Duration::from_nanos(delta_ns));
             if self.time_mode == TimeMode::Auto
                 && timeout.timed_out()
                 && self.clock.now_ns() == now_ns
@@ -570,7 +567,7 @@ mod tests {
             true
         }
         fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> DeviceResult<()> {
-            self.entered.lock().unwrap().send(()).unwrap();
+            self.entered.lock().send(()).unwrap();
             self.barrier.wait();
             self.inner.read_at(offset_bytes, buf)
         }

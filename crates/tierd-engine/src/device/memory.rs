@@ -6,8 +6,8 @@
 //! contend. Reads of a chunk that was never written (or was freed) return
 //! zeroes; discarding or zeroing a whole chunk frees it.
 
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::{check_range, BlockDevice, DeviceResult};
 
@@ -38,15 +38,11 @@ impl std::fmt::Debug for MemoryDevice {
 /// A poisoned lock only means another thread panicked while holding it; the
 /// bytes are still plain bytes, so keep serving them.
 fn read_lock(chunk: &Chunk) -> RwLockReadGuard<'_, Option<Box<[u8]>>> {
-    chunk
-        .read()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    chunk.read()
 }
 
 fn write_lock(chunk: &Chunk) -> RwLockWriteGuard<'_, Option<Box<[u8]>>> {
-    chunk
-        .write()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    chunk.write()
 }
 
 impl MemoryDevice {

@@ -16,8 +16,9 @@
 //! The hot path is a handful of relaxed atomic adds and one short mutex for the
 //! busy interval. Per-period figures are differences of two snapshots.
 
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tierd_common::clock::Clock;
 
@@ -136,12 +137,10 @@ impl StatsDevice {
         }
     }
 
-    fn lock_busy(&self) -> std::sync::MutexGuard<'_, Busy> {
+    fn lock_busy(&self) -> parking_lot::MutexGuard<'_, Busy> {
         // The guarded data is plain counters; a panic elsewhere cannot leave
         // them in a state worth refusing to read.
-        self.busy
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.busy.lock()
     }
 
     /// Marks one op in flight; returns its start time.
@@ -364,8 +363,8 @@ mod tests {
             true
         }
         fn read_at(&self, _offset_bytes: u64, _buf: &mut [u8]) -> DeviceResult<()> {
-            self.started.lock().unwrap().send(()).unwrap();
-            self.release.lock().unwrap().recv().unwrap();
+            self.started.lock().send(()).unwrap();
+            self.release.lock().recv().unwrap();
             Ok(())
         }
         fn write_at(&self, _offset_bytes: u64, _data: &[u8]) -> DeviceResult<()> {
