@@ -14,6 +14,7 @@ use crate::device::latency::LatencyDevice;
 use crate::device::memory::MemoryDevice;
 use crate::device::stats::StatsDevice;
 use crate::device::BlockDevice;
+use crate::identity::{MetaAtStart, TierAtStart, TierSuperblock, VolumeIdentity};
 use crate::log::Logger;
 use crate::meta::MetaStore;
 use crate::runner::{Pacing, VolumeRunner};
@@ -41,27 +42,45 @@ pub enum EngineError {
         meta_dir: String,
         what: String,
     },
+    /// A tier file or the metadata is not what the volume was (see
+    /// [`crate::identity`]); the message lists every difference and what to do.
+    #[error("{0}")]
+    Identity(String),
+    /// Two tiers resolve to the same file or device.
+    #[error("{0}")]
+    SharedBacking(String),
+    /// Another server holds the volume's metadata directory.
+    #[error("{0}")]
+    Locked(String),
 }
 
 /// A tier as built: the device chain plus handles tests and drills use.
 pub struct BuiltTier {
     pub name: String,
     pub device: Arc<dyn BlockDevice>,
+    /// The file or block device under a file tier (superblock IO).
+    pub file: Option<Arc<FileDevice>>,
     pub faults: Option<Arc<FaultDevice>>,
     pub volatile: bool,
     pub unsafe_volatile: bool,
 }
 
 /// Opens one tier's device chain.
+///
+/// `extend`: a file tier's file may be created or grown to its size (false
+/// when its volume's metadata says it was stamped: a file that shrank is
+/// refused by the identity check, never regrown).
 pub fn build_tier(
     tier: &TierConfig,
     clock: &Arc<dyn Clock>,
     seed: u64,
+    extend: bool,
 ) -> Result<BuiltTier, EngineError> {
     let fail = |message: String| EngineError::Tier {
         tier: tier.name.clone(),
         message,
     };
+    let mut backing = None;
     let mut device: Arc<dyn BlockDevice> = match tier.backend {
         Backend::Memory => {
             let size = tier.size.map(|size| size.0).unwrap_or(0);
@@ -80,9 +99,17 @@ pub fn build_tier(
                     ))
                 })?;
             }
-            let file = FileDevice::open(path, tier.size.map(|size| size.0), tier.direct, true)
-                .map_err(|error| fail(error.to_string()))?;
-            Arc::new(file)
+            let file = FileDevice::open_tier(
+                path,
+                tier.size.map(|size| size.0),
+                tier.direct,
+                true,
+                extend,
+            )
+            .map_err(|error| fail(error.to_string()))?;
+            let file = Arc::new(file);
+            backing = Some(file.clone());
+            file
         }
     };
     let mut faults = None;
@@ -109,6 +136,7 @@ pub fn build_tier(
     Ok(BuiltTier {
         name: tier.name.clone(),
         device,
+        file: backing,
         faults,
         volatile: tier.backend == Backend::Memory,
         unsafe_volatile: tier.unsafe_volatile,
@@ -176,12 +204,227 @@ fn check_created_tiers(
     Ok(())
 }
 
+/// Refuses two tiers whose paths resolve to the same file or block device
+/// (compared by device and inode, or by the device number of a block
+/// device, so symlinks, `..`, bind mounts and two device nodes of one disk
+/// are caught); files that do not exist yet are compared by their
+/// canonical directory and name.
+pub fn check_distinct_backings(config: &Config) -> Result<(), EngineError> {
+    use crate::device::file::backing_identity;
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for (index, tier) in config.tiers.iter().enumerate() {
+        let Some(path) = &tier.path else { continue };
+        if tier.backend != Backend::File {
+            continue;
+        }
+        let key = match std::fs::metadata(path) {
+            Ok(metadata) => {
+                let (device, inode) = backing_identity(&metadata);
+                if device == 0 {
+                    format!("block device {}:{}", libc::major(inode), libc::minor(inode))
+                } else {
+                    format!(
+                        "device {}:{} inode {inode}",
+                        libc::major(device),
+                        libc::minor(device)
+                    )
+                }
+            }
+            Err(_) => {
+                let parent = path.parent().and_then(|parent| parent.canonicalize().ok());
+                match (parent, path.file_name()) {
+                    (Some(parent), Some(name)) => format!("path {}", parent.join(name).display()),
+                    _ => format!("path {}", path.display()),
+                }
+            }
+        };
+        let this = format!(
+            "tier[{index}] (name {:?}).path = {:?}",
+            tier.name,
+            path.display().to_string()
+        );
+        if let Some((other, _)) = seen.iter().find(|(_, seen_key)| *seen_key == key) {
+            return Err(EngineError::SharedBacking(format!(
+                "config: {this} and {other} are the same file ({key}): two tiers on one file would overwrite each other's data; give each tier its own file or device"
+            )));
+        }
+        seen.push((this, key));
+    }
+    Ok(())
+}
+
+/// Locks a volume's metadata directory for this process (`flock` on
+/// `DIR/lock`, which holds the holder's pid).
+fn lock_meta_dir(volume: &str, meta_dir: &std::path::Path) -> Result<std::fs::File, EngineError> {
+    use std::io::{Read, Seek, Write};
+    use std::os::fd::AsRawFd;
+    let fail = |message: String| EngineError::Locked(format!("volume {volume}: {message}"));
+    std::fs::create_dir_all(meta_dir)
+        .map_err(|error| fail(format!("cannot create {}: {error}", meta_dir.display())))?;
+    let path = meta_dir.join("lock");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|error| fail(format!("cannot open {}: {error}", path.display())))?;
+    // SAFETY: flock takes a descriptor we own and plain flags.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let mut holder = String::new();
+        let _ = file.read_to_string(&mut holder);
+        let holder = holder.trim();
+        let holder = if holder.is_empty() {
+            "another process".to_string()
+        } else {
+            format!("process {holder}")
+        };
+        return Err(fail(format!(
+            "its metadata directory {} is in use by {holder} (another tierd, perhaps with another data_dir); two servers on one volume would overwrite each other's placement and data. Stop the other one",
+            meta_dir.display()
+        )));
+    }
+    let _ = file.set_len(0);
+    let _ = file.rewind();
+    let _ = write!(file, "{}", std::process::id());
+    Ok(file)
+}
+
+/// A volume's file tiers as the identity check needs them.
+struct VolumeTiers<'a> {
+    names: &'a [String],
+    files: Vec<(usize, String, Arc<FileDevice>)>,
+}
+
+/// What losing each tier's contents gives up, from the metadata's placement.
+fn loss_report(
+    tiers: &VolumeTiers<'_>,
+    tier: &str,
+    placement: Option<&[crate::meta::Location]>,
+    segment_bytes: u64,
+) -> String {
+    let Some(index) = tiers.names.iter().position(|name| name == tier) else {
+        return String::new();
+    };
+    let home = index + 1 == tiers.names.len();
+    let Some(placement) = placement else {
+        return if home {
+            "no metadata places data: the volume would start with this file's current contents as its data".to_string()
+        } else {
+            "no metadata places segments on it: nothing placed is lost".to_string()
+        };
+    };
+    let on_tier: Vec<u32> = placement
+        .iter()
+        .enumerate()
+        .filter(|(_, location)| usize::from(location.tier) == index)
+        .map(|(segment, _)| segment as u32)
+        .collect();
+    let list = segment_list(&on_tier);
+    let mib = segment_bytes >> 20;
+    if on_tier.is_empty() {
+        "no segment is placed on it: nothing is lost".to_string()
+    } else if home {
+        format!(
+            "the data of the {} segments on home ({list}; {mib} MiB each) is whatever this file holds now",
+            on_tier.len()
+        )
+    } else {
+        format!(
+            "the {} segments placed on it ({list}; {mib} MiB each) lose every write since they were promoted: they are placed on home again and read its possibly stale copy",
+            on_tier.len()
+        )
+    }
+}
+
+/// Ends `text` as a sentence.
+fn sentence(text: &str) -> String {
+    if text.ends_with(['.', '?']) {
+        text.to_string()
+    } else {
+        format!("{text}.")
+    }
+}
+
+/// `0-3, 7, 9-10`.
+fn segment_list(segments: &[u32]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut index = 0;
+    while index < segments.len() {
+        let start = segments[index];
+        let mut end = start;
+        while index + 1 < segments.len() && segments[index + 1] == end + 1 {
+            index += 1;
+            end += 1;
+        }
+        parts.push(if start == end {
+            format!("segment {start}")
+        } else {
+            format!("segments {start}-{end}")
+        });
+        index += 1;
+    }
+    parts.join(", ")
+}
+
+/// Writes the next generation on the metadata and every file tier of a
+/// volume (see [`crate::identity`] for the crash-safe order).
+fn stamp_identity(
+    volume: &VolumeConfig,
+    meta_dir: &std::path::Path,
+    identity: Option<VolumeIdentity>,
+    tiers: &VolumeTiers<'_>,
+) -> Result<(), EngineError> {
+    let fail =
+        |message: String| EngineError::Identity(format!("volume {}: {message}", volume.name));
+    let (uuid, base) = match &identity {
+        Some(identity) => (
+            identity.volume_uuid.clone(),
+            identity.generation.max(identity.pending.unwrap_or(0)),
+        ),
+        None => (crate::identity::new_volume_uuid().map_err(fail)?, 0),
+    };
+    let next = base + 1;
+    let mut record = VolumeIdentity {
+        volume: volume.name.clone(),
+        volume_uuid: uuid.clone(),
+        generation: identity.as_ref().map_or(0, |identity| identity.generation),
+        pending: Some(next),
+        tiers: tiers.names.to_vec(),
+    };
+    record.store(meta_dir).map_err(fail)?;
+    for (index, name, file) in &tiers.files {
+        let superblock = TierSuperblock {
+            volume: volume.name.clone(),
+            volume_uuid: uuid.clone(),
+            tier: name.clone(),
+            tier_index: *index as u32,
+            tier_count: tiers.names.len() as u32,
+            data_bytes: file.size_bytes(),
+            generation: next,
+        };
+        file.write_superblock(&superblock.encode())
+            .map_err(|error| {
+                fail(format!(
+                    "tier {name}: cannot write its superblock at byte {} of {}: {error}",
+                    file.size_bytes(),
+                    file.path().display()
+                ))
+            })?;
+    }
+    record.generation = next;
+    record.pending = None;
+    record.store(meta_dir).map_err(fail)
+}
+
 /// The running engine: its volumes and their threads.
 pub struct Engine {
     pub volumes: Vec<Arc<Volume>>,
     pub tiers: Vec<BuiltTier>,
     runners: Vec<VolumeRunner>,
     logger: Logger,
+    /// Held for the engine's lifetime: the metadata directories' locks.
+    _meta_locks: Vec<std::fs::File>,
 }
 
 impl Engine {
@@ -192,22 +435,75 @@ impl Engine {
         clock: Arc<dyn Clock>,
         logger: Logger,
     ) -> Result<Engine, EngineError> {
+        Self::open_accepting(config, clock, logger, &[])
+    }
+
+    /// [`Engine::open`], accepting the loss of the tiers named in
+    /// `accept_reset` where their identity does not match (the operator's
+    /// `--accept-reset TIER`): segments placed on such a fast tier go back
+    /// to home; a reset home keeps what its file holds. Each is logged.
+    pub fn open_accepting(
+        config: &Config,
+        clock: Arc<dyn Clock>,
+        logger: Logger,
+        accept_reset: &[String],
+    ) -> Result<Engine, EngineError> {
+        for name in accept_reset {
+            if !config.tiers.iter().any(|tier| &tier.name == name) {
+                let names: Vec<&str> = config.tiers.iter().map(|tier| tier.name.as_str()).collect();
+                return Err(EngineError::Identity(format!(
+                    "--accept-reset {name}: the configuration has no tier of that name (its tiers: {})",
+                    names.join(", ")
+                )));
+            }
+        }
+        check_distinct_backings(config)?;
+        let mut meta_locks = Vec::new();
+        for volume_config in &config.volumes {
+            let meta_dir = config.metadata_dir().join(&volume_config.name);
+            meta_locks.push(lock_meta_dir(&volume_config.name, &meta_dir)?);
+        }
         let mut tiers: Vec<BuiltTier> = Vec::new();
         // File tiers whose file does not exist yet (build_tier creates it).
         let mut created: Vec<(String, std::path::PathBuf)> = Vec::new();
+        // Each file tier's length before tierd touched it (None: missing).
+        let mut length_before: Vec<Option<u64>> = Vec::new();
         for (index, tier) in config.tiers.iter().enumerate() {
+            let mut length = None;
             if let (Backend::File, Some(path)) = (tier.backend, &tier.path) {
-                if !path.exists() {
-                    created.push((tier.name.clone(), path.clone()));
+                match std::fs::metadata(path) {
+                    Ok(metadata) => length = Some(metadata.len()),
+                    Err(_) => created.push((tier.name.clone(), path.clone())),
                 }
             }
+            length_before.push(length);
             if tier.unsafe_volatile {
                 logger.warn(
                     "unsafe_volatile: writes to segments on this memory tier are acknowledged before they reach home and are lost if the process ends",
                     &[("tier", &tier.name)],
                 );
             }
-            tiers.push(build_tier(tier, &clock, 0x7469_6572 ^ index as u64)?);
+            // Tiers of a volume whose metadata stamped them are opened as
+            // they are.
+            let stamped = config.volumes.iter().any(|volume| {
+                volume.tiers.contains(&tier.name)
+                    && VolumeIdentity::load(&config.metadata_dir().join(&volume.name)).is_ok_and(
+                        |identity| identity.is_some_and(|identity| identity.generation > 0),
+                    )
+            });
+            let built = match build_tier(tier, &clock, 0x7469_6572 ^ index as u64, !stamped) {
+                Ok(built) => built,
+                Err(error) => {
+                    // Do not leave an empty file behind for a tier that
+                    // could not start (it would look like a real one).
+                    // Files created by this start hold nothing yet.
+                    for (_, path) in &created {
+                        let _ = std::fs::remove_file(path);
+                    }
+                    return Err(error);
+                }
+            };
+            tiers.push(built);
         }
         let mut volumes = Vec::new();
         for volume_config in &config.volumes {
@@ -228,8 +524,94 @@ impl Engine {
                 })
                 .collect();
             let meta_dir = config.metadata_dir().join(&volume_config.name);
-            let metadata_existed = MetaStore::checkpoint_path(&meta_dir).exists()
-                || MetaStore::journal_path(&meta_dir).exists();
+            let volume_tiers = VolumeTiers {
+                names: &volume_config.tiers,
+                files: volume_config
+                    .tiers
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(index, name)| {
+                        let built = tiers.iter().find(|tier| &tier.name == name)?;
+                        Some((index, name.clone(), built.file.clone()?))
+                    })
+                    .collect(),
+            };
+            let identity = VolumeIdentity::load(&meta_dir).map_err(|message| {
+                EngineError::Identity(format!(
+                    "volume {}: {message}. The identity file ties the metadata to its tier files; restore it from a backup of the metadata directory",
+                    volume_config.name
+                ))
+            })?;
+            let meta_state = MetaAtStart {
+                identity: identity.clone(),
+                checkpoint: MetaStore::checkpoint_path(&meta_dir).exists(),
+                journal: MetaStore::journal_path(&meta_dir).exists(),
+            };
+            let at_start: Vec<TierAtStart> = volume_tiers
+                .files
+                .iter()
+                .map(|(index, name, file)| {
+                    let config_index = config
+                        .tiers
+                        .iter()
+                        .position(|tier| &tier.name == name)
+                        .expect("config checked tier names");
+                    TierAtStart {
+                        name: name.clone(),
+                        index: *index,
+                        path: file.path().to_path_buf(),
+                        length_before: length_before[config_index],
+                        block_device: file.is_block_device(),
+                        data_bytes: file.size_bytes(),
+                        superblock: file.read_superblock(),
+                        trailing: file.trailing_superblock(),
+                    }
+                })
+                .collect();
+            let problems =
+                crate::identity::verify(&volume_config.name, &meta_dir, &meta_state, &at_start);
+            let placement = if problems.is_empty() {
+                None
+            } else {
+                crate::meta::peek_placement(&meta_dir).ok().flatten()
+            };
+            let refused: Vec<&crate::identity::Problem> = problems
+                .iter()
+                .filter(|problem| {
+                    problem
+                        .tier
+                        .as_ref()
+                        .is_none_or(|tier| !accept_reset.contains(tier))
+                })
+                .collect();
+            if !refused.is_empty() {
+                let mut message = format!(
+                    "volume {}: tierd refuses to start: its files are not what the volume was, and serving them could return another volume's, older or zeroed data:",
+                    volume_config.name
+                );
+                for problem in &refused {
+                    match &problem.tier {
+                        Some(tier) => message.push_str(&format!(
+                            "\n  - tier {tier} ({}): {}\n    If this is expected, `tierd serve --accept-reset {tier}` starts anyway and stamps the file as this tier: {}.",
+                            problem.path.display(),
+                            sentence(&problem.what),
+                            loss_report(&volume_tiers, tier, placement.as_deref(), volume_config.segment.0)
+                        )),
+                        None => message.push_str(&format!(
+                            "\n  - metadata ({}): {}\n    Restore it from a backup of {}; or, to start over with every segment on home, move {} aside and start with --accept-reset for each file tier (data on faster tiers is lost).",
+                            problem.path.display(),
+                            sentence(&problem.what),
+                            meta_dir.display(),
+                            meta_dir.display()
+                        )),
+                    }
+                }
+                for (_, path) in &created {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(EngineError::Identity(message));
+            }
+            let metadata_existed = meta_state.checkpoint || meta_state.journal;
             let (volume, notes) = Volume::open(
                 volume_options(volume_config),
                 specs,
@@ -240,9 +622,48 @@ impl Engine {
                 volume: volume_config.name.clone(),
                 source,
             })?;
-            if metadata_existed {
+            if metadata_existed && identity.is_none() {
                 check_created_tiers(&volume, &created, &meta_dir)?;
             }
+            for problem in &problems {
+                let Some(tier) = &problem.tier else { continue };
+                let index = volume_config
+                    .tiers
+                    .iter()
+                    .position(|name| name == tier)
+                    .unwrap_or(0);
+                let report = loss_report(
+                    &volume_tiers,
+                    tier,
+                    placement.as_deref(),
+                    volume_config.segment.0,
+                );
+                let forgotten =
+                    volume
+                        .forget_tier(index)
+                        .map_err(|source| EngineError::Volume {
+                            volume: volume_config.name.clone(),
+                            source,
+                        })?;
+                logger.warn(
+                    "accept-reset: tier identity did not match; starting anyway as the operator asked",
+                    &[
+                        ("volume", &volume_config.name),
+                        ("tier", tier),
+                        ("path", &problem.path.display().to_string()),
+                        ("difference", &problem.what),
+                        ("lost", &report),
+                        ("segments_placed_on_home_again", &forgotten.len().to_string()),
+                    ],
+                );
+            }
+            if identity.is_none() && metadata_existed {
+                logger.info(
+                    "identity: metadata from before tier identities; stamping its tier files now",
+                    &[("volume", &volume_config.name)],
+                );
+            }
+            stamp_identity(volume_config, &meta_dir, identity, &volume_tiers)?;
             for note in notes {
                 logger.info(
                     "recovery",
@@ -262,6 +683,7 @@ impl Engine {
             tiers,
             runners: Vec::new(),
             logger,
+            _meta_locks: meta_locks,
         })
     }
 

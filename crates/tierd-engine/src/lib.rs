@@ -7,6 +7,8 @@
 //!   mirrored writes, the live monitor and the policy call.
 //! - [`meta`]: the checksummed journal and checkpoint that make placement
 //!   and policy state survive a clean stop or `kill -9`.
+//! - [`identity`]: tier superblocks and the metadata's identity file, checked
+//!   at every start so a file that is not what it was is never served.
 //! - [`runner`]: the real-time threads that close periods and copy chunks.
 //! - [`engine`]: builds all of it from a [`config::Config`].
 //! - [`log`]: structured log lines.
@@ -18,6 +20,7 @@ pub mod config;
 pub mod device;
 pub mod dst;
 pub mod engine;
+pub mod identity;
 pub mod log;
 pub mod meta;
 pub mod runner;

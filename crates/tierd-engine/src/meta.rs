@@ -451,6 +451,31 @@ fn encode_record(record: &Record) -> Vec<u8> {
     bytes
 }
 
+/// The placement the metadata in `dir` describes (checkpoint, then its
+/// journal's records), read without changing anything; `None` when there is
+/// no checkpoint. Used to say which segments a reset would give up.
+pub fn peek_placement(dir: &Path) -> Result<Option<Vec<Location>>, MetaError> {
+    let checkpoint_path = MetaStore::checkpoint_path(dir);
+    let Some(bytes) = read_whole(&checkpoint_path)? else {
+        return Ok(None);
+    };
+    let (generation, checkpoint) = decode_checkpoint(&checkpoint_path, &bytes)?;
+    let mut placement = checkpoint.placement;
+    let journal_path = MetaStore::journal_path(dir);
+    if let Some(bytes) = read_whole(&journal_path)? {
+        let decoded = decode_journal(&journal_path, &bytes)?;
+        if decoded.generation == generation {
+            for record in decoded.records {
+                let Record::Place { segment, location } = record;
+                if let Some(slot) = placement.get_mut(segment as usize) {
+                    *slot = location;
+                }
+            }
+        }
+    }
+    Ok(Some(placement))
+}
+
 impl MetaStore {
     pub fn checkpoint_path(dir: &Path) -> PathBuf {
         dir.join("checkpoint")

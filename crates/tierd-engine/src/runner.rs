@@ -58,6 +58,9 @@ impl Signal {
     }
 }
 
+/// How often the tick thread looks at the tiers' backing files.
+const BACKING_CHECK_NS: u64 = 1_000_000_000;
+
 /// The running threads of one volume.
 pub struct VolumeRunner {
     signal: Arc<Signal>,
@@ -80,6 +83,8 @@ impl VolumeRunner {
             let volume = volume.clone();
             let signal = signal.clone();
             let logger = logger.clone();
+            let clock = clock.clone();
+            let mut last_check_ns = 0u64;
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("tick-{}", volume.name()))
@@ -89,6 +94,22 @@ impl VolumeRunner {
                         let wait_ns = (volume.period_ns() / 4).clamp(1_000_000, 100_000_000);
                         if signal.wait(wait_ns) {
                             break;
+                        }
+                        // About once a second: has a tier's file been
+                        // truncated, deleted or replaced under us?
+                        let now_ns = clock.now_ns();
+                        if now_ns.saturating_sub(last_check_ns) >= BACKING_CHECK_NS {
+                            last_check_ns = now_ns;
+                            for (tier, reason) in volume.check_backings() {
+                                logger.error(
+                                    "tier failed: IO to the segments on it now fails with EIO",
+                                    &[
+                                        ("volume", volume.name()),
+                                        ("tier", &tier),
+                                        ("reason", &reason),
+                                    ],
+                                );
+                            }
                         }
                         if let Err(error) = volume.tick() {
                             logger.error(

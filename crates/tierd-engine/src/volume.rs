@@ -205,6 +205,10 @@ pub struct TierStatus {
     pub used_bytes: u64,
     pub capacity_bytes: u64,
     pub stats: Option<DeviceStats>,
+    /// Why the tier's backing stopped serving (truncated, deleted or
+    /// replaced under the server); absent while it works.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
 }
 
 /// A move in flight.
@@ -1323,6 +1327,7 @@ impl Volume {
                         used_bytes: u64::from(used) * self.options.segment_bytes,
                         capacity_bytes: tier.device.size_bytes(),
                         stats: tier.device.stats(),
+                        failed: tier.device.failure(),
                     }
                 })
                 .collect(),
@@ -1354,17 +1359,72 @@ impl Volume {
         }
     }
 
+    /// Looks at every tier's backing (a file truncated, deleted or replaced
+    /// under the server fails its tier: IO to it then fails with EIO, never
+    /// zeroes) and returns the tiers that failed at this check, with why.
+    /// The runner calls it about once a second.
+    pub fn check_backings(&self) -> Vec<(String, String)> {
+        let mut newly_failed = Vec::new();
+        for (index, tier) in self.tiers.iter().enumerate() {
+            if let Some(reason) = tier.device.check_backing() {
+                if !self.unavailable_tiers[index].swap(true, Ordering::SeqCst) {
+                    newly_failed.push((tier.name.clone(), reason));
+                }
+            }
+        }
+        newly_failed
+    }
+
+    /// Startup, after an operator accepted losing tier `index`'s contents
+    /// (`--accept-reset`): every segment placed on it is placed on home
+    /// again (journaled), where its home copy — possibly stale — is served.
+    /// Returns those segments. Home itself cannot be forgotten this way.
+    pub fn forget_tier(&self, index: usize) -> Result<Vec<SegmentId>, VolumeError> {
+        let home = self.home();
+        let mut forgotten = Vec::new();
+        if index >= self.tiers.len() || index == home as usize {
+            return Ok(forgotten);
+        }
+        for segment in 0..self.segments {
+            let location = self.entry(segment).location;
+            if location.tier as usize != index {
+                continue;
+            }
+            let to = Location {
+                tier: home,
+                slot: segment,
+            };
+            self.meta.lock().append(&Record::Place {
+                segment,
+                location: to,
+            })?;
+            self.entries[segment as usize].write().location = to;
+            self.home_current[segment as usize].store(true, Ordering::Release);
+            self.release(location, home);
+            self.tiers[home as usize]
+                .used_segments
+                .fetch_add(1, Ordering::Relaxed);
+            forgotten.push(segment);
+        }
+        Ok(forgotten)
+    }
+
     /// Segments on an unavailable tier whose home copy is not current, as
-    /// byte ranges (adjacent segments on the same tier merged).
+    /// byte ranges (adjacent segments on the same tier merged); every
+    /// segment when home itself failed.
     pub fn unavailable_ranges(&self) -> Vec<UnavailableRange> {
         let home = self.home();
+        let home_failed = self.unavailable_tiers[home as usize].load(Ordering::SeqCst);
         let mut ranges: Vec<UnavailableRange> = Vec::new();
         for segment in 0..self.segments {
             let tier = self.entry(segment).location.tier;
-            if tier == home
-                || !self.unavailable_tiers[tier as usize].load(Ordering::SeqCst)
-                || self.home_current[segment as usize].load(Ordering::Acquire)
-            {
+            let lost = if tier == home {
+                home_failed
+            } else {
+                self.unavailable_tiers[tier as usize].load(Ordering::SeqCst)
+                    && (home_failed || !self.home_current[segment as usize].load(Ordering::Acquire))
+            };
+            if !lost {
                 continue;
             }
             let name = &self.tiers[tier as usize].name;

@@ -44,6 +44,13 @@ pub struct ServeArgs {
     /// Without it: the embedded default, with its data in ./tierd-data.
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Start although tier TIER's file is not what the volume's metadata
+    /// says it was (another volume's, a restored backup, truncated,
+    /// replaced): it is stamped as this tier, and the segments whose data
+    /// that gives up (listed in the refusal and logged) read their home
+    /// copy. Repeat for several tiers. Without it, such a start is refused.
+    #[arg(long = "accept-reset", value_name = "TIER")]
+    pub accept_reset: Vec<String>,
 }
 
 #[derive(Args)]
@@ -277,7 +284,8 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
 
     // Before the engine opens: a TLS mistake should not cost a recovery.
     let tls = load_tls(&config, &logger)?;
-    let engine = Engine::open(&config, clock.clone(), logger.clone())?;
+    let engine =
+        Engine::open_accepting(&config, clock.clone(), logger.clone(), &args.accept_reset)?;
     let volumes = engine.volumes.clone();
     let exports: Vec<(String, Arc<dyn Export>)> = volumes
         .iter()

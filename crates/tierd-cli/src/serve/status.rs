@@ -114,7 +114,12 @@ fn offline_volume(config: &Config, volume: &VolumeConfig) -> Result<VolumeStatus
                 .or_else(|| {
                     tier.and_then(|tier| tier.path.as_ref())
                         .and_then(|path| std::fs::metadata(path).ok())
-                        .map(|metadata| metadata.len())
+                        // The file ends in tierd's identity superblock.
+                        .map(|metadata| {
+                            metadata
+                                .len()
+                                .saturating_sub(tierd_engine::identity::SUPERBLOCK_BYTES)
+                        })
                 })
                 .unwrap_or(0);
             let volatile = tier.is_some_and(|tier| tier.backend == Backend::Memory);
@@ -135,6 +140,7 @@ fn offline_volume(config: &Config, volume: &VolumeConfig) -> Result<VolumeStatus
                 used_bytes: u64::from(used_segments) * segment_bytes,
                 capacity_bytes,
                 stats: None,
+                failed: None,
             }
         })
         .collect();
@@ -287,6 +293,9 @@ pub fn render_text(report: &Value) -> String {
                 let _ = write!(out, " [{}]", flags.join("; "));
             }
             out.push('\n');
+            if let Some(reason) = tier.get("failed").and_then(Value::as_str) {
+                let _ = writeln!(out, "      FAILED: {reason}");
+            }
         }
         let mean = volume
             .get("mean_move_ns")

@@ -211,6 +211,14 @@ impl FaultDevice {
 }
 
 impl BlockDevice for FaultDevice {
+    fn failure(&self) -> Option<String> {
+        self.inner.failure()
+    }
+
+    fn check_backing(&self) -> Option<String> {
+        self.inner.check_backing()
+    }
+
     fn name(&self) -> &str {
         self.inner.name()
     }

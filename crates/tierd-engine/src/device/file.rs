@@ -80,6 +80,57 @@ pub struct FileDevice {
     /// Direct-IO alignment of offsets, lengths and buffer addresses.
     alignment_bytes: u64,
     edge_locks: Box<[Mutex<()>]>,
+    /// Tier mode ([`FileDevice::open_tier`]): the identity block after the
+    /// data area, the file's (device, inode) when opened, and the failure
+    /// that ended service (set once, never cleared).
+    tier: Option<TierBacking>,
+}
+
+/// What a tier-mode device remembers about its backing to notice it changing.
+#[derive(Debug)]
+struct TierBacking {
+    /// Bytes reserved after the data area for the identity superblock.
+    superblock_bytes: u64,
+    /// `(st_dev, st_ino)` of the open file, or `(0, st_rdev)` for a block
+    /// device, at open.
+    identity: (u64, u64),
+    /// A regular file's length must stay at least this.
+    expected_length_bytes: u64,
+    failure: Mutex<Option<String>>,
+}
+
+/// `(st_dev, st_ino)` of a regular file, `(0, st_rdev)` of a block device:
+/// two paths name the same storage when these are equal.
+pub fn backing_identity(metadata: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    if metadata.file_type().is_block_device() {
+        (0, metadata.rdev())
+    } else {
+        (metadata.dev(), metadata.ino())
+    }
+}
+
+/// The pid holding a `flock` on the file with this (device, inode), from
+/// `/proc/locks` (None when unknown).
+pub fn flock_holder(metadata: &std::fs::Metadata) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    let dev = metadata.dev();
+    // /proc/locks prints MAJOR:MINOR:INODE in hex:hex:decimal.
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let wanted = format!("{major:02x}:{minor:02x}:{}", metadata.ino());
+    locks.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let flock = fields.get(1) == Some(&"FLOCK");
+        let file = fields
+            .iter()
+            .position(|field| field.contains(':') && field.matches(':').count() == 2)?;
+        if flock && fields[file] == wanted {
+            fields.get(file - 1)?.parse().ok()
+        } else {
+            None
+        }
+    })
 }
 
 /// Errno of an IO error (EIO when the error did not come from the OS).
@@ -110,7 +161,45 @@ impl FileDevice {
         direct: bool,
         create: bool,
     ) -> DeviceResult<FileDevice> {
-        let path = path.as_ref();
+        Self::open_inner(path.as_ref(), size_bytes, direct, create, None)
+    }
+
+    /// Opens `path` as a tier's backing: like [`FileDevice::open`], plus
+    /// - [`SUPERBLOCK_BYTES`] after the data area hold the tier's identity
+    ///   ([`FileDevice::read_superblock`]); a regular file is extended to
+    ///   `size + SUPERBLOCK_BYTES`, a block device's data area is its size
+    ///   less that (rounded down to the alignment) unless `size` is given;
+    ///   with no `size`, a regular file that already ends in a superblock
+    ///   keeps its data area, one that does not is extended by one;
+    /// - the file is locked (`flock`, exclusive; block devices are also
+    ///   opened `O_EXCL`), so a second server cannot use it; the error names
+    ///   the holder's pid when `/proc/locks` knows it;
+    /// - reads past the end of a file shrunk under the server, or a
+    ///   [`FileDevice::check_backing`] that finds the file truncated,
+    ///   deleted or replaced, fail the device: every later operation fails
+    ///   with EIO naming the reason (never zeroes).
+    ///
+    /// `extend = false` leaves a short file as it is (its identity is
+    /// checked first: a file that shrank must be refused, not regrown).
+    pub fn open_tier(
+        path: impl AsRef<Path>,
+        size_bytes: Option<u64>,
+        direct: bool,
+        create: bool,
+        extend: bool,
+    ) -> DeviceResult<FileDevice> {
+        Self::open_inner(path.as_ref(), size_bytes, direct, create, Some(extend))
+    }
+
+    fn open_inner(
+        path: &Path,
+        size_bytes: Option<u64>,
+        direct: bool,
+        create: bool,
+        tier: Option<bool>,
+    ) -> DeviceResult<FileDevice> {
+        let tier_mode = tier.is_some();
+        let extend = tier.unwrap_or(true);
         let name = path.display().to_string();
         let open_error = |message: String, errno: i32| DeviceError {
             device: name.clone(),
@@ -123,15 +212,30 @@ impl FileDevice {
 
         let mut options = OpenOptions::new();
         options.read(true).write(true).create(create);
+        let mut flags = 0;
         if direct {
-            options.custom_flags(libc::O_DIRECT);
+            flags |= libc::O_DIRECT;
         }
+        if tier_mode
+            && std::fs::metadata(path).is_ok_and(|metadata| metadata.file_type().is_block_device())
+        {
+            // On a block device O_EXCL (without O_CREAT) is the kernel's
+            // exclusive open: it fails with EBUSY while the device is
+            // mounted or open O_EXCL elsewhere.
+            flags |= libc::O_EXCL;
+        }
+        options.custom_flags(flags);
         let file = options.open(path).map_err(|error| {
             let errno = errno_of(&error);
             let message = if direct && errno == libc::EINVAL {
                 format!(
                     "the filesystem refuses O_DIRECT ({}): direct = true is not supported \
                      on this filesystem; set direct = false for this device",
+                    describe(&error)
+                )
+            } else if errno == libc::EBUSY {
+                format!(
+                    "the block device is in use (mounted, or opened exclusively by another program or tierd): {}",
                     describe(&error)
                 )
             } else if error.kind() == io::ErrorKind::NotFound && !create {
@@ -151,6 +255,24 @@ impl FileDevice {
             )
         })?;
 
+        if tier_mode {
+            // SAFETY: flock takes a descriptor we own and plain flags.
+            let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if locked != 0 {
+                let error = io::Error::last_os_error();
+                let holder = flock_holder(&metadata)
+                    .map(|pid| format!(" by process {pid}"))
+                    .unwrap_or_default();
+                return Err(open_error(
+                    format!(
+                        "the file is locked{holder}: another tierd (or another tier of this configuration) uses it ({}). Two servers on one tier file would overwrite each other's data; stop the other one or give this tier its own file",
+                        describe(&error)
+                    ),
+                    libc::EBUSY,
+                ));
+            }
+        }
+        let tail_bytes = if tier_mode { SUPERBLOCK_BYTES } else { 0 };
         let file_type = metadata.file_type();
         let (device_size_bytes, logical_block_bytes) = if file_type.is_block_device() {
             let device_size = block_device_size(&file).map_err(|error| {
@@ -160,28 +282,37 @@ impl FileDevice {
                 )
             })?;
             let size = match size_bytes {
-                Some(wanted) if wanted > device_size => {
+                Some(wanted) if wanted.saturating_add(tail_bytes) > device_size => {
                     return Err(open_error(
                         format!(
                             "the block device holds {device_size} bytes, less than the \
-                             {wanted} bytes asked for"
+                             {wanted} bytes asked for (plus {tail_bytes} for tierd's superblock)"
                         ),
                         libc::EINVAL,
                     ));
                 }
                 Some(wanted) => wanted,
-                None => device_size,
+                None if device_size <= tail_bytes => {
+                    return Err(open_error(
+                        format!("the block device holds only {device_size} bytes"),
+                        libc::EINVAL,
+                    ));
+                }
+                None => {
+                    (device_size - tail_bytes) / DIRECT_ALIGNMENT_BYTES * DIRECT_ALIGNMENT_BYTES
+                }
             };
             (size, block_device_logical_block_size(&file).unwrap_or(512))
         } else if file_type.is_file() {
             let length = metadata.len();
             let size = match size_bytes {
                 Some(wanted) => {
-                    if length < wanted {
-                        file.set_len(wanted).map_err(|error| {
+                    let wanted_length = wanted.saturating_add(tail_bytes);
+                    if length < wanted_length && extend {
+                        file.set_len(wanted_length).map_err(|error| {
                             open_error(
                                 format!(
-                                    "cannot extend the file from {length} to {wanted} bytes: {}",
+                                    "cannot extend the file from {length} to {wanted_length} bytes: {}",
                                     describe(&error)
                                 ),
                                 errno_of(&error),
@@ -195,6 +326,26 @@ impl FileDevice {
                         "the file is empty: give the device a size".to_string(),
                         libc::EINVAL,
                     ));
+                }
+                None if tier_mode => {
+                    if length > tail_bytes
+                        && read_superblock_at(&file, length - tail_bytes, direct).is_some()
+                    {
+                        length - tail_bytes
+                    } else if !extend {
+                        length
+                    } else {
+                        file.set_len(length + tail_bytes).map_err(|error| {
+                            open_error(
+                                format!(
+                                    "cannot extend the file by {tail_bytes} bytes for tierd's superblock: {}",
+                                    describe(&error)
+                                ),
+                                errno_of(&error),
+                            )
+                        })?;
+                        length
+                    }
                 }
                 None => length,
             };
@@ -225,7 +376,129 @@ impl FileDevice {
             block_device: file_type.is_block_device(),
             alignment_bytes,
             edge_locks: (0..EDGE_LOCKS).map(|_| Mutex::new(())).collect(),
+            tier: tier_mode.then(|| TierBacking {
+                superblock_bytes: tail_bytes,
+                identity: backing_identity(&metadata),
+                expected_length_bytes: device_size_bytes + tail_bytes,
+                failure: Mutex::new(None),
+            }),
         })
+    }
+
+    /// Ends service: every later operation fails with EIO and `reason`.
+    fn fail(&self, reason: String) {
+        if let Some(tier) = &self.tier {
+            tier.failure.lock().get_or_insert(reason);
+        }
+    }
+
+    /// Why this tier's backing stopped serving, if it did.
+    pub fn failure(&self) -> Option<String> {
+        self.tier
+            .as_ref()
+            .and_then(|tier| tier.failure.lock().clone())
+    }
+
+    /// Looks at the backing now: a regular file shorter than tierd made it,
+    /// a path that no longer names the open file (deleted, or replaced by
+    /// another file) fails the device. Returns the failure, if any.
+    pub fn check_backing(&self) -> Option<String> {
+        let tier = self.tier.as_ref()?;
+        if let Some(failure) = self.failure() {
+            return Some(failure);
+        }
+        let path = self.path.display();
+        let reason = match (self.file.metadata(), std::fs::metadata(&self.path)) {
+            (Ok(open), _) if open.file_type().is_file() && open.len() < tier.expected_length_bytes => Some(format!(
+                "{path} was truncated to {} bytes while tierd was running (tierd made it {} bytes); the data past that is gone",
+                open.len(),
+                tier.expected_length_bytes
+            )),
+            (_, Err(error)) if error.kind() == io::ErrorKind::NotFound => Some(format!(
+                "{path} was deleted while tierd was running; writes would go to a file that disappears when tierd stops"
+            )),
+            (_, Ok(now)) if backing_identity(&now) != tier.identity => Some(format!(
+                "{path} was replaced by another file while tierd was running; writes would go to the old, unlinked file"
+            )),
+            _ => None,
+        };
+        if let Some(reason) = reason {
+            self.fail(reason);
+        }
+        self.failure()
+    }
+
+    /// The identity block after the data area (tier mode): its bytes, or
+    /// `None` when it cannot be read.
+    pub fn read_superblock(&self) -> Option<Vec<u8>> {
+        let tier = self.tier.as_ref()?;
+        let mut block = vec![0u8; tier.superblock_bytes as usize];
+        let offset = self.size_bytes;
+        let result = if self.direct {
+            with_bounce(block.len(), self.alignment_bytes as usize, |bounce| {
+                pread_exact(&self.file, offset, bounce)?;
+                block.copy_from_slice(bounce);
+                Ok(())
+            })
+        } else {
+            pread_exact(&self.file, offset, &mut block)
+        };
+        result.ok().map(|()| block)
+    }
+
+    /// A regular file's last [`SUPERBLOCK_BYTES`] when they hold a tierd
+    /// superblock and are not where this tier's superblock belongs: names
+    /// the tier a mixed-up file was made for.
+    pub fn trailing_superblock(&self) -> Option<Vec<u8>> {
+        self.tier.as_ref()?;
+        let length = self.file.metadata().ok()?.len();
+        if self.block_device
+            || length < SUPERBLOCK_BYTES
+            || length - SUPERBLOCK_BYTES == self.size_bytes
+        {
+            return None;
+        }
+        read_superblock_at(&self.file, length - SUPERBLOCK_BYTES, self.direct)
+    }
+
+    /// Writes the identity block (zero-padded to its size) and syncs it.
+    pub fn write_superblock(&self, bytes: &[u8]) -> io::Result<()> {
+        let Some(tier) = self.tier.as_ref() else {
+            return Err(io::Error::other("not opened as a tier"));
+        };
+        if bytes.len() as u64 > tier.superblock_bytes {
+            return Err(io::Error::other("superblock too large"));
+        }
+        let mut block = vec![0u8; tier.superblock_bytes as usize];
+        block[..bytes.len()].copy_from_slice(bytes);
+        if self.direct {
+            with_bounce(block.len(), self.alignment_bytes as usize, |bounce| {
+                bounce.copy_from_slice(&block);
+                self.file.write_all_at(bounce, self.size_bytes)
+            })?;
+        } else {
+            self.file.write_all_at(&block, self.size_bytes)?;
+        }
+        self.file.sync_data()
+    }
+
+    fn refuse_if_failed(
+        &self,
+        op: &'static str,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> DeviceResult<()> {
+        match self.failure() {
+            None => Ok(()),
+            Some(reason) => Err(DeviceError {
+                device: self.name.clone(),
+                op,
+                offset_bytes,
+                length_bytes,
+                kind: DeviceErrorKind::Gone,
+                message: format!("the tier failed: {reason}"),
+            }),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -270,8 +543,9 @@ impl FileDevice {
             && (length as u64).is_multiple_of(alignment)
     }
 
-    /// Reads `buf.len()` bytes at `offset`; bytes past the end of the file
-    /// (a file shrunk behind our back) read as zeroes.
+    /// Reads `buf.len()` bytes at `offset`. Bytes past the end of a tier's
+    /// file (shrunk behind our back) fail the read with EIO and the tier with
+    /// it; a plain device (no tier mode) reads them as zeroes.
     fn read_full(&self, offset_bytes: u64, buf: &mut [u8]) -> io::Result<()> {
         let mut done = 0usize;
         while done < buf.len() {
@@ -280,6 +554,17 @@ impl FileDevice {
                 .read_at(&mut buf[done..], offset_bytes + done as u64)
             {
                 Ok(0) => {
+                    if self.tier.is_some() {
+                        let at = offset_bytes + done as u64;
+                        let length = self.file.metadata().map(|m| m.len()).unwrap_or(0);
+                        let reason = format!(
+                            "read at byte {at} found the end of the file: {} is {length} bytes now, shorter than the {} bytes tierd gave it (truncated while tierd was running)",
+                            self.path.display(),
+                            self.tier.as_ref().map_or(0, |tier| tier.expected_length_bytes)
+                        );
+                        self.fail(reason.clone());
+                        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, reason));
+                    }
                     buf[done..].fill(0);
                     break;
                 }
@@ -406,6 +691,7 @@ impl FileDevice {
         if length_bytes == 0 {
             return Ok(());
         }
+        self.refuse_if_failed(op, offset_bytes, length_bytes)?;
         for &mode in modes {
             match self.fallocate(mode, offset_bytes, length_bytes) {
                 Ok(()) => return Ok(()),
@@ -468,6 +754,39 @@ fn with_bounce<T>(
     }
 }
 
+/// Bytes after a tier's data area that hold its identity superblock.
+pub const SUPERBLOCK_BYTES: u64 = 4096;
+
+/// `pread` of exactly `buf.len()` bytes (EOF is an error).
+fn pread_exact(file: &File, offset_bytes: u64, buf: &mut [u8]) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset_bytes + done as u64) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+            Ok(read) => done += read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+/// The superblock bytes at `offset` when they start with tierd's magic.
+fn read_superblock_at(file: &File, offset_bytes: u64, direct: bool) -> Option<Vec<u8>> {
+    let mut block = vec![0u8; SUPERBLOCK_BYTES as usize];
+    let result = if direct {
+        with_bounce(block.len(), SUPERBLOCK_BYTES as usize, |bounce| {
+            pread_exact(file, offset_bytes, bounce)?;
+            block.copy_from_slice(bounce);
+            Ok(())
+        })
+    } else {
+        pread_exact(file, offset_bytes, &mut block)
+    };
+    result.ok()?;
+    crate::identity::has_superblock_magic(&block).then_some(block)
+}
+
 fn block_device_size(file: &File) -> io::Result<u64> {
     let mut size_bytes: u64 = 0;
     // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which points at
@@ -503,6 +822,14 @@ fn block_device_logical_block_size(file: &File) -> Option<u64> {
 }
 
 impl BlockDevice for FileDevice {
+    fn failure(&self) -> Option<String> {
+        FileDevice::failure(self)
+    }
+
+    fn check_backing(&self) -> Option<String> {
+        FileDevice::check_backing(self)
+    }
+
     fn name(&self) -> &str {
         &self.name
     }
@@ -527,6 +854,7 @@ impl BlockDevice for FileDevice {
         if buf.is_empty() {
             return Ok(());
         }
+        self.refuse_if_failed("read", offset_bytes, length_bytes)?;
         let result = if self.direct {
             self.direct_read(offset_bytes, buf)
         } else {
@@ -547,11 +875,13 @@ impl BlockDevice for FileDevice {
         if data.is_empty() {
             return Ok(());
         }
+        self.refuse_if_failed("write", offset_bytes, length_bytes)?;
         self.write_bytes(offset_bytes, data)
             .map_err(|error| self.error("write", offset_bytes, length_bytes, &error))
     }
 
     fn flush(&self) -> DeviceResult<()> {
+        self.refuse_if_failed("flush", 0, 0)?;
         loop {
             match self.file.sync_data() {
                 Ok(()) => return Ok(()),

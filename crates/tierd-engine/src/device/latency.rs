@@ -366,6 +366,14 @@ impl LatencyDevice {
 }
 
 impl BlockDevice for LatencyDevice {
+    fn failure(&self) -> Option<String> {
+        self.inner.failure()
+    }
+
+    fn check_backing(&self) -> Option<String> {
+        self.inner.check_backing()
+    }
+
     fn name(&self) -> &str {
         self.inner.name()
     }

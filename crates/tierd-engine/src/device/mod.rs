@@ -128,6 +128,18 @@ pub trait BlockDevice: Send + Sync {
     fn stats(&self) -> Option<DeviceStats> {
         None
     }
+
+    /// Why the backing stopped serving (a tier file truncated, deleted or
+    /// replaced under the server), if it did; every operation then fails.
+    fn failure(&self) -> Option<String> {
+        None
+    }
+
+    /// Looks at the backing now (see [`file::FileDevice::check_backing`])
+    /// and returns the failure, if any. Wrappers forward to their inner device.
+    fn check_backing(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Checks `offset + length <= size`, for implementations.

@@ -186,6 +186,14 @@ impl StatsDevice {
 }
 
 impl BlockDevice for StatsDevice {
+    fn failure(&self) -> Option<String> {
+        self.inner.failure()
+    }
+
+    fn check_backing(&self) -> Option<String> {
+        self.inner.check_backing()
+    }
+
     fn name(&self) -> &str {
         self.inner.name()
     }
