@@ -32,6 +32,11 @@ impl ServeProcess {
     /// Starts `tierd serve [--config CONFIG]` with `dir` as its working
     /// directory (a relative `config` is relative to it).
     pub fn spawn(dir: &Path, config: Option<&Path>) -> ServeProcess {
+        Self::spawn_args(dir, config, &[])
+    }
+
+    /// [`spawn`](Self::spawn) with more arguments after `--config`.
+    pub fn spawn_args(dir: &Path, config: Option<&Path>, extra: &[&str]) -> ServeProcess {
         let stderr_path = dir.join("tierd.stderr");
         let stderr = std::fs::OpenOptions::new()
             .create(true)
@@ -43,6 +48,7 @@ impl ServeProcess {
         if let Some(config) = config {
             command.arg("--config").arg(config);
         }
+        command.args(extra);
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
