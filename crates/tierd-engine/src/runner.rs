@@ -61,6 +61,38 @@ impl Signal {
 /// How often the tick thread looks at the tiers' backing files.
 const BACKING_CHECK_NS: u64 = 1_000_000_000;
 
+/// One complete line for a move that ended: segment, from, to, rule and
+/// its numbers, bytes copied, duration and outcome.
+fn log_move(logger: &Logger, volume: &Volume, segment: u32, message: &str) {
+    let record = volume
+        .status()
+        .recent_moves
+        .into_iter()
+        .rev()
+        .find(|record| record.segment == segment);
+    let segment = segment.to_string();
+    let mut fields: Vec<(&str, String)> = vec![("segment", segment)];
+    if let Some(record) = record {
+        let duration_ms = record.finished_ns.saturating_sub(record.started_ns) as f64 / 1e6;
+        fields.extend([
+            ("from", record.from),
+            ("to", record.to),
+            ("rule", record.rule),
+            ("detail", record.detail),
+            ("bytes", record.bytes_copied.to_string()),
+            ("duration_ms", format!("{duration_ms:.1}")),
+            ("outcome", record.outcome),
+        ]);
+    }
+    let mut pairs: Vec<(&str, &str)> = vec![("volume", volume.name())];
+    pairs.extend(fields.iter().map(|(key, value)| (*key, value.as_str())));
+    if message == "move finished" {
+        logger.info(message, &pairs);
+    } else {
+        logger.warn(message, &pairs);
+    }
+}
+
 /// The running threads of one volume.
 pub struct VolumeRunner {
     signal: Arc<Signal>,
@@ -135,16 +167,15 @@ impl VolumeRunner {
                                 pacing.pause_ns(bytes, clock.now_ns().saturating_sub(started_ns))
                             }
                             StepOutcome::Finished { segment } => {
-                                logger.info(
-                                    "move finished",
-                                    &[("volume", volume.name()), ("segment", &segment.to_string())],
-                                );
+                                log_move(&logger, &volume, segment, "move finished");
                                 0
                             }
                             StepOutcome::Failed { segment } => {
-                                logger.warn(
+                                log_move(
+                                    &logger,
+                                    &volume,
+                                    segment,
                                     "move failed; segment stays where it was",
-                                    &[("volume", volume.name()), ("segment", &segment.to_string())],
                                 );
                                 0
                             }
