@@ -814,8 +814,22 @@ fn missing_fast_tier_file_keeps_serving_then_refuses_to_restart_with_zeroes() {
     std::fs::copy(&ssd, dir.join("ssd.img.saved")).unwrap();
 
     // Deleting the file of an open descriptor does not make IO fail on
-    // Linux: the server keeps serving the data from the open file.
+    // Linux: the server keeps serving the data from the open file, and
+    // within about a second status warns, saying how to copy it back.
     std::fs::remove_file(&ssd).unwrap();
+    let clock = SystemClock::new();
+    let start = clock.now_ns();
+    loop {
+        let warnings = server.status()["warnings"].to_string();
+        if warnings.contains("was deleted while tierd was running") && warnings.contains("/proc/") {
+            break;
+        }
+        assert!(
+            clock.now_ns() - start < 30_000_000_000,
+            "no warning: {warnings}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     for segment in [1, 2] {
         assert_eq!(
             read_segment(&mut client, segment).unwrap(),
@@ -836,7 +850,7 @@ fn missing_fast_tier_file_keeps_serving_then_refuses_to_restart_with_zeroes() {
         assert!(
             error.contains("tier ssd")
                 && error.contains(&ssd.display().to_string())
-                && error.contains("2 segments of 1048576 bytes (segments 1, 2)"),
+                && error.contains("the 2 segments placed on it (segments 1-2; 1 MiB each)"),
             "{error}"
         );
         assert!(!ssd.exists(), "the refused start left an empty {ssd:?}");
@@ -860,7 +874,7 @@ fn missing_fast_tier_file_keeps_serving_then_refuses_to_restart_with_zeroes() {
         Err(error) => error,
     };
     assert!(
-        error.contains("tier disk") && error.contains("the home copy of all 64 segments"),
+        error.contains("tier disk") && error.contains("the file is missing"),
         "{error}"
     );
 }

@@ -134,7 +134,7 @@ impl VolumeRunner {
                             last_check_ns = now_ns;
                             for (tier, reason) in volume.check_backings() {
                                 logger.error(
-                                    "tier failed: IO to the segments on it now fails with EIO",
+                                    "tier backing changed under the server",
                                     &[
                                         ("volume", volume.name()),
                                         ("tier", &tier),

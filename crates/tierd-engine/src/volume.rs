@@ -1359,9 +1359,10 @@ impl Volume {
         }
     }
 
-    /// Looks at every tier's backing (a file truncated, deleted or replaced
-    /// under the server fails its tier: IO to it then fails with EIO, never
-    /// zeroes) and returns the tiers that failed at this check, with why.
+    /// Looks at every tier's backing (a file truncated or replaced under the
+    /// server fails its tier: IO to it then fails with EIO, never zeroes; a
+    /// deleted one is still served from the open file and gets a status
+    /// warning) and returns what changed at this check, per tier.
     /// The runner calls it about once a second.
     pub fn check_backings(&self) -> Vec<(String, String)> {
         let mut newly_failed = Vec::new();
@@ -1369,6 +1370,13 @@ impl Volume {
             if let Some(reason) = tier.device.check_backing() {
                 if !self.unavailable_tiers[index].swap(true, Ordering::SeqCst) {
                     newly_failed.push((tier.name.clone(), reason));
+                }
+            } else if let Some(warning) = tier.device.backing_warning() {
+                let warning = format!("tier {}: {warning}", tier.name);
+                let mut warnings = self.warnings.lock();
+                if !warnings.contains(&warning) {
+                    warnings.push(warning.clone());
+                    newly_failed.push((tier.name.clone(), warning));
                 }
             }
         }

@@ -97,6 +97,8 @@ struct TierBacking {
     /// A regular file's length must stay at least this.
     expected_length_bytes: u64,
     failure: Mutex<Option<String>>,
+    /// Something wrong that does not stop service (the file was deleted).
+    warning: Mutex<Option<String>>,
 }
 
 /// `(st_dev, st_ino)` of a regular file, `(0, st_rdev)` of a block device:
@@ -381,6 +383,7 @@ impl FileDevice {
                 identity: backing_identity(&metadata),
                 expected_length_bytes: device_size_bytes + tail_bytes,
                 failure: Mutex::new(None),
+                warning: Mutex::new(None),
             }),
         })
     }
@@ -392,6 +395,13 @@ impl FileDevice {
         }
     }
 
+    /// A problem with the backing that does not stop service (deleted).
+    pub fn warning(&self) -> Option<String> {
+        self.tier
+            .as_ref()
+            .and_then(|tier| tier.warning.lock().clone())
+    }
+
     /// Why this tier's backing stopped serving, if it did.
     pub fn failure(&self) -> Option<String> {
         self.tier
@@ -400,8 +410,9 @@ impl FileDevice {
     }
 
     /// Looks at the backing now: a regular file shorter than tierd made it,
-    /// a path that no longer names the open file (deleted, or replaced by
-    /// another file) fails the device. Returns the failure, if any.
+    /// a path that names another file (replaced) fails the device; a
+    /// deleted path only sets [`FileDevice::warning`] (the open file still
+    /// holds the data). Returns the failure, if any.
     pub fn check_backing(&self) -> Option<String> {
         let tier = self.tier.as_ref()?;
         if let Some(failure) = self.failure() {
@@ -414,9 +425,19 @@ impl FileDevice {
                 open.len(),
                 tier.expected_length_bytes
             )),
-            (_, Err(error)) if error.kind() == io::ErrorKind::NotFound => Some(format!(
-                "{path} was deleted while tierd was running; writes would go to a file that disappears when tierd stops"
-            )),
+            (_, Err(error)) if error.kind() == io::ErrorKind::NotFound => {
+                // The open file still holds every byte: keep serving, but
+                // say so loudly (the data is gone once tierd stops).
+                let mut warning = tier.warning.lock();
+                if warning.is_none() {
+                    *warning = Some(format!(
+                        "{path} was deleted while tierd was running: tierd still serves it from the open file, but it disappears when tierd stops and the next start refuses. Copy it back now with `cp /proc/{}/fd/{} {path}` (while the server runs), or move its segments to another tier",
+                        std::process::id(),
+                        self.file.as_raw_fd()
+                    ));
+                }
+                None
+            }
             (_, Ok(now)) if backing_identity(&now) != tier.identity => Some(format!(
                 "{path} was replaced by another file while tierd was running; writes would go to the old, unlinked file"
             )),
@@ -822,6 +843,10 @@ fn block_device_logical_block_size(file: &File) -> Option<u64> {
 }
 
 impl BlockDevice for FileDevice {
+    fn backing_warning(&self) -> Option<String> {
+        FileDevice::warning(self)
+    }
+
     fn failure(&self) -> Option<String> {
         FileDevice::failure(self)
     }

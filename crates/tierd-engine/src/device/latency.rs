@@ -374,6 +374,10 @@ impl BlockDevice for LatencyDevice {
         self.inner.check_backing()
     }
 
+    fn backing_warning(&self) -> Option<String> {
+        self.inner.backing_warning()
+    }
+
     fn name(&self) -> &str {
         self.inner.name()
     }

@@ -135,6 +135,12 @@ pub trait BlockDevice: Send + Sync {
         None
     }
 
+    /// A problem with the backing that does not stop service (a tier file
+    /// deleted while open), if any.
+    fn backing_warning(&self) -> Option<String> {
+        None
+    }
+
     /// Looks at the backing now (see [`file::FileDevice::check_backing`])
     /// and returns the failure, if any. Wrappers forward to their inner device.
     fn check_backing(&self) -> Option<String> {

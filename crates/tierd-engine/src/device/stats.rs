@@ -194,6 +194,10 @@ impl BlockDevice for StatsDevice {
         self.inner.check_backing()
     }
 
+    fn backing_warning(&self) -> Option<String> {
+        self.inner.backing_warning()
+    }
+
     fn name(&self) -> &str {
         self.inner.name()
     }
