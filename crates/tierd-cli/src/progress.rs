@@ -58,6 +58,11 @@ impl ProgressLine {
         }
     }
 
+    /// Whether the line is drawn (stderr is a terminal).
+    pub fn is_shown(&self) -> bool {
+        self.enabled
+    }
+
     /// Text after the figures, e.g. `over 3 run(s)`.
     pub fn with_suffix(mut self, suffix: String) -> ProgressLine {
         self.suffix = suffix;

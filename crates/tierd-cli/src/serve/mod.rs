@@ -14,7 +14,7 @@
 //! `docs/engine/serve.md` is the user-facing reference.
 
 mod admin;
-mod export;
+pub mod export;
 mod metrics;
 mod status;
 
