@@ -192,13 +192,23 @@ mod tests {
             line,
             "tierd sim: 1.20 M of 4.80 M requests simulated (25%), 2.0 s, 0.60 M requests/s, ETA 6.0 s"
         );
-        let line = render("tierd replay", "replayed", 30, Some(60), 500_000_000, Some(0));
+        let line = render(
+            "tierd replay",
+            "replayed",
+            30,
+            Some(60),
+            500_000_000,
+            Some(0),
+        );
         assert_eq!(
             line,
             "tierd replay: 30 of 60 requests replayed (50%), 0.5 s, 60 requests/s, ETA 0.0 s"
         );
         // No total: no share, no ETA from the rate.
         let line = render("tierd sim", "simulated", 10, None, 0, None);
-        assert_eq!(line, "tierd sim: 10 requests simulated, 0.0 s, 0 requests/s");
+        assert_eq!(
+            line,
+            "tierd sim: 10 requests simulated, 0.0 s, 0 requests/s"
+        );
     }
 }

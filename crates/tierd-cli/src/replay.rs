@@ -884,8 +884,7 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
             })
             .collect();
         if progress.is_shown() {
-            let (clock, completed, finished, progress) =
-                (&clock, &completed, &finished, &progress);
+            let (clock, completed, finished, progress) = (&clock, &completed, &finished, &progress);
             scope.spawn(move || {
                 // The ETA is the schedule's: the last request is due at
                 // its time whatever the rate so far.

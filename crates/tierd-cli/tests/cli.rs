@@ -426,13 +426,19 @@ fn stats_and_sim_warn_when_a_trace_has_no_timestamps() {
     assert!(output.status.success(), "{}", stderr(&output));
     let message = stderr(&output);
     assert!(
-        message.contains("warning") && message.contains("no timestamps") && message.contains("time 0"),
+        message.contains("warning")
+            && message.contains("no timestamps")
+            && message.contains("time 0"),
         "{message}"
     );
     // A timed trace gets no such warning.
     let timed = write_file(directory.path(), "small.csv", MSR_LINES);
     let output = tierd(&["trace", "stats", path_arg(&timed)]);
-    assert!(!stderr(&output).contains("no timestamps"), "{}", stderr(&output));
+    assert!(
+        !stderr(&output).contains("no timestamps"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]
@@ -467,5 +473,9 @@ fn convert_says_when_the_iolog_version_drops_timestamps() {
         "3",
     ]);
     assert!(output.status.success(), "{}", stderr(&output));
-    assert!(!stderr(&output).contains("timestamps"), "{}", stderr(&output));
+    assert!(
+        !stderr(&output).contains("timestamps"),
+        "{}",
+        stderr(&output)
+    );
 }

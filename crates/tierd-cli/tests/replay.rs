@@ -477,7 +477,11 @@ fn a_terminal_gets_a_progress_line() {
         "10",
     ]);
     assert!(output.status.success(), "{}", stderr(&output));
-    assert!(!stderr(&output).contains("requests/s"), "{}", stderr(&output));
+    assert!(
+        !stderr(&output).contains("requests/s"),
+        "{}",
+        stderr(&output)
+    );
     handle.shutdown();
 }
 

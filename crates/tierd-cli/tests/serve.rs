@@ -611,7 +611,11 @@ fn status_where_no_server_ever_ran_says_so_and_fails() {
         message.contains("tierd-data") && message.contains("--config"),
         "{message}"
     );
-    assert!(common::stdout(&output).is_empty(), "{}", common::stdout(&output));
+    assert!(
+        common::stdout(&output).is_empty(),
+        "{}",
+        common::stdout(&output)
+    );
     // A configuration whose data directory does not exist yet: the same.
     std::fs::write(dir.join("config.toml"), small_config("", "")).unwrap();
     let output = tierd_in(dir, &["status", "--config", "config.toml", "--json"]);

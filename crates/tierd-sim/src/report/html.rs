@@ -138,12 +138,12 @@ fn settings_table(report: &SimReport, kind: ReportKind) -> String {
         if !live {
             rows.push((
                 "migration",
-            per_run(report, |run| {
-                format!(
-                    "chunks of {}, {} move(s) at a time",
-                    Bytes(run.settings.chunk_bytes),
-                    run.settings.max_concurrent_moves
-                )
+                per_run(report, |run| {
+                    format!(
+                        "chunks of {}, {} move(s) at a time",
+                        Bytes(run.settings.chunk_bytes),
+                        run.settings.max_concurrent_moves
+                    )
                 }),
             ));
         }
