@@ -62,10 +62,17 @@ pub struct Stats {
     pub iops_mean: Option<f64>,
     pub iops_peak: Option<f64>,
     pub volumes: Vec<String>,
+    /// `volumes.len()`: the text output names only the first few.
+    pub volume_count: u64,
     pub skipped_lines: u64,
     pub ignored_lines: u64,
     pub clamped_requests: u64,
+    /// Human sentences: a trace with no timestamps.
+    pub warnings: Vec<String>,
 }
+
+/// Volume names the text output lists before "and N more".
+pub const VOLUMES_NAMED: usize = 5;
 
 /// Bucket index of a size: 0 for 0 bytes, else 1 + log2 of the smallest power
 /// of two ≥ `bytes` (so bucket `i ≥ 1` holds sizes in `(2^(i-2), 2^(i-1)]`).
@@ -191,7 +198,25 @@ pub fn compute(reader: &mut dyn TraceReader, options: &StatsOptions) -> Result<S
     };
     let period_s = period_ns as f64 / NS_PER_SECOND as f64;
     let iops_mean = (duration_s > 0.0).then(|| requests as f64 / duration_s);
-    let iops_peak = (timed && requests > 0).then(|| peak_count as f64 / period_s);
+    // A period cut short by the end of the trace holds fewer requests than
+    // a whole one at the same rate, so the busiest period's count over a
+    // whole period can fall below the mean (always, on a trace shorter than
+    // one period): the peak is never reported below the mean.
+    let iops_peak = (timed && requests > 0).then(|| {
+        let peak = peak_count as f64 / period_s;
+        iops_mean.map_or(peak, |mean| peak.max(mean))
+    });
+    let mut warnings = Vec::new();
+    if requests > 1 && (!timed || min_time_ns == max_time_ns) {
+        warnings.push(format!(
+            "the trace has no timestamps ({}): `tierd sim` and `tierd replay` would issue all {requests} requests at time 0, at once; replay it closed loop (`tierd sim --queue-depth N`) or convert it from a format with times",
+            if timed {
+                "every request has the same time"
+            } else {
+                "the format records none"
+            }
+        ));
+    }
 
     let size_histogram = match (
         histogram.iter().position(|count| *count > 0),
@@ -226,9 +251,11 @@ pub fn compute(reader: &mut dyn TraceReader, options: &StatsOptions) -> Result<S
         iops_mean,
         iops_peak,
         volumes: reader.volumes().names().to_vec(),
+        volume_count: reader.volumes().names().len() as u64,
         skipped_lines: reader.skipped_lines(),
         ignored_lines: reader.ignored_lines(),
         clamped_requests,
+        warnings,
     })
 }
 
@@ -267,11 +294,19 @@ pub fn render_text(stats: &Stats) -> String {
     );
     let _ = writeln!(
         out,
-        "time            {:.1} s; iops mean {}, peak {} (per {} s period)",
+        "time            {:.1} s; iops mean {}, peak {} (per {} s period{})",
         stats.duration_s,
         optional(stats.iops_mean),
         optional(stats.iops_peak),
-        stats.period_s
+        stats.period_s,
+        if stats.iops_mean.is_some() && stats.duration_s < stats.period_s {
+            format!(
+                "; the trace is shorter than one {} s period, so the peak is the mean",
+                stats.period_s
+            )
+        } else {
+            String::new()
+        }
     );
     let _ = writeln!(
         out,
@@ -293,7 +328,20 @@ pub fn render_text(stats: &Stats) -> String {
             let _ = writeln!(out, "address span    -");
         }
     }
-    let _ = writeln!(out, "volumes         {}", stats.volumes.join(", "));
+    let named = stats.volumes.len().min(VOLUMES_NAMED);
+    let more = stats.volumes.len() - named;
+    let _ = writeln!(
+        out,
+        "volumes         {}{}{}{}",
+        stats.volume_count,
+        if named > 0 { ": " } else { "" },
+        stats.volumes[..named].join(", "),
+        if more > 0 {
+            format!(" and {more} more (--json lists them all)")
+        } else {
+            String::new()
+        }
+    );
     if stats.skipped_lines > 0 || stats.ignored_lines > 0 || stats.clamped_requests > 0 {
         let _ = writeln!(
             out,
@@ -364,14 +412,16 @@ mod tests {
             iops_mean: Some(2.0),
             iops_peak: None,
             volumes: vec!["hm_0".into()],
+            volume_count: 1,
             skipped_lines: 0,
             ignored_lines: 0,
             clamped_requests: 0,
+            warnings: Vec::new(),
         };
         let text = render_text(&stats);
         assert!(text.contains("reads 3 = 75.0%, writes 1 = 25.0%"), "{text}");
         assert!(text.contains("iops mean 2.0, peak -"), "{text}");
         assert!(text.contains("4.00 KiB            3   75.0%"), "{text}");
-        assert!(text.contains("volumes         hm_0"), "{text}");
+        assert!(text.contains("volumes         1: hm_0\n"), "{text}");
     }
 }

@@ -14,7 +14,7 @@
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use clap::Args;
 use serde::Serialize;
@@ -27,6 +27,8 @@ use tierd_sim::result::{PeriodRecord, RunResult, RunSettings, SimReport};
 use tierd_sim::{LogHistogram, Replay, Window};
 use tierd_trace::{open_trace, Format, Op, OpenOptions, Request, TraceReader, VolumeId};
 
+use crate::progress::ProgressLine;
+use crate::serve::export::DescribedVolume;
 use crate::CliError;
 
 /// Default of `--max-inflight`.
@@ -39,6 +41,9 @@ const MAX_SLEEP_NS: u64 = 100_000_000;
 /// Error messages kept for the report.
 const ERROR_SAMPLES: usize = 5;
 const HOUR_NS: u64 = 3600 * NS_PER_SECOND;
+/// How often the progress line's thread looks at the count (it redraws at
+/// most every `progress::REDRAW_EVERY_NS`).
+const PROGRESS_POLL_NS: u64 = 100_000_000;
 /// Seed of the write pattern (see [`pattern_word`]): "tierdRPL".
 pub const PATTERN_SEED: u64 = 0x7469_6572_6452_504c;
 
@@ -75,9 +80,12 @@ pub struct ReplayArgs {
     /// NBD connections to spread the requests over (round robin).
     #[arg(long, value_name = "N", default_value_t = 1)]
     connections: u32,
-    /// Period of the per-period series (iops over time), replay time.
-    #[arg(long, value_parser = duration_ns, default_value = "60s")]
-    period: u64,
+    /// Period of the per-period series (iops over time, the plots), replay
+    /// time; default: one that fits the run, about 60 points over the
+    /// replay's length (100ms, 200ms, 500ms, 1s, 2s, 5s, 10s, 15s, 30s, at
+    /// most 60s).
+    #[arg(long, value_parser = duration_ns)]
+    period: Option<u64>,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -88,8 +96,13 @@ pub struct ReplayArgs {
     /// Name of the run in the tables and JSON (the simulator's policy column).
     #[arg(long, value_name = "TEXT", default_value = "live")]
     label: String,
-    /// Refuse to start when a request ends past the export (as `tierd sim`
-    /// refuses requests past its volume) instead of wrapping it.
+    /// Wrap requests that end past the export onto it (offset modulo its
+    /// size in 4 KiB pages) instead of refusing to start, which is the
+    /// default, as `tierd sim` refuses requests past its volume.
+    #[arg(long, conflicts_with = "verify_size")]
+    wrap: bool,
+    /// Refuse to start when a request ends past the export: the default
+    /// (kept so scripts that pass it keep working).
     #[arg(long)]
     verify_size: bool,
 }
@@ -112,6 +125,34 @@ fn minutes_ns(option: &str, minutes: Option<f64>) -> Result<Option<u64>, CliErro
             "--{option} {value} is not a number of minutes >= 0"
         ))),
     }
+}
+
+/// Periods `--period` picks from when it is not given.
+const FITTING_PERIODS_NS: [u64; 10] = [
+    100_000_000,
+    200_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_000_000_000,
+    5_000_000_000,
+    10_000_000_000,
+    15_000_000_000,
+    30_000_000_000,
+    60_000_000_000,
+];
+/// Points the default period aims for over a replay.
+const FITTING_POINTS: u64 = 60;
+
+/// The default `--period` for a replay lasting `length_ns`: the shortest of
+/// [`FITTING_PERIODS_NS`] giving at most [`FITTING_POINTS`] periods, 60 s
+/// for longer replays (the papers' period).
+fn fitting_period_ns(length_ns: u64) -> u64 {
+    let wanted = length_ns / FITTING_POINTS;
+    FITTING_PERIODS_NS
+        .iter()
+        .copied()
+        .find(|period| *period >= wanted)
+        .unwrap_or(FITTING_PERIODS_NS[FITTING_PERIODS_NS.len() - 1])
 }
 
 // ----- the write pattern ----------------------------------------------------
@@ -242,6 +283,10 @@ impl Schedule {
 struct Scan {
     requests: u64,
     end_bytes: u64,
+    /// The last request's due time: the replay's length.
+    last_due_ns: u64,
+    /// Two requests have different times.
+    timed: bool,
     /// The first request ending past the export: (index, offset, length).
     first_beyond: Option<(u64, u64, u64)>,
     beyond: u64,
@@ -255,10 +300,15 @@ fn scan(args: &ReplayArgs, window: Window, export_bytes: u64) -> Result<Scan, Cl
     let mut scan = Scan {
         requests: 0,
         end_bytes: 0,
+        last_due_ns: 0,
+        timed: false,
         first_beyond: None,
         beyond: 0,
     };
-    while let Some((_, request)) = schedule.next()? {
+    let mut first_ns = None;
+    while let Some((due_ns, request)) = schedule.next()? {
+        scan.last_due_ns = due_ns;
+        scan.timed |= *first_ns.get_or_insert(request.time_ns) != request.time_ns;
         if request.length_bytes > MAX_REQUEST_BYTES {
             return Err(CliError(format!(
                 "{}: request {} of the window (offset {}, length {} bytes) is longer than the {} NBD carries",
@@ -573,19 +623,22 @@ impl Connection {
 
 /// The receiving thread of one connection. Ends at the server's close after
 /// the disconnect, or at the first failure (which closes the gate so the
-/// issuer stops).
+/// issuer stops). `completed` counts completions over every connection
+/// (the progress line).
 fn receive_all(
     mut receiver: ClientReceiver,
     connection: &Connection,
     gate: &Gate,
     clock: &SystemClock,
     start_ns: u64,
+    completed: &AtomicU64,
 ) -> Result<(), ClientError> {
     loop {
         match receiver.receive() {
             Ok(completion) => {
                 let done_ns = clock.now_ns().saturating_sub(start_ns);
                 connection.completed(completion, done_ns);
+                completed.fetch_add(1, Ordering::Relaxed);
                 gate.release();
             }
             Err(_) if connection.closing.load(Ordering::SeqCst) && receiver.in_flight() == 0 => {
@@ -737,10 +790,20 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
     if probe.requests == 0 {
         return Err(CliError(format!("{trace_name}: no requests to replay")));
     }
+    if !probe.timed && probe.requests > 1 {
+        eprintln!(
+            "{}",
+            crate::sim::untimed_warning(&trace_name, Some(probe.requests), "tierd replay")
+        );
+    }
+    let period_ns = args
+        .period
+        .unwrap_or_else(|| fitting_period_ns(probe.last_due_ns));
 
     let mut senders = Vec::new();
     let mut receivers = Vec::new();
     let mut export_bytes = None;
+    let mut volume = None;
     let mut multi_conn = true;
     for index in 0..args.connections {
         let client = Client::connect(
@@ -755,6 +818,12 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
         .map_err(|error| CliError(format!("{}: connection {index}: {error}", args.target)))?;
         let info = client.info();
         multi_conn &= info.can_multi_conn();
+        if index == 0 {
+            volume = info
+                .description
+                .as_deref()
+                .and_then(crate::serve::export::parse_description);
+        }
         match export_bytes {
             None => export_bytes = Some(info.size_bytes),
             Some(size) if size != info.size_bytes => {
@@ -773,19 +842,19 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
     if export_bytes == 0 {
         return Err(CliError(format!("{}: the export is empty", args.target)));
     }
-    if args.verify_size && probe.end_bytes > export_bytes {
+    if !args.wrap && probe.end_bytes > export_bytes {
         // A second pass names the first request that does not fit.
         let fit = scan(&args, window, export_bytes)?;
         let (index, offset, length) = fit.first_beyond.unwrap_or((0, 0, 0));
         return Err(CliError(format!(
-            "{trace_name}: {} of {} requests end past the {export_bytes}-byte export (the first: request {index} of the window, offset {offset}, length {length} bytes; the trace reaches {} bytes); give the export that size, or leave out --verify-size to wrap them",
+            "{trace_name}: {} of {} requests end past the {export_bytes}-byte export (the first: request {index} of the window, offset {offset}, length {length} bytes; the trace reaches {} bytes); give the export that size, or pass --wrap to wrap them onto it (offset modulo its size)",
             fit.beyond, fit.requests, fit.end_bytes
         )));
     }
 
     let capacity = (args.max_inflight as usize).min(1 << 16);
     let connections: Vec<Connection> = (0..args.connections)
-        .map(|_| Connection::new(args.period, capacity))
+        .map(|_| Connection::new(period_ns, capacity))
         .collect();
     let gate = Gate::new(args.max_inflight as usize);
     let clock = SystemClock::new();
@@ -799,16 +868,36 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
         args.max_inflight,
         args.connections
     );
+    let completed = AtomicU64::new(0);
+    let finished = AtomicBool::new(false);
+    let progress = ProgressLine::new("tierd replay", "replayed", Some(probe.requests));
     let start_ns = clock.now_ns();
     let (issuing, receiver_errors) = std::thread::scope(|scope| {
         let handles: Vec<_> = receivers
             .into_iter()
             .zip(&connections)
             .map(|(receiver, connection)| {
-                let (gate, clock) = (&gate, &clock);
-                scope.spawn(move || receive_all(receiver, connection, gate, clock, start_ns))
+                let (gate, clock, completed) = (&gate, &clock, &completed);
+                scope.spawn(move || {
+                    receive_all(receiver, connection, gate, clock, start_ns, completed)
+                })
             })
             .collect();
+        if progress.is_shown() {
+            let (clock, completed, finished, progress) = (&clock, &completed, &finished, &progress);
+            scope.spawn(move || {
+                // The ETA is the schedule's: the last request is due at
+                // its time whatever the rate so far.
+                while !finished.load(Ordering::SeqCst) {
+                    let now_ns = clock.now_ns().saturating_sub(start_ns);
+                    progress.update_with_eta(
+                        completed.load(Ordering::Relaxed),
+                        Some(probe.last_due_ns.saturating_sub(now_ns)),
+                    );
+                    clock.sleep_ns(PROGRESS_POLL_NS);
+                }
+            });
+        }
         let issuing = issue_all(
             &mut schedule,
             &mut senders,
@@ -833,11 +922,13 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
                 Err(_) => Some(format!("connection {index}: the receiver panicked")),
             })
             .collect();
+        finished.store(true, Ordering::SeqCst);
         (issuing, errors)
     });
+    progress.finish();
     let wall_ns = clock.now_ns().saturating_sub(start_ns);
 
-    let mut completions = Completions::new(args.period);
+    let mut completions = Completions::new(period_ns);
     for connection in connections {
         let table = connection.table.into_inner();
         completions.merge(table.completions);
@@ -846,6 +937,8 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
         &args,
         &trace_name,
         export_bytes,
+        volume.as_ref(),
+        period_ns,
         multi_conn,
         window,
         &schedule,
@@ -866,7 +959,7 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
         print!("{}", render_text(&live));
     }
     if let Some(directory) = &args.report {
-        write_report(directory, &args, window, &live)?;
+        write_report(directory, &args, window, period_ns, &live)?;
     }
 
     let mut failures = Vec::new();
@@ -967,6 +1060,8 @@ fn build_report(
     args: &ReplayArgs,
     trace_name: &str,
     export_bytes: u64,
+    volume: Option<&DescribedVolume>,
+    period_ns: u64,
     multi_conn: bool,
     window: Window,
     schedule: &Schedule,
@@ -983,7 +1078,6 @@ fn build_report(
             0.0
         }
     };
-    let period_ns = args.period;
     let period_count = completions.periods.len();
     let periods: Vec<PeriodRecord> = completions
         .periods
@@ -1062,9 +1156,13 @@ fn build_report(
         move_log: Vec::new(),
         periods,
         settings: RunSettings {
-            segment_bytes: 0,
+            // What the export's description tells (a tierd export); 0: not
+            // visible to the client.
+            segment_bytes: volume.map_or(0, |volume| volume.segment_bytes),
             volume_bytes: export_bytes,
-            segments: 0,
+            segments: volume.map_or(0, |volume| {
+                export_bytes.div_ceil(volume.segment_bytes.max(1))
+            }),
             period_ns,
             replay: Replay::OpenLoop { speed: args.speed },
             window,
@@ -1122,9 +1220,15 @@ fn build_report(
         trace_kind: "file".to_string(),
         tiers: format!("live: {}", args.target),
         tier_summary: format!(
-            "NBD export of {}, {} connection(s)",
+            "NBD export of {}, {} connection(s){}",
             Bytes(export_bytes),
-            args.connections
+            args.connections,
+            volume.map_or_else(String::new, |volume| format!(
+                "; tierd volume {} in segments of {} over tiers {}",
+                volume.name,
+                Bytes(volume.segment_bytes),
+                volume.tiers.join(" > ")
+            ))
         ),
         runs: vec![live],
         notes,
@@ -1218,9 +1322,10 @@ fn write_report(
     directory: &Path,
     args: &ReplayArgs,
     window: Window,
+    period_ns: u64,
     live: &LiveReport,
 ) -> Result<(), CliError> {
-    use tierd_sim::report::{HeatMap, HeatMapCell, ReplayTimeReader, ReportOptions};
+    use tierd_sim::report::{HeatMap, HeatMapCell, ReplayTimeReader, ReportKind, ReportOptions};
     let replay = Replay::OpenLoop { speed: args.speed };
     let options = OpenOptions {
         format: args.format,
@@ -1229,13 +1334,19 @@ fn write_report(
         ..OpenOptions::default()
     };
     let mut reader = ReplayTimeReader::new(open_trace(&args.trace, &options)?, window, replay);
-    // The segment size of the heat map only: the server's is not visible.
-    let segment_bytes = 1u64 << 30;
+    // The heat map's segments: the live volume's when its export says
+    // (a tierd export), else 1 GiB (the papers' segment).
+    let segment_bytes = live
+        .runs
+        .first()
+        .map(|run| run.run.settings.segment_bytes)
+        .filter(|bytes| *bytes > 0)
+        .unwrap_or(1 << 30);
     let analysis = tierd_analysis::analyze(
         &mut reader,
         &tierd_analysis::AnalyzeOptions {
             segment_bytes,
-            period_ns: args.period,
+            period_ns,
             segment_table_rows: 0,
             ..tierd_analysis::AnalyzeOptions::default()
         },
@@ -1244,7 +1355,7 @@ fn write_report(
     let heat_map = HeatMap {
         svg: tierd_analysis::heatmap::render_svg(&analysis),
         segment_bytes,
-        period_ns: args.period,
+        period_ns,
         segments: matrix.segments,
         periods: matrix.periods,
         cells: matrix
@@ -1257,17 +1368,21 @@ fn write_report(
             })
             .collect(),
         note: format!(
-            "Computed by tierd_analysis over the replayed window ({} requests, trace offsets before any wrapping); x is replay time (trace time / {}), in periods of {}, 1 GiB segments.",
+            "Computed by tierd_analysis over the replayed window ({} requests, trace offsets before any wrapping); x is replay time (trace time / {}), in periods of {}, segments of {}.",
             analysis.requests,
             args.speed,
-            Duration(args.period)
+            Duration(period_ns),
+            Bytes(segment_bytes)
         ),
     };
     let index = tierd_sim::report::write(
         directory,
         &live.to_sim_report(),
         Some(&heat_map),
-        &ReportOptions::default(),
+        &ReportOptions {
+            kind: ReportKind::LiveReplay,
+            ..ReportOptions::default()
+        },
     )?;
     let mut json = serde_json::to_string_pretty(live)?;
     json.push('\n');

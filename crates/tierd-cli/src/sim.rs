@@ -1,7 +1,7 @@
 //! `tierd sim`: replay a trace (or a generated spike workload) through a tier
 //! stack under several policies at once, and print the papers' tables.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -12,6 +12,7 @@ use tierd_common::units::{parse_bytes, parse_duration_ns, NS_PER_SECOND};
 use tierd_sim::{Replay, RunResult, SimConfig, SimError, SimReport, Strategy, TierStack, Window};
 use tierd_trace::{open_trace, Format, IteratorReader, OpenOptions, TraceReader};
 
+use crate::progress::ProgressLine;
 use crate::CliError;
 
 /// The synthetic preset `tierd sim` replays when no trace is given.
@@ -179,16 +180,53 @@ impl Source {
     }
 }
 
-/// The highest byte a trace touches and its request count (one pass).
-fn scan(source: &Source) -> Result<(u64, u64), CliError> {
+/// What one pass over a trace found.
+struct Scan {
+    /// The highest byte a request touches.
+    end_bytes: u64,
+    requests: u64,
+    /// Two requests with different times exist.
+    timed: bool,
+}
+
+/// The highest byte a trace touches, its request count and whether it has
+/// timestamps (one pass).
+fn scan(source: &Source) -> Result<Scan, CliError> {
     let mut reader = source.open()?;
-    let mut end = 0u64;
-    let mut requests = 0u64;
+    let mut scan = Scan {
+        end_bytes: 0,
+        requests: 0,
+        timed: false,
+    };
+    let mut first_ns = None;
     while let Some(request) = reader.next_request()? {
-        end = end.max(request.end_bytes());
-        requests += 1;
+        scan.end_bytes = scan.end_bytes.max(request.end_bytes());
+        scan.requests += 1;
+        scan.timed |= *first_ns.get_or_insert(request.time_ns) != request.time_ns;
     }
-    Ok((end, requests))
+    Ok(scan)
+}
+
+/// Whether two requests of the trace have different times: reads up to the
+/// first such pair (at once for a timed trace; the whole trace when it has
+/// no timestamps).
+fn has_timestamps(source: &Source) -> Result<bool, CliError> {
+    let mut reader = source.open()?;
+    let mut first_ns = None;
+    while let Some(request) = reader.next_request()? {
+        if *first_ns.get_or_insert(request.time_ns) != request.time_ns {
+            return Ok(true);
+        }
+    }
+    Ok(first_ns.is_none())
+}
+
+/// The warning for a trace without timestamps replayed open loop.
+pub fn untimed_warning(trace: &str, requests: Option<u64>, command: &str) -> String {
+    format!(
+        "tierd: warning: {trace}: the trace has no timestamps (every request has the same time), so `{command}` issues {} at time 0, at once; for a load that means something, replay it closed loop (`tierd sim --queue-depth N`) or convert it from a format with times",
+        requests.map_or_else(|| "all of them".to_string(), |count| format!("all {count} requests"))
+    )
 }
 
 pub fn run(args: SimArgs) -> Result<(), CliError> {
@@ -230,18 +268,39 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
         }
     };
     let segment_bytes = args.segment_bytes.unwrap_or(stack.segment_bytes);
+    let open_loop = args.queue_depth.is_none();
+    // Requests per run, for the progress line's total (the whole trace:
+    // unknown with a window).
+    let mut requests_per_run = None;
     let volume_bytes = match (args.volume_bytes, volume_from_source) {
-        (Some(bytes), _) => bytes,
+        (Some(bytes), _) => {
+            if open_loop && args.trace.is_some() && !has_timestamps(&source)? {
+                eprintln!(
+                    "{}",
+                    untimed_warning(&source.provenance().0, None, "tierd sim")
+                );
+            }
+            bytes
+        }
         (None, Some(bytes)) => bytes,
         (None, None) => {
-            let (end, requests) = scan(&source)?;
-            if requests == 0 {
+            let scan = scan(&source)?;
+            if scan.requests == 0 {
                 return Err(CliError(format!(
                     "{}: no requests to replay",
                     source.provenance().0
                 )));
             }
-            end.div_ceil(segment_bytes).max(1) * segment_bytes
+            if open_loop && !scan.timed && scan.requests > 1 {
+                eprintln!(
+                    "{}",
+                    untimed_warning(&source.provenance().0, Some(scan.requests), "tierd sim")
+                );
+            }
+            if args.from_min.is_none() && args.to_min.is_none() {
+                requests_per_run = Some(scan.requests);
+            }
+            scan.end_bytes.div_ceil(segment_bytes).max(1) * segment_bytes
         }
     };
     let mut config = SimConfig::new(stack, volume_bytes);
@@ -280,7 +339,7 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
             .iter()
             .cloned()
             .partition(|strategy| strategy.is_cache());
-        let mut tiering_runs = run_all(&config, &tiering, &source, args.jobs)?;
+        let mut tiering_runs = run_all(&config, &tiering, &source, args.jobs, requests_per_run)?;
         let mut cache_config = config.clone();
         if let Some((bytes, note)) =
             tierd_sim::runner::cache_bytes_like_tiering(&config, &tiering_runs)
@@ -288,7 +347,8 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
             cache_config.cache_bytes = Some(bytes);
             notes.push(note);
         }
-        let mut cache_runs = run_all(&cache_config, &caches, &source, args.jobs)?.into_iter();
+        let mut cache_runs =
+            run_all(&cache_config, &caches, &source, args.jobs, requests_per_run)?.into_iter();
         let mut tiering_iter = tiering_runs.drain(..);
         strategies
             .iter()
@@ -301,7 +361,7 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
             })
             .collect()
     } else {
-        run_all(&config, &strategies, &source, args.jobs)?
+        run_all(&config, &strategies, &source, args.jobs, requests_per_run)?
     };
     let wall_ns = clock.now_ns().max(1);
     let requests: u64 = results.iter().map(|run| run.requests).sum();
@@ -414,12 +474,14 @@ fn option_names(error: SimError) -> CliError {
 }
 
 /// Runs every strategy, `jobs` at a time, each with its own reader; results
-/// come back in the order of `strategies`.
+/// come back in the order of `strategies`. `requests_per_run`, when known,
+/// gives the progress line its total and ETA.
 fn run_all(
     config: &SimConfig,
     strategies: &[Strategy],
     source: &Source,
     jobs: Option<usize>,
+    requests_per_run: Option<u64>,
 ) -> Result<Vec<RunResult>, CliError> {
     let cores = std::thread::available_parallelism().map_or(1, |cores| cores.get());
     let jobs = jobs.unwrap_or(cores).clamp(1, strategies.len().max(1));
@@ -427,7 +489,12 @@ fn run_all(
     let slots: Vec<Mutex<Option<Result<RunResult, CliError>>>> =
         strategies.iter().map(|_| Mutex::new(None)).collect();
     let done: Vec<AtomicU64> = strategies.iter().map(|_| AtomicU64::new(0)).collect();
-    let show_progress = std::io::stderr().is_terminal();
+    let progress_line = ProgressLine::new(
+        "tierd sim",
+        "simulated",
+        requests_per_run.map(|requests| requests * strategies.len() as u64),
+    )
+    .with_suffix(format!("over {} run(s)", strategies.len()));
     std::thread::scope(|scope| {
         for _ in 0..jobs {
             scope.spawn(|| loop {
@@ -437,15 +504,8 @@ fn run_all(
                 };
                 let mut progress = |update: tierd_sim::Progress| {
                     done[index].store(update.requests, Ordering::Relaxed);
-                    if show_progress {
-                        let total: u64 =
-                            done.iter().map(|count| count.load(Ordering::Relaxed)).sum();
-                        eprint!(
-                            "\rtierd sim: {:.2} M requests simulated over {} run(s)...",
-                            total as f64 / 1e6,
-                            strategies.len()
-                        );
-                    }
+                    progress_line
+                        .update(done.iter().map(|count| count.load(Ordering::Relaxed)).sum());
                 };
                 let outcome = source.open().and_then(|mut reader| {
                     tierd_sim::run(config, strategy, reader.as_mut(), &mut progress)
@@ -457,9 +517,7 @@ fn run_all(
             });
         }
     });
-    if show_progress {
-        eprint!("\r{:72}\r", "");
-    }
+    progress_line.finish();
     let mut results = Vec::with_capacity(strategies.len());
     for (slot, strategy) in slots.into_iter().zip(strategies) {
         let outcome = slot

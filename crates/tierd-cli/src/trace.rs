@@ -123,7 +123,9 @@ pub struct ConvertArgs {
     to: Format,
     #[command(flatten)]
     read: ReadArgs,
-    /// fio-iolog output version: 2 (no times) or 3 (keeps times, for timed replay).
+    /// fio-iolog output version: 2 (every fio reads it, but it has no times:
+    /// fio replays the requests back to back; a note says so when the input
+    /// had times) or 3 (keeps times, for timed replay; fio 3.31+).
     #[arg(long, default_value_t = 2)]
     fio_iolog_version: u32,
 }
@@ -221,6 +223,9 @@ fn stats(args: StatsArgs) -> Result<(), CliError> {
         trace: args.file.display().to_string(),
         kind: "file",
     };
+    for warning in &stats.warnings {
+        eprintln!("tierd: warning: {}: {warning}", provenance.trace);
+    }
     if args.json {
         print_json(&with_provenance(serde_json::to_value(&stats)?, &provenance))
     } else {
@@ -314,7 +319,11 @@ fn convert(args: ConvertArgs) -> Result<(), CliError> {
             fio_iolog_version: args.fio_iolog_version,
         },
     )?;
+    // Whether the input has times to lose (two requests at different times).
+    let mut first_ns = None;
+    let mut timed_source = false;
     while let Some(request) = reader.next_request()? {
+        timed_source |= *first_ns.get_or_insert(request.time_ns) != request.time_ns;
         writer.write_request(&request, reader.volumes())?;
     }
     let written = writer.finish()?;
@@ -324,6 +333,11 @@ fn convert(args: ConvertArgs) -> Result<(), CliError> {
         args.to,
         args.output.display()
     );
+    if args.to == Format::FioIolog && args.fio_iolog_version == 2 && timed_source {
+        eprintln!(
+            "tierd: note: fio iolog version 2 has no timestamps: the {source_format} times are dropped and fio replays the requests back to back; pass --fio-iolog-version 3 to keep them (fio 3.31 or later)"
+        );
+    }
     Ok(())
 }
 

@@ -342,3 +342,140 @@ fn a_closed_output_pipe_ends_the_command_quietly() {
     child.wait().unwrap();
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// A fio iolog version 2: requests with no timestamps.
+const UNTIMED_IOLOG: &str = "fio version 2 iolog\n/dev/sdb add\n/dev/sdb open\n\
+/dev/sdb read 0 4096\n/dev/sdb write 8192 4096\n/dev/sdb read 65536 8192\n/dev/sdb close\n";
+
+#[test]
+fn stats_peak_is_never_below_the_mean_on_a_trace_shorter_than_a_period() {
+    let directory = tempfile::tempdir().unwrap();
+    // 20 requests over 1.9 s: a mean of ~10.5 iops, one (partial) 60 s period.
+    let mut text = String::new();
+    for index in 0..20u64 {
+        text.push_str(&format!(
+            "{},hm,0,Read,{},4096,100\n",
+            128_166_385_295_514_878u64 + index * 1_000_000,
+            index * 4096
+        ));
+    }
+    let path = write_file(directory.path(), "short.csv", &text);
+    let output = tierd(&["trace", "stats", "--json", path_arg(&path)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let value: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let mean = value["iops_mean"].as_f64().unwrap();
+    let peak = value["iops_peak"].as_f64().unwrap();
+    assert!(mean > 10.0, "{value}");
+    assert!(peak >= mean, "peak {peak} below the mean {mean}");
+    let output = tierd(&["trace", "stats", path_arg(&path)]);
+    let text = stdout(&output);
+    assert!(
+        text.contains("shorter than one 60 s period"),
+        "the text does not say why: {text}"
+    );
+}
+
+#[test]
+fn stats_counts_many_volumes_and_names_only_a_few() {
+    let directory = tempfile::tempdir().unwrap();
+    let mut text = String::new();
+    for disk in 0..3000u64 {
+        text.push_str(&format!(
+            "{},hm,{disk},Read,0,4096,100\n",
+            128_166_385_295_514_878u64 + disk * 10_000
+        ));
+    }
+    let path = write_file(directory.path(), "many.csv", &text);
+    let output = tierd(&["trace", "stats", path_arg(&path)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    let line = text
+        .lines()
+        .find(|line| line.starts_with("volumes"))
+        .unwrap_or_else(|| panic!("no volumes line: {text}"));
+    assert!(line.contains("3000"), "{line}");
+    let named = line.matches("hm_").count();
+    assert!((1..=5).contains(&named), "{named} names: {line}");
+    assert!(line.len() < 200, "{line}");
+    // JSON keeps every name, and the count.
+    let output = tierd(&["trace", "stats", "--json", path_arg(&path)]);
+    let value: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(value["volumes"].as_array().unwrap().len(), 3000);
+    assert_eq!(value["volume_count"], 3000);
+}
+
+#[test]
+fn stats_and_sim_warn_when_a_trace_has_no_timestamps() {
+    let directory = tempfile::tempdir().unwrap();
+    let path = write_file(directory.path(), "untimed.iolog", UNTIMED_IOLOG);
+    let output = tierd(&["trace", "stats", path_arg(&path)]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(
+        message.contains("warning") && message.contains("no timestamps"),
+        "{message}"
+    );
+    let output = tierd(&[
+        "sim",
+        "--trace",
+        path_arg(&path),
+        "--policy",
+        "none",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(
+        message.contains("warning")
+            && message.contains("no timestamps")
+            && message.contains("time 0"),
+        "{message}"
+    );
+    // A timed trace gets no such warning.
+    let timed = write_file(directory.path(), "small.csv", MSR_LINES);
+    let output = tierd(&["trace", "stats", path_arg(&timed)]);
+    assert!(
+        !stderr(&output).contains("no timestamps"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn convert_says_when_the_iolog_version_drops_timestamps() {
+    let directory = tempfile::tempdir().unwrap();
+    let source = write_file(directory.path(), "small.csv", MSR_LINES);
+    let target = directory.path().join("small.iolog");
+    let output = tierd(&[
+        "trace",
+        "convert",
+        path_arg(&source),
+        path_arg(&target),
+        "--to",
+        "fio-iolog",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(
+        message.contains("version 2")
+            && message.contains("timestamps")
+            && message.contains("--fio-iolog-version 3"),
+        "{message}"
+    );
+    let output = tierd(&[
+        "trace",
+        "convert",
+        path_arg(&source),
+        path_arg(&target),
+        "--to",
+        "fio-iolog",
+        "--fio-iolog-version",
+        "3",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        !stderr(&output).contains("timestamps"),
+        "{}",
+        stderr(&output)
+    );
+}

@@ -278,7 +278,7 @@ fn the_text_output_has_the_simulators_tables_and_the_live_figures() {
 }
 
 #[test]
-fn requests_past_the_export_wrap_or_are_refused_with_verify_size() {
+fn requests_past_the_export_are_refused_unless_wrap_is_asked_for() {
     let directory = tempfile::tempdir().unwrap();
     let (handle, uri) = serve(directory.path(), true);
     let beyond = EXPORT_BYTES as u64 * 3 + 8192;
@@ -288,6 +288,37 @@ fn requests_past_the_export_wrap_or_are_refused_with_verify_size() {
         (false, beyond, 512),
     ];
     let trace = msr_trace(directory.path(), &requests);
+    // By default, as `tierd sim` refuses requests past its volume: nothing is sent.
+    for extra in [&[][..], &["--verify-size"][..]] {
+        let mut args = vec![
+            "replay",
+            "--trace",
+            path_arg(&trace),
+            "--target",
+            &uri,
+            "--speed",
+            "100",
+        ];
+        args.extend_from_slice(extra);
+        let output = tierd(&args);
+        assert!(!output.status.success(), "{extra:?}");
+        let message = stderr(&output);
+        assert!(
+            message.contains("2 of 3 requests end past the 1048576-byte export")
+                && message.contains(&format!("offset {beyond}"))
+                && message.contains("--wrap"),
+            "{message}"
+        );
+    }
+    let mut client = Client::connect_uri(&uri).unwrap();
+    let mut buffer = vec![0u8; 4096];
+    client.read(4096, &mut buffer).unwrap();
+    assert!(
+        buffer.iter().all(|byte| *byte == 0),
+        "a refused replay wrote"
+    );
+    client.disconnect().unwrap();
+
     let output = tierd(&[
         "replay",
         "--trace",
@@ -296,6 +327,7 @@ fn requests_past_the_export_wrap_or_are_refused_with_verify_size() {
         &uri,
         "--speed",
         "100",
+        "--wrap",
         "--json",
     ]);
     assert!(output.status.success(), "{}", stderr(&output));
@@ -308,21 +340,147 @@ fn requests_past_the_export_wrap_or_are_refused_with_verify_size() {
     client.read(8192, &mut buffer).unwrap();
     assert!(buffer == expected_pattern(8192, 4096));
     client.disconnect().unwrap();
+    handle.shutdown();
+}
 
+#[test]
+fn the_period_of_the_series_fits_a_short_replay() {
+    let directory = tempfile::tempdir().unwrap();
+    let (handle, uri) = serve(directory.path(), true);
+    // 121 requests one second apart: a 2-minute trace, replayed x60 in 2 s.
+    let mut text = String::new();
+    let start = 128_166_385_295_514_878u64;
+    for index in 0..121u64 {
+        text.push_str(&format!(
+            "{},hm,0,Read,{},4096,1000\n",
+            start + index * 10_000_000,
+            index * 4096
+        ));
+    }
+    let trace = write_file(directory.path(), "two-minutes.csv", &text);
     let output = tierd(&[
         "replay",
         "--trace",
         path_arg(&trace),
         "--target",
         &uri,
-        "--verify-size",
+        "--speed",
+        "60",
+        "--json",
     ]);
-    assert!(!output.status.success());
-    let message = stderr(&output);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let run = &json_of(&output)["runs"][0];
+    let period_ns = run["settings"]["period_ns"].as_u64().unwrap();
+    let periods = run["periods"].as_array().unwrap().len();
     assert!(
-        message.contains("2 of 3 requests end past the 1048576-byte export")
-            && message.contains(&format!("offset {beyond}")),
-        "{message}"
+        period_ns <= 200_000_000 && periods >= 10,
+        "a 2 s replay in periods of {period_ns} ns: {periods} points"
+    );
+    // --period still decides when given.
+    let output = tierd(&[
+        "replay",
+        "--trace",
+        path_arg(&trace),
+        "--target",
+        &uri,
+        "--speed",
+        "60",
+        "--period",
+        "1s",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let run = &json_of(&output)["runs"][0];
+    assert_eq!(run["settings"]["period_ns"], 1_000_000_000u64);
+    handle.shutdown();
+}
+
+#[test]
+fn the_report_is_titled_as_a_replay_with_the_live_volumes_settings() {
+    let directory = tempfile::tempdir().unwrap();
+    let dir = directory.path();
+    std::fs::write(
+        dir.join("config.toml"),
+        common::small_stack_config("data", "", common::FastTier::Memory, ""),
+    )
+    .unwrap();
+    let mut server = common::serve::ServeProcess::start(dir, Some(Path::new("config.toml")));
+    let uri = server.uri("vol0");
+    let trace = msr_trace(dir, &mixed_requests()[..10]);
+    let report = dir.join("report");
+    let output = tierd(&[
+        "replay",
+        "--trace",
+        path_arg(&trace),
+        "--target",
+        &uri,
+        "--speed",
+        "100",
+        "--report",
+        path_arg(&report),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.contains("mem > disk"), "{text}");
+    let page = std::fs::read_to_string(report.join("index.html")).unwrap();
+    assert!(page.contains("<h1>tierd replay report</h1>"), "{page}");
+    assert!(!page.contains("tierd sim report"), "{page}");
+    // The live volume: 64 MiB in 1 MiB segments over mem > disk.
+    assert!(page.contains("(64 segments)"), "{page}");
+    assert!(page.contains("mem &gt; disk"), "{page}");
+    assert!(!page.contains("0 B (0 segments)"), "{page}");
+    assert!(!page.contains("chunks of 0 B"), "{page}");
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(report.join("result.json")).unwrap())
+            .unwrap();
+    assert_eq!(result["runs"][0]["settings"]["segment_bytes"], 1u64 << 20);
+    assert_eq!(result["runs"][0]["settings"]["segments"], 64);
+    server.stop();
+}
+
+#[test]
+fn a_terminal_gets_a_progress_line() {
+    let directory = tempfile::tempdir().unwrap();
+    let (handle, uri) = serve(directory.path(), true);
+    let trace = msr_trace(directory.path(), &mixed_requests());
+    // 60 requests 2 ms apart at x0.2: 0.6 s.
+    let Some(terminal) = common::on_a_terminal(&[
+        "replay",
+        "--trace",
+        path_arg(&trace),
+        "--target",
+        &uri,
+        "--speed",
+        "0.2",
+    ]) else {
+        return;
+    };
+    let progress: Vec<&str> = terminal
+        .split(['\r', '\n'])
+        .filter(|line| line.starts_with("tierd replay: ") && line.contains("requests/s"))
+        .collect();
+    assert!(!progress.is_empty(), "no progress line in {terminal:?}");
+    assert!(
+        progress
+            .iter()
+            .any(|line| line.contains(" of 60 requests replayed") && line.contains("ETA")),
+        "{progress:?}"
+    );
+    // Not on a pipe.
+    let output = tierd(&[
+        "replay",
+        "--trace",
+        path_arg(&trace),
+        "--target",
+        &uri,
+        "--speed",
+        "10",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        !stderr(&output).contains("requests/s"),
+        "{}",
+        stderr(&output)
     );
     handle.shutdown();
 }

@@ -598,3 +598,31 @@ fn a_second_server_on_the_same_data_dir_is_refused() {
     );
     assert!(stderr.contains("tierd.lock"), "{stderr}");
 }
+
+#[test]
+fn status_where_no_server_ever_ran_says_so_and_fails() {
+    let directory = tempfile::tempdir().unwrap();
+    let dir = directory.path();
+    // No config, no ./tierd-data: the embedded default finds nothing.
+    let output = tierd_in(dir, &["status"]);
+    assert_eq!(output.status.code(), Some(1), "{}", common::stdout(&output));
+    let message = common::stderr(&output);
+    assert!(
+        message.contains("tierd-data") && message.contains("--config"),
+        "{message}"
+    );
+    assert!(
+        common::stdout(&output).is_empty(),
+        "{}",
+        common::stdout(&output)
+    );
+    // A configuration whose data directory does not exist yet: the same.
+    std::fs::write(dir.join("config.toml"), small_config("", "")).unwrap();
+    let output = tierd_in(dir, &["status", "--config", "config.toml", "--json"]);
+    assert_eq!(output.status.code(), Some(1), "{}", common::stdout(&output));
+    let message = common::stderr(&output);
+    assert!(
+        message.contains(&dir.join("data").display().to_string()),
+        "{message}"
+    );
+}

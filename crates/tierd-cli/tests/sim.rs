@@ -286,3 +286,36 @@ fn policy_settings_come_from_a_file_and_a_typo_is_refused() {
         "{message}"
     );
 }
+
+#[test]
+fn a_terminal_gets_a_progress_line_with_rate_and_eta() {
+    let directory = tempfile::tempdir().unwrap();
+    let mut text = String::new();
+    for index in 0..2000u64 {
+        text.push_str(&format!(
+            "{},hm,0,Read,{},4096,100\n",
+            128_166_385_295_514_878u64 + index * 100_000,
+            (index * 7919 % 5000) * 4096
+        ));
+    }
+    let trace = write_file(directory.path(), "trace.csv", &text);
+    let Some(terminal) = common::on_a_terminal(&[
+        "sim",
+        "--trace",
+        path_arg(&trace),
+        "--policy",
+        "none,otf-ast",
+    ]) else {
+        return;
+    };
+    let progress: Vec<&str> = terminal
+        .split(['\r', '\n'])
+        .filter(|line| line.starts_with("tierd sim: ") && line.contains("requests/s"))
+        .collect();
+    assert!(
+        progress
+            .iter()
+            .any(|line| line.contains(" of 4000 requests simulated") && line.contains("ETA")),
+        "no progress line with a total and an ETA in {terminal:?}"
+    );
+}

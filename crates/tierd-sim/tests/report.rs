@@ -562,7 +562,10 @@ fn every_plot_has_one_line_per_policy() {
 #[test]
 fn moves_are_listed_and_all_in_the_csv() {
     let fixture = fixture();
-    let options = ReportOptions { moves_listed: 1 };
+    let options = ReportOptions {
+        moves_listed: 1,
+        ..ReportOptions::default()
+    };
     let files = report::render(&fixture.report, None, &options).unwrap();
     let moves = &files
         .iter()

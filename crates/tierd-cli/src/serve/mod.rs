@@ -14,7 +14,7 @@
 //! `docs/engine/serve.md` is the user-facing reference.
 
 mod admin;
-mod export;
+pub mod export;
 mod metrics;
 mod status;
 
@@ -445,6 +445,12 @@ pub fn status(args: StatusArgs) -> Result<(), CliError> {
         match admin::request(&admin_path, &serde_json::json!({"cmd": "status"})) {
             Ok(reply) => (true, reply.get("volumes").cloned().unwrap_or_default()),
             Err(admin::RequestError::NotRunning) => {
+                if !config.data_dir.exists() {
+                    return Err(CliError(status::nothing_there(
+                        &config.data_dir,
+                        args.config.as_deref(),
+                    )));
+                }
                 let volumes = status::offline_status(&config)?;
                 (false, serde_json::to_value(volumes)?)
             }

@@ -29,6 +29,24 @@ pub fn offline_status(config: &Config) -> Result<Vec<VolumeStatus>, CliError> {
         .collect()
 }
 
+/// The error of `tierd status` where no server has run: no data directory
+/// (so no metadata to read and no admin socket), said plainly instead of
+/// printing volumes that look empty and healthy.
+pub fn nothing_there(data_dir: &Path, config: Option<&Path>) -> String {
+    match config {
+        None => format!(
+            "no tierd server has run here: {} does not exist (the embedded default's data directory, in the working directory). Run `tierd status` from the directory `tierd serve` ran in, or pass the server's configuration with --config FILE",
+            data_dir.display()
+        ),
+        Some(config) => format!(
+            "no tierd server has run with {}: its data directory {} does not exist. Start it with `tierd serve --config {}`, or pass the configuration the server runs with (--config FILE)",
+            config.display(),
+            data_dir.display(),
+            config.display()
+        ),
+    }
+}
+
 fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, CliError> {
     match std::fs::read(path) {
         Ok(bytes) => Ok(Some(bytes)),

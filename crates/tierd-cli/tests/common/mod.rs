@@ -85,4 +85,28 @@ kind = "none"
     )
 }
 
+/// Runs `command` under a pseudo-terminal (`script`), so stderr is a
+/// terminal; `None` (with the reason printed) when `script` is missing.
+pub fn on_a_terminal(command: &[&str]) -> Option<String> {
+    let line = std::iter::once(env!("CARGO_BIN_EXE_tierd"))
+        .chain(command.iter().copied())
+        .map(|word| format!("'{word}'"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    match std::process::Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+    {
+        Ok(output) => {
+            assert!(output.status.success(), "{}", stdout(&output));
+            Some(stdout(&output))
+        }
+        Err(error) => {
+            eprintln!("skipped: `script` (util-linux) is needed for a terminal: {error}");
+            None
+        }
+    }
+}
+
 pub mod serve;

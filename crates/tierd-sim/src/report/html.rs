@@ -11,7 +11,7 @@ use crate::tables;
 
 use super::series::html_table;
 use super::svg::{colour, escape};
-use super::{HeatMap, ReportOptions};
+use super::{HeatMap, ReportKind, ReportOptions};
 
 pub struct Figure {
     pub title: String,
@@ -95,7 +95,8 @@ fn per_run(report: &SimReport, value: impl Fn(&RunResult) -> String) -> String {
     }
 }
 
-fn settings_table(report: &SimReport) -> String {
+fn settings_table(report: &SimReport, kind: ReportKind) -> String {
+    let live = kind == ReportKind::LiveReplay;
     let mut rows: Vec<(&str, String)> = Vec::new();
     rows.push((
         "tier stack",
@@ -113,11 +114,15 @@ fn settings_table(report: &SimReport) -> String {
         rows.push((
             "segment size",
             per_run(report, |run| {
-                format!(
-                    "{} ({} segments)",
-                    Bytes(run.settings.segment_bytes),
-                    run.settings.segments
-                )
+                if live && run.settings.segment_bytes == 0 {
+                    "not visible to the client (not a tierd export)".to_string()
+                } else {
+                    format!(
+                        "{} ({} segments)",
+                        Bytes(run.settings.segment_bytes),
+                        run.settings.segments
+                    )
+                }
             }),
         ));
         rows.push((
@@ -130,21 +135,25 @@ fn settings_table(report: &SimReport) -> String {
                 )
             }),
         ));
-        rows.push((
-            "migration",
-            per_run(report, |run| {
-                format!(
-                    "chunks of {}, {} move(s) at a time",
-                    Bytes(run.settings.chunk_bytes),
-                    run.settings.max_concurrent_moves
-                )
-            }),
-        ));
+        if !live {
+            rows.push((
+                "migration",
+                per_run(report, |run| {
+                    format!(
+                        "chunks of {}, {} move(s) at a time",
+                        Bytes(run.settings.chunk_bytes),
+                        run.settings.max_concurrent_moves
+                    )
+                }),
+            ));
+        }
         rows.push((
             "requests replayed",
             per_run(report, |run| run.requests.to_string()),
         ));
-        rows.push(("seed", per_run(report, |run| run.settings.seed.to_string())));
+        if !live {
+            rows.push(("seed", per_run(report, |run| run.settings.seed.to_string())));
+        }
     }
     let mut out = String::from("<table class=\"settings\">\n");
     for (name, value) in rows {
@@ -160,7 +169,8 @@ fn settings_table(report: &SimReport) -> String {
 }
 
 fn tiers_table(report: &SimReport) -> String {
-    let Some(run) = report.runs.first() else {
+    let Some(run) = report.runs.first().filter(|run| !run.tiers.is_empty()) else {
+        // No runs, or a live replay (no tier figures seen from the client).
         return String::new();
     };
     let mut rows = vec![vec![
@@ -252,13 +262,14 @@ pub fn page(
     files: &[String],
 ) -> String {
     let synthetic = report.trace_kind == "synthetic";
+    let command = options.kind.command();
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>tierd sim report: {}</title>\n<style>{STYLE}</style>\n</head>\n<body>",
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{command} report: {}</title>\n<style>{STYLE}</style>\n</head>\n<body>",
         escape(&report.trace)
     );
-    out.push_str("<h1>tierd sim report</h1>\n");
+    let _ = writeln!(out, "<h1>{command} report</h1>");
     let kind = if synthetic {
         "<span class=\"kind synthetic\">synthetic</span> generated on the fly by tierd synth"
     } else {
@@ -283,19 +294,22 @@ pub fn page(
         .collect();
     let _ = writeln!(out, "<p>Policies: {}</p>", policies.join(" &nbsp; "));
     out.push_str("<h2>Settings</h2>\n");
-    out.push_str(&settings_table(report));
+    out.push_str(&settings_table(report, options.kind));
     out.push_str(&tiers_table(report));
     for note in &report.notes {
         let _ = writeln!(out, "<p>Note: {}</p>", escape(note));
     }
-    out.push_str("<p>All times are virtual (replay) time from the first issue unless marked as trace time.</p>\n");
+    out.push_str(match options.kind {
+        ReportKind::Simulation => "<p>All times are virtual (replay) time from the first issue unless marked as trace time.</p>\n",
+        ReportKind::LiveReplay => "<p>All times are wall-clock time from the start of the replay unless marked as trace time.</p>\n",
+    });
 
     out.push_str("<h2>Tables</h2>\n");
     let _ = writeln!(out, "<h3>{}</h3>", escape(tables::IOPS_TABLE_TITLE));
     out.push_str(&html_table(&tables::iops_rows(report)));
     let _ = writeln!(out, "<h3>{}</h3>", escape(tables::RESPONSE_TABLE_TITLE));
     out.push_str(&html_table(&tables::response_rows(report)));
-    out.push_str("<p>The same numbers as the terminal output of <code>tierd sim</code>; every run's full result is in <a href=\"result.json\">result.json</a>.</p>\n");
+    let _ = writeln!(out, "<p>The same numbers as the terminal output of <code>{command}</code>; every run's full result is in <a href=\"result.json\">result.json</a>.</p>");
 
     out.push_str("<h2>Plots</h2>\n");
     for figure in figures {

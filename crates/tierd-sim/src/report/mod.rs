@@ -1,4 +1,5 @@
-//! The HTML report of a [`SimReport`] (`tierd sim --report DIR`).
+//! The HTML report of a [`SimReport`] (`tierd sim --report DIR`, and
+//! `tierd replay --report DIR` with [`ReportKind::LiveReplay`]).
 //!
 //! A directory with `index.html` (no scripts; it reads in any browser and
 //! links only the files beside it), one SVG per plot and one CSV per series
@@ -56,16 +57,43 @@ pub struct HeatMapCell {
     pub writes: u64,
 }
 
+/// Which command's runs a report shows: it decides the title, the time
+/// base and the settings shown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReportKind {
+    /// `tierd sim`: virtual time, every setting of the simulated stack.
+    #[default]
+    Simulation,
+    /// `tierd replay`: wall-clock time against a live export; settings only
+    /// the server knows (migration chunks, seed) are left out, and a
+    /// segment size of 0 means "not visible to the client".
+    LiveReplay,
+}
+
+impl ReportKind {
+    /// The command that made the runs, as the page names it.
+    pub fn command(self) -> &'static str {
+        match self {
+            ReportKind::Simulation => "tierd sim",
+            ReportKind::LiveReplay => "tierd replay",
+        }
+    }
+}
+
 /// Knobs of the report.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReportOptions {
     /// Moves listed per policy in the page (all of them are in `moves.csv`).
     pub moves_listed: usize,
+    pub kind: ReportKind,
 }
 
 impl Default for ReportOptions {
     fn default() -> Self {
-        ReportOptions { moves_listed: 40 }
+        ReportOptions {
+            moves_listed: 40,
+            kind: ReportKind::Simulation,
+        }
     }
 }
 
