@@ -828,7 +828,7 @@ fn missing_fast_tier_file_keeps_serving_then_refuses_to_restart_with_zeroes() {
             clock.now_ns() - start < 30_000_000_000,
             "no warning: {warnings}"
         );
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        clock.sleep_ns(50_000_000);
     }
     for segment in [1, 2] {
         assert_eq!(

@@ -9,7 +9,6 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::Duration;
 
 use common::serve::ServeProcess;
 use common::{small_stack_config, FastTier};
@@ -98,7 +97,7 @@ fn wait_until(done: impl Fn() -> bool) {
     let start = clock.now_ns();
     while !done() {
         assert!(clock.now_ns() - start < 60_000_000_000, "timed out");
-        std::thread::sleep(Duration::from_millis(50));
+        clock.sleep_ns(50_000_000);
     }
 }
 
