@@ -263,7 +263,13 @@ fn parse_fault(request: &Value) -> Result<FaultRequest, String> {
         None => None,
         Some(value) => Some(
             serde_json::from_value::<FaultConfig>(value.clone())
-                .map_err(|error| format!("fault: bad \"config\": {error}"))?,
+                .map_err(|error| format!("fault: bad \"config\": {error}"))
+                .and_then(|config| {
+                    config
+                        .validate()
+                        .map(|()| config)
+                        .map_err(|error| format!("fault: bad \"config\": {error}"))
+                })?,
         ),
     };
     if gone.is_none() && config.is_none() {
@@ -431,6 +437,10 @@ mod tests {
                 "fault: bad \"config\": unknown field `typo`",
             ),
             (
+                r#"{"cmd":"fault","tier":"ssd","config":{"write_error_probability":1.5}}"#,
+                "fault: bad \"config\": write_error_probability = 1.5: a probability must be from 0 to 1",
+            ),
+            (
                 r#"{"cmd":"fault","tier":"ssd"}"#,
                 "fault needs \"gone\": true|false and/or \"config\": {...}",
             ),
@@ -479,7 +489,7 @@ mod tests {
                 gone: Some(false),
                 config: Some(FaultConfig {
                     delay_probability: 0.5,
-                    delay_ns: u64::MAX,
+                    delay_ns: crate::device::fault::MAX_DELAY_NS,
                     ..FaultConfig::default()
                 }),
             }),
