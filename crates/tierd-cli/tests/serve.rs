@@ -650,7 +650,10 @@ fn a_pin_is_honoured_by_the_policy_and_survives_kill_9() {
     assert!(printed.contains("(until 20"), "{printed}");
     // Refusals name what is wrong.
     for (args, expected) in [
-        (pin("64", "mem", &[]), "segment 64 is beyond volume vol0's 64 segments"),
+        (
+            pin("64", "mem", &[]),
+            "segment 64 is beyond volume vol0's 64 segments",
+        ),
         (pin("1", "ssd", &[]), "volume vol0 has no tier \"ssd\""),
         (
             pin("1", "mem", &["--until", "2020-01-01T00:00:00Z"]),
@@ -676,16 +679,37 @@ fn a_pin_is_honoured_by_the_policy_and_survives_kill_9() {
     assert_eq!(pins[0]["tier"], "mem");
     assert_eq!(pins[0]["placed"], true);
     assert!(pins[0]["until"].is_null());
-    assert!(pins[1]["until"].as_str().unwrap().ends_with('Z'), "{volume:#}");
+    assert!(
+        pins[1]["until"].as_str().unwrap().ends_with('Z'),
+        "{volume:#}"
+    );
     let summary = volume["last_plan"]["summary"].as_str().unwrap();
-    assert!(summary.contains("2 pinned segments left alone"), "{summary}");
+    assert!(
+        summary.contains("2 pinned segments left alone"),
+        "{summary}"
+    );
     let error = tierd_refused(
         dir,
-        &["move", "--config", "config.toml", "--volume", "vol0", "--segment", "3", "--to", "disk"],
+        &[
+            "move",
+            "--config",
+            "config.toml",
+            "--volume",
+            "vol0",
+            "--segment",
+            "3",
+            "--to",
+            "disk",
+        ],
     );
     assert!(error.contains("pinned to tier mem"), "{error}");
     let text = tierd_ok(dir, &["status", "--config", "config.toml"]);
-    assert!(text.contains("  pins (no policy moves these):\n    segment 3 -> mem (until unpinned; on it)"), "{text}");
+    assert!(
+        text.contains(
+            "  pins (no policy moves these):\n    segment 3 -> mem (until unpinned; on it)"
+        ),
+        "{text}"
+    );
     assert!(text.contains("  last plan (20"), "{text}");
 
     // kill -9: the pins were acknowledged, so they are on disk.
@@ -702,14 +726,33 @@ fn a_pin_is_honoured_by_the_policy_and_survives_kill_9() {
     // Unpinned, segment 3 is the policy's again: demoted.
     let printed = tierd_ok(
         dir,
-        &["unpin", "--config", "config.toml", "--volume", "vol0", "--segment", "3"],
+        &[
+            "unpin",
+            "--config",
+            "config.toml",
+            "--volume",
+            "vol0",
+            "--segment",
+            "3",
+        ],
     );
     assert!(printed.contains("was pinned to tier mem"), "{printed}");
     let stderr = tierd_refused(
         dir,
-        &["unpin", "--config", "config.toml", "--volume", "vol0", "--segment", "3"],
+        &[
+            "unpin",
+            "--config",
+            "config.toml",
+            "--volume",
+            "vol0",
+            "--segment",
+            "3",
+        ],
     );
-    assert!(stderr.contains("segment 3 of volume vol0 is not pinned"), "{stderr}");
+    assert!(
+        stderr.contains("segment 3 of volume vol0 is not pinned"),
+        "{stderr}"
+    );
     wait_for_status(dir, "segment 3 demoted after unpin", |volume| {
         &placement(volume)[3..4] == "1" && idle(volume)
     });
@@ -731,9 +774,13 @@ fn status_shows_the_last_plan_and_its_reason_when_nothing_moved() {
     assert!(plan["period_end_ns"].is_u64());
     let summary = plan["summary"].as_str().unwrap();
     assert!(
-        summary.starts_with("home util 0.0% (mean of 2 periods") && summary.ends_with("< low 10.0%: no move"),
+        summary.starts_with("home util 0.0% (mean of 2 periods")
+            && summary.ends_with("< low 10.0%: no move"),
         "{summary}"
     );
     let text = tierd_ok(dir, &["status", "--config", "config.toml"]);
-    assert!(text.contains("0 moves proposed, 0 queued; home util 0.0%"), "{text}");
+    assert!(
+        text.contains("0 moves proposed, 0 queued; home util 0.0%"),
+        "{text}"
+    );
 }

@@ -44,7 +44,9 @@ impl SystemClock {
     pub fn new() -> Self {
         let origin_unix_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| u64::try_from(since.as_nanos()).unwrap_or(u64::MAX));
+            .map_or(0, |since| {
+                u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+            });
         Self {
             origin: std::time::Instant::now(),
             origin_unix_ns,

@@ -163,7 +163,8 @@ fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     let era = year.div_euclid(400);
     let year_of_era = year - era * 400;
     let month = i64::from(month);
-    let day_of_year = (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let day_of_year =
+        (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
     let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
     era * 146_097 + day_of_era - 719_468
 }
@@ -178,7 +179,11 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
     let month_index = (5 * day_of_year + 2) / 153;
     let day = (day_of_year - (153 * month_index + 2) / 5 + 1) as u32;
-    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 } as u32;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    } as u32;
     let year = year_of_era + era * 400 + i64::from(month <= 2);
     (year, month, day)
 }
@@ -268,9 +273,9 @@ pub fn parse_rfc3339_unix_ns(text: &str) -> Result<u64, UnitError> {
         return Err(fail("day, hour, minute or second out of range"));
     }
     let days = days_from_civil(i64::from(year), month, day);
-    let seconds = days * 86_400 + i64::from(hour) * 3600 + i64::from(minute) * 60
-        + i64::from(second)
-        - offset_s;
+    let seconds =
+        days * 86_400 + i64::from(hour) * 3600 + i64::from(minute) * 60 + i64::from(second)
+            - offset_s;
     let seconds = u64::try_from(seconds).map_err(|_| fail("before 1970"))?;
     seconds
         .checked_mul(NS_PER_SECOND)
@@ -348,7 +353,10 @@ mod tests {
             parse_rfc3339_unix_ns("2024-02-29t23:59:59z").unwrap(),
             1_709_251_199 * NS_PER_SECOND
         );
-        assert_eq!(format_rfc3339_utc(1_709_251_199 * NS_PER_SECOND), "2024-02-29T23:59:59Z");
+        assert_eq!(
+            format_rfc3339_utc(1_709_251_199 * NS_PER_SECOND),
+            "2024-02-29T23:59:59Z"
+        );
         for bad in [
             "2026-11-25T14:00:00",
             "2026-02-30T00:00:00Z",

@@ -960,7 +960,10 @@ mod tests {
                 "even with allow_overcommit",
             ),
             (
-                EMBEDDED_DEFAULT.replace("path = \"disk.img\"", "path = \"disk.img\"\nallow_overcommit = true"),
+                EMBEDDED_DEFAULT.replace(
+                    "path = \"disk.img\"",
+                    "path = \"disk.img\"\nallow_overcommit = true",
+                ),
                 "tier[1] (name \"disk\").allow_overcommit",
                 "only memory tiers",
             ),
@@ -1015,13 +1018,19 @@ mod tests {
                 "at most 64MiB",
             ),
             (
-                EMBEDDED_DEFAULT.replace("size = \"1GiB\"\nsegment", "size = 18446744073709551104\nsegment"),
+                EMBEDDED_DEFAULT.replace(
+                    "size = \"1GiB\"\nsegment",
+                    "size = 18446744073709551104\nsegment",
+                ),
                 "volume[0] (name \"vol0\").size = 18446744073709551104",
                 "more than the 1048576 a volume may have",
             ),
             (
                 EMBEDDED_DEFAULT
-                    .replace("size = \"1GiB\"\nsegment = \"64MiB\"", "size = \"2TiB\"\nsegment = \"1MiB\"")
+                    .replace(
+                        "size = \"1GiB\"\nsegment = \"64MiB\"",
+                        "size = \"2TiB\"\nsegment = \"1MiB\"",
+                    )
                     .replace("size = \"1GiB\"\n", "size = \"2TiB\"\n"),
                 "volume[0] (name \"vol0\").size = 2199023255552: 2097152 segments",
                 "use a larger segment",
@@ -1032,12 +1041,16 @@ mod tests {
                 "at least 1",
             ),
             (
-                EMBEDDED_DEFAULT.replace("kind = \"otf-ast\"", "kind = \"otf-ast\"\nwindow_periods = 0"),
+                EMBEDDED_DEFAULT.replace(
+                    "kind = \"otf-ast\"",
+                    "kind = \"otf-ast\"\nwindow_periods = 0",
+                ),
                 "volume[0] (name \"vol0\").policy.window_periods = 0",
                 "at least 1",
             ),
             (
-                EMBEDDED_DEFAULT.replace("kind = \"otf-ast\"", "kind = \"atsmf\"\ntop_n_segments = 0"),
+                EMBEDDED_DEFAULT
+                    .replace("kind = \"otf-ast\"", "kind = \"atsmf\"\ntop_n_segments = 0"),
                 "volume[0] (name \"vol0\").policy.top_n_segments = 0",
                 "at least 1",
             ),
@@ -1080,9 +1093,25 @@ mod tests {
     #[test]
     fn hostile_numbers_never_panic_the_check() {
         let values = [
-            "0", "1", "-1", "511", "513", "4096", "1e300", "-1e300", "nan", "inf", "-inf",
-            "18446744073709551615", "9223372036854775807", "18446744073709551104",
-            "\"1PiB\"", "\"0\"", "\"99999999999999PiB\"", "0.5", "1.5",
+            "0",
+            "1",
+            "-1",
+            "511",
+            "513",
+            "4096",
+            "1e300",
+            "-1e300",
+            "nan",
+            "inf",
+            "-inf",
+            "18446744073709551615",
+            "9223372036854775807",
+            "18446744073709551104",
+            "\"1PiB\"",
+            "\"0\"",
+            "\"99999999999999PiB\"",
+            "0.5",
+            "1.5",
         ];
         let keys = [
             "size = \"1GiB\"\nsegment",
@@ -1104,7 +1133,10 @@ mod tests {
             }
         }
         for line in [
-            "chunk", "migration_share", "migration_max_rate", "checkpoint_every",
+            "chunk",
+            "migration_share",
+            "migration_max_rate",
+            "checkpoint_every",
         ] {
             for value in values {
                 let text = EMBEDDED_DEFAULT.replace(

@@ -445,9 +445,7 @@ impl Volume {
                 ));
             }
             planner_completed = checkpoint.completed_moves;
-            planner_timed = checkpoint
-                .timed_moves
-                .unwrap_or(checkpoint.completed_moves);
+            planner_timed = checkpoint.timed_moves.unwrap_or(checkpoint.completed_moves);
             planner_total_ns = checkpoint.mean_move_ns.unwrap_or(0.0) * planner_timed as f64;
             recent = checkpoint.recent_moves.iter().cloned().collect();
             pins = checkpoint
@@ -498,9 +496,10 @@ impl Volume {
                 }
             }
         }
-        if let Some(pin) = pins.values().find(|pin| {
-            pin.segment >= segments || pin.tier as usize >= tier_states.len()
-        }) {
+        if let Some(pin) = pins
+            .values()
+            .find(|pin| pin.segment >= segments || pin.tier as usize >= tier_states.len())
+        {
             return Err(VolumeError::Invalid(format!(
                 "{}: a pin of segment {} to tier index {} is impossible for this volume ({segments} segments, {} tiers); tierd will not guess",
                 meta_dir.display(),

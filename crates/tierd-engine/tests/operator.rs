@@ -183,7 +183,11 @@ fn a_pinned_segment_moves_to_its_tier_and_no_policy_moves_it_away() {
 
     // Unpinned, the policy demotes it at its next period.
     assert_eq!(volume.unpin(2).unwrap().tier, 0);
-    assert!(volume.unpin(2).unwrap_err().to_string().contains("not pinned"));
+    assert!(volume
+        .unpin(2)
+        .unwrap_err()
+        .to_string()
+        .contains("not pinned"));
     lab.period(&volume);
     lab.run_moves(&volume, 1_000_000);
     assert_eq!(volume.placement()[2], 1);
@@ -224,11 +228,13 @@ fn an_acknowledged_pin_survives_a_crash_before_its_move() {
 fn pins_are_refused_clearly() {
     let lab = Lab::new(PolicyConfig::None);
     let volume = lab.open();
-    let refusal = |result: Result<bool, tierd_engine::volume::VolumeError>| {
-        result.unwrap_err().to_string()
-    };
+    let refusal =
+        |result: Result<bool, tierd_engine::volume::VolumeError>| result.unwrap_err().to_string();
     let text = refusal(volume.pin(8, 0, None));
-    assert!(text.contains("segment 8 is beyond volume v's 8 segments"), "{text}");
+    assert!(
+        text.contains("segment 8 is beyond volume v's 8 segments"),
+        "{text}"
+    );
     let text = refusal(volume.pin(1, 2, None));
     assert!(text.contains("tier 2 does not exist"), "{text}");
     let text = refusal(volume.pin(1, 0, Some(START_NS - 1)));
@@ -270,7 +276,9 @@ fn pin_to_home_moves_a_segment_down_and_keeps_it_there() {
 fn an_expired_pin_is_dropped_at_the_next_period_and_logged() {
     let lab = Lab::new(demoting_policy());
     let volume = lab.open();
-    volume.pin(4, 0, Some(START_NS + 5 * PERIOD_NS / 2)).unwrap();
+    volume
+        .pin(4, 0, Some(START_NS + 5 * PERIOD_NS / 2))
+        .unwrap();
     lab.run_moves(&volume, 1_000_000);
     lab.period(&volume);
     lab.period(&volume);
@@ -284,7 +292,8 @@ fn an_expired_pin_is_dropped_at_the_next_period_and_logged() {
     assert!(
         events
             .iter()
-            .any(|event| event.contains("pin of segment 4 to tier fast expired at 2026-11-25T14:00:02Z")),
+            .any(|event| event
+                .contains("pin of segment 4 to tier fast expired at 2026-11-25T14:00:02Z")),
         "{events:?}"
     );
     lab.run_moves(&volume, 1_000_000);

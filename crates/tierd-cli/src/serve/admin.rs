@@ -255,9 +255,10 @@ fn pin(request: &PinRequest, context: &Context) -> Result<Value, String> {
     let moving = volume
         .pin(request.segment, tier as u8, request.until_unix_ns)
         .map_err(|error| error.to_string())?;
-    let until = request
-        .until_unix_ns
-        .map_or_else(|| "unpin".to_string(), tierd_common::units::format_rfc3339_utc);
+    let until = request.until_unix_ns.map_or_else(
+        || "unpin".to_string(),
+        tierd_common::units::format_rfc3339_utc,
+    );
     context.logger.info(
         "operator pin",
         &[

@@ -639,10 +639,7 @@ mod tests {
     fn until_takes_a_time_or_a_duration_from_now() {
         let now = 1_795_615_200_000_000_000;
         assert_eq!(parse_until("2h", now).unwrap(), now + 7_200_000_000_000);
-        assert_eq!(
-            parse_until("2026-11-25T15:00:00+01:00", 0).unwrap(),
-            now
-        );
+        assert_eq!(parse_until("2026-11-25T15:00:00+01:00", 0).unwrap(), now);
         for bad in ["0s", "tomorrow", "2026-11-25"] {
             let error = parse_until(bad, now).unwrap_err().0;
             assert!(error.contains("RFC 3339"), "{error}");

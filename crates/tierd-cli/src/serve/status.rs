@@ -85,7 +85,11 @@ fn offline_volume(config: &Config, volume: &VolumeConfig) -> Result<VolumeStatus
     let mut pins: std::collections::BTreeMap<u32, Pin> = checkpoint
         .as_ref()
         .map(|checkpoint: &tierd_engine::meta::Checkpoint| {
-            checkpoint.pins.iter().map(|pin| (pin.segment, *pin)).collect()
+            checkpoint
+                .pins
+                .iter()
+                .map(|pin| (pin.segment, *pin))
+                .collect()
         })
         .unwrap_or_default();
     if let Some(bytes) = read_optional(&journal_path)? {
@@ -176,9 +180,7 @@ fn offline_volume(config: &Config, volume: &VolumeConfig) -> Result<VolumeStatus
         .as_ref()
         .map_or(0, |checkpoint| checkpoint.completed_moves);
     let checkpoint_timed = checkpoint.as_ref().map_or(0, |checkpoint| {
-        checkpoint
-            .timed_moves
-            .unwrap_or(checkpoint.completed_moves)
+        checkpoint.timed_moves.unwrap_or(checkpoint.completed_moves)
     });
     let checkpoint_move_ns = checkpoint.as_ref().map_or(0.0, |checkpoint| {
         checkpoint.mean_move_ns.unwrap_or(0.0) * checkpoint_timed as f64

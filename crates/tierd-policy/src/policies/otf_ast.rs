@@ -527,10 +527,7 @@ impl Policy for OtfAst {
             }
         }
         if !view.pinned.is_empty() {
-            notes.push(format!(
-                "{} pinned segments left alone",
-                view.pinned.len()
-            ));
+            notes.push(format!("{} pinned segments left alone", view.pinned.len()));
         }
         let promoted_count = plan.moves.iter().filter(|step| step.to == fast).count();
         let demoted_count = plan.moves.len() - promoted_count;

@@ -697,8 +697,10 @@ impl Policy for Atsmf {
             plan.summary.push_str(&note);
         }
         if !view.pinned.is_empty() {
-            plan.summary
-                .push_str(&format!("; {} pinned segments left alone", view.pinned.len()));
+            plan.summary.push_str(&format!(
+                "; {} pinned segments left alone",
+                view.pinned.len()
+            ));
         }
         plan
     }
