@@ -420,7 +420,7 @@ pub fn render_text(report: &Value) -> String {
                 let placed = if pin.get("placed").and_then(Value::as_bool) == Some(true) {
                     "on it"
                 } else {
-                    "its move there is queued or pending"
+                    "not there yet: its move is queued"
                 };
                 let _ = writeln!(
                     out,
@@ -543,7 +543,7 @@ mod tests {
         assert!(text.contains("mean 2.0 ms each"), "{text}");
         assert!(text.contains("    something to know"), "{text}");
         assert!(
-            text.contains("    segment 2 -> mem (until 2026-11-25T15:00:00Z; its move there is queued or pending)"),
+            text.contains("    segment 2 -> mem (until 2026-11-25T15:00:00Z; not there yet: its move is queued)"),
             "{text}"
         );
         assert!(
