@@ -103,6 +103,24 @@ fn check_accepted(request: &AdminRequest, volumes: &[VolumeShape]) {
                 "{request:?} changes nothing"
             );
         }
+        AdminRequest::Pin(request) => {
+            let volume = volumes
+                .iter()
+                .find(|volume| volume.name == request.volume)
+                .expect("an accepted pin names a served volume");
+            assert!(request.segment < volume.segment_count, "{request:?}");
+            assert!(
+                volume.tier_names.contains(&request.tier),
+                "{request:?} names a tier outside the volume's stack"
+            );
+        }
+        AdminRequest::Unpin(request) => {
+            let volume = volumes
+                .iter()
+                .find(|volume| volume.name == request.volume)
+                .expect("an accepted unpin names a served volume");
+            assert!(request.segment < volume.segment_count, "{request:?}");
+        }
     }
     let mut line = request.to_json().to_string();
     assert!(!line.contains('\n'), "a request's JSON is one line: {line}");

@@ -43,6 +43,11 @@ enum Command {
     Status(serve::StatusArgs),
     /// Ask a running server to move a segment to a tier (operator move).
     Move(serve::MoveArgs),
+    /// Pin a segment to a tier on a running server: it is moved there and
+    /// no policy moves it until `tierd unpin` (or --until). Survives restarts.
+    Pin(serve::PinArgs),
+    /// End a segment's pin; policies may move it again.
+    Unpin(serve::UnpinArgs),
     /// Fault drill on a running server: mark a tier (configured with
     /// `[tier.faults]`) gone or back.
     Fault(serve::FaultArgs),
@@ -86,6 +91,8 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Status(args) => serve::status(args),
         Command::Move(args) => serve::move_segment(args),
+        Command::Pin(args) => serve::pin(args),
+        Command::Unpin(args) => serve::unpin(args),
         Command::Fault(args) => serve::fault(args),
         Command::Replay(args) => replay::run(args),
         Command::Dst(args) => dst::run(args),

@@ -418,6 +418,8 @@ fn status_json_keys_are_stable_online_and_offline() {
         "mean_move_ns",
         "recent_moves",
         "warnings",
+        "pins",
+        "last_plan",
     ] {
         assert!(volume.get(key).is_some(), "{key} missing: {volume:#}");
     }
@@ -624,5 +626,189 @@ fn status_where_no_server_ever_ran_says_so_and_fails() {
     assert!(
         message.contains(&dir.join("data").display().to_string()),
         "{message}"
+    );
+}
+
+fn tierd_ok(dir: &Path, args: &[&str]) -> String {
+    let output = tierd_in(dir, args);
+    assert!(
+        output.status.success(),
+        "tierd {args:?} failed:\n{}",
+        common::stderr(&output)
+    );
+    common::stdout(&output)
+}
+
+fn as_strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+fn tierd_refused(dir: &Path, args: &[&str]) -> String {
+    let output = tierd_in(dir, args);
+    assert_eq!(output.status.code(), Some(1), "tierd {args:?} did not fail");
+    common::stderr(&output)
+}
+
+/// Issue 11: `tierd pin` puts a segment on a tier and keeps it there against
+/// a policy that demotes every idle fast-tier segment (OTF-AST with no IO:
+/// home below `low`), across a `kill -9`; `tierd unpin` gives it back to the
+/// policy. Status lists the pin and the last plan's reason.
+#[test]
+fn a_pin_is_honoured_by_the_policy_and_survives_kill_9() {
+    let config = small_config("", "").replace(
+        "kind = \"none\"",
+        "kind = \"otf-ast\"\npromote_persistent = false",
+    );
+    let (dir, _) = setup(&config);
+    let dir = dir.path();
+    let mut server = Server::start(dir, Some(Path::new("config.toml")));
+    let base = ["--config", "config.toml", "--volume", "vol0"];
+    let pin = |segment: &str, tier: &str, extra: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = ["pin"].iter().chain(&base).map(|s| s.to_string()).collect();
+        args.extend(["--segment", segment, "--tier", tier].map(String::from));
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    let printed = tierd_ok(dir, &as_strs(&pin("3", "mem", &[])));
+    assert!(
+        printed.contains("pinned segment 3 of volume vol0 to tier mem (until tierd unpin); its move there is queued"),
+        "{printed}"
+    );
+    let printed = tierd_ok(dir, &as_strs(&pin("7", "mem", &["--until", "1h"])));
+    assert!(printed.contains("(until 20"), "{printed}");
+    // Refusals name what is wrong.
+    for (args, expected) in [
+        (
+            pin("64", "mem", &[]),
+            "segment 64 is beyond volume vol0's 64 segments",
+        ),
+        (pin("1", "ssd", &[]), "volume vol0 has no tier \"ssd\""),
+        (
+            pin("1", "mem", &["--until", "2020-01-01T00:00:00Z"]),
+            "which has passed",
+        ),
+        (pin("1", "mem", &["--until", "soon"]), "RFC 3339"),
+    ] {
+        let stderr = tierd_refused(dir, &as_strs(&args));
+        assert!(stderr.contains(expected), "{expected:?} not in {stderr}");
+    }
+    // Segment 5 goes up by a plain operator move: the policy demotes it.
+    move_segment(dir, 5, "mem");
+    let volume = wait_for_status(dir, "segment 5 demoted, 3 and 7 pinned on mem", |volume| {
+        let placed = placement(volume);
+        volume["completed_moves"].as_u64() >= Some(4)
+            && &placed[3..4] == "0"
+            && &placed[5..8] == "110"
+            && idle(volume)
+    });
+    let pins = volume["pins"].as_array().unwrap();
+    assert_eq!(pins.len(), 2, "{volume:#}");
+    assert_eq!(pins[0]["segment"], 3);
+    assert_eq!(pins[0]["tier"], "mem");
+    assert_eq!(pins[0]["placed"], true);
+    assert!(pins[0]["until"].is_null());
+    assert!(
+        pins[1]["until"].as_str().unwrap().ends_with('Z'),
+        "{volume:#}"
+    );
+    let summary = volume["last_plan"]["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("2 pinned segments left alone"),
+        "{summary}"
+    );
+    let error = tierd_refused(
+        dir,
+        &[
+            "move",
+            "--config",
+            "config.toml",
+            "--volume",
+            "vol0",
+            "--segment",
+            "3",
+            "--to",
+            "disk",
+        ],
+    );
+    assert!(error.contains("pinned to tier mem"), "{error}");
+    let text = tierd_ok(dir, &["status", "--config", "config.toml"]);
+    assert!(
+        text.contains(
+            "  pins (no policy moves these):\n    segment 3 -> mem (until unpinned; on it)"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("  last plan (20"), "{text}");
+
+    // kill -9: the pins were acknowledged, so they are on disk.
+    server.kill();
+    let offline = status_json(dir);
+    assert_eq!(offline["volumes"][0]["pins"].as_array().unwrap().len(), 2);
+    let _server = Server::start(dir, Some(Path::new("config.toml")));
+    let volume = wait_for_status(dir, "four periods after the restart", |volume| {
+        volume["periods_closed"].as_u64() >= Some(4) && idle(volume)
+    });
+    assert_eq!(&placement(&volume)[3..8], "01110", "{volume:#}");
+    assert_eq!(volume["pins"].as_array().unwrap().len(), 2);
+
+    // Unpinned, segment 3 is the policy's again: demoted.
+    let printed = tierd_ok(
+        dir,
+        &[
+            "unpin",
+            "--config",
+            "config.toml",
+            "--volume",
+            "vol0",
+            "--segment",
+            "3",
+        ],
+    );
+    assert!(printed.contains("was pinned to tier mem"), "{printed}");
+    let stderr = tierd_refused(
+        dir,
+        &[
+            "unpin",
+            "--config",
+            "config.toml",
+            "--volume",
+            "vol0",
+            "--segment",
+            "3",
+        ],
+    );
+    assert!(
+        stderr.contains("segment 3 of volume vol0 is not pinned"),
+        "{stderr}"
+    );
+    wait_for_status(dir, "segment 3 demoted after unpin", |volume| {
+        &placement(volume)[3..4] == "1" && idle(volume)
+    });
+}
+
+/// Issue 11: status shows the policy's last plan and why, also when it
+/// moved nothing.
+#[test]
+fn status_shows_the_last_plan_and_its_reason_when_nothing_moved() {
+    let config = small_config("", "").replace("kind = \"none\"", "kind = \"otf-ast\"");
+    let (dir, _) = setup(&config);
+    let dir = dir.path();
+    let _server = Server::start(dir, Some(Path::new("config.toml")));
+    let volume = wait_for_status(dir, "three periods", |volume| {
+        volume["periods_closed"].as_u64() >= Some(3)
+    });
+    let plan = &volume["last_plan"];
+    assert_eq!(plan["moves"], 0, "{volume:#}");
+    assert!(plan["period_end_ns"].is_u64());
+    let summary = plan["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with("home util 0.0% (mean of 2 periods")
+            && summary.ends_with("< low 10.0%: no move"),
+        "{summary}"
+    );
+    let text = tierd_ok(dir, &["status", "--config", "config.toml"]);
+    assert!(
+        text.contains("0 moves proposed, 0 queued; home util 0.0%"),
+        "{text}"
     );
 }

@@ -18,6 +18,15 @@ pub trait Clock: Send + Sync {
     /// [`SystemClock`], an instant jump forward on [`ManualClock`] (so code
     /// that paces or emulates latency runs in virtual time under test).
     fn sleep_ns(&self, duration_ns: u64);
+
+    /// Wall time: nanoseconds since the Unix epoch, on this clock's timeline
+    /// (it advances exactly as [`Clock::now_ns`] does). For what must mean
+    /// the same across restarts, e.g. an operator's pin expiry. The default
+    /// takes `now_ns` as Unix time, which is what a [`ManualClock`] in a test
+    /// means by it; [`SystemClock`] adds the OS wall time at its creation.
+    fn unix_now_ns(&self) -> u64 {
+        self.now_ns()
+    }
 }
 
 /// Wall time from the OS, measured from the moment the clock was created.
@@ -26,13 +35,21 @@ pub trait Clock: Send + Sync {
 #[derive(Debug)]
 pub struct SystemClock {
     origin: std::time::Instant,
+    /// OS wall time at `origin`, in ns since the Unix epoch.
+    origin_unix_ns: u64,
 }
 
 impl SystemClock {
     #[allow(clippy::disallowed_methods)] // the single sanctioned OS-clock read
     pub fn new() -> Self {
+        let origin_unix_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| {
+                u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+            });
         Self {
             origin: std::time::Instant::now(),
+            origin_unix_ns,
         }
     }
 }
@@ -46,6 +63,10 @@ impl Default for SystemClock {
 impl Clock for SystemClock {
     fn now_ns(&self) -> u64 {
         u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn unix_now_ns(&self) -> u64 {
+        self.origin_unix_ns.saturating_add(self.now_ns())
     }
 
     #[allow(clippy::disallowed_methods)] // the single sanctioned OS sleep

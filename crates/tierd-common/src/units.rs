@@ -156,6 +156,147 @@ impl fmt::Display for Duration {
     }
 }
 
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
+/// `days_from_civil`).
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month = i64::from(month);
+    let day_of_year =
+        (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+/// The date of a day count since 1970-01-01 (`civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let days = days + 719_468;
+    let era = days.div_euclid(146_097);
+    let day_of_era = days - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = (day_of_year - (153 * month_index + 2) / 5 + 1) as u32;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    } as u32;
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+const RFC3339_EXAMPLES: &str = "2026-11-25T14:00:00Z, 2026-11-25T15:00:00+01:00";
+
+/// Parses an RFC 3339 date-time (`2026-11-25T14:00:00Z`,
+/// `2026-11-25 15:00:00.5+01:00`; `t`/`z` in lower case too) into
+/// nanoseconds since the Unix epoch. Times before 1970 are refused.
+pub fn parse_rfc3339_unix_ns(text: &str) -> Result<u64, UnitError> {
+    let fail = |reason: &str| UnitError {
+        text: text.to_string(),
+        what: "an RFC 3339 time",
+        reason: reason.to_string(),
+        examples: RFC3339_EXAMPLES,
+    };
+    let bytes = text.trim().as_bytes();
+    let digits = |range: std::ops::Range<usize>| -> Result<u32, UnitError> {
+        let part = bytes
+            .get(range)
+            .ok_or_else(|| fail("too short for YYYY-MM-DDTHH:MM:SS and a zone"))?;
+        if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
+            return Err(fail("expected digits"));
+        }
+        Ok(part
+            .iter()
+            .fold(0u32, |value, digit| value * 10 + u32::from(digit - b'0')))
+    };
+    let separator = |at: usize, allowed: &[u8]| -> Result<(), UnitError> {
+        match bytes.get(at) {
+            Some(byte) if allowed.contains(byte) => Ok(()),
+            _ => Err(fail("expected YYYY-MM-DDTHH:MM:SS")),
+        }
+    };
+    let year = digits(0..4)?;
+    separator(4, b"-")?;
+    let month = digits(5..7)?;
+    separator(7, b"-")?;
+    let day = digits(8..10)?;
+    separator(10, b"Tt ")?;
+    let hour = digits(11..13)?;
+    separator(13, b":")?;
+    let minute = digits(14..16)?;
+    separator(16, b":")?;
+    let second = digits(17..19)?;
+    let mut at = 19;
+    let mut fraction_ns = 0u64;
+    if bytes.get(at) == Some(&b'.') {
+        at += 1;
+        let start = at;
+        while bytes.get(at).is_some_and(u8::is_ascii_digit) {
+            at += 1;
+        }
+        if at == start {
+            return Err(fail("expected digits after the decimal point"));
+        }
+        for (index, digit) in bytes[start..at].iter().take(9).enumerate() {
+            fraction_ns += u64::from(digit - b'0') * 10u64.pow(8 - index as u32);
+        }
+    }
+    let offset_s: i64 = match bytes.get(at) {
+        Some(b'Z' | b'z') if at + 1 == bytes.len() => 0,
+        Some(sign @ (b'+' | b'-')) if at + 6 == bytes.len() => {
+            separator(at + 3, b":")?;
+            let hours = i64::from(digits(at + 1..at + 3)?);
+            let minutes = i64::from(digits(at + 4..at + 6)?);
+            if hours > 23 || minutes > 59 {
+                return Err(fail("zone offset out of range"));
+            }
+            let offset = hours * 3600 + minutes * 60;
+            if *sign == b'+' {
+                offset
+            } else {
+                -offset
+            }
+        }
+        _ => return Err(fail("expected a zone: Z or +HH:MM / -HH:MM at the end")),
+    };
+    let days_in_month = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
+        2 => 28,
+        _ => return Err(fail("month out of range")),
+    };
+    if day == 0 || day > days_in_month || hour > 23 || minute > 59 || second > 60 {
+        return Err(fail("day, hour, minute or second out of range"));
+    }
+    let days = days_from_civil(i64::from(year), month, day);
+    let seconds =
+        days * 86_400 + i64::from(hour) * 3600 + i64::from(minute) * 60 + i64::from(second)
+            - offset_s;
+    let seconds = u64::try_from(seconds).map_err(|_| fail("before 1970"))?;
+    seconds
+        .checked_mul(NS_PER_SECOND)
+        .and_then(|ns| ns.checked_add(fraction_ns))
+        .ok_or_else(|| fail("too far in the future"))
+}
+
+/// Nanoseconds since the Unix epoch as RFC 3339 in UTC, to the second:
+/// `2026-11-25T14:00:00Z`.
+pub fn format_rfc3339_utc(unix_ns: u64) -> String {
+    let seconds = (unix_ns / NS_PER_SECOND) as i64;
+    let (year, month, day) = civil_from_days(seconds.div_euclid(86_400));
+    let in_day = seconds.rem_euclid(86_400);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        in_day / 3600,
+        in_day % 3600 / 60,
+        in_day % 60
+    )
+}
+
 pub const NS_PER_SECOND: u64 = 1_000_000_000;
 pub const SECTOR_BYTES: u64 = 512;
 pub const PAGE_BYTES: u64 = 4096;
@@ -196,6 +337,37 @@ mod tests {
         assert_eq!(parse_duration_ns("2h").unwrap(), 7200 * NS_PER_SECOND);
         assert_eq!(parse_duration_ns("1.5m").unwrap(), 90 * NS_PER_SECOND);
         assert!(parse_duration_ns("3 fortnights").is_err());
+    }
+
+    #[test]
+    fn rfc3339_times_parse_and_format() {
+        assert_eq!(parse_rfc3339_unix_ns("1970-01-01T00:00:00Z").unwrap(), 0);
+        let ns = parse_rfc3339_unix_ns("2026-11-25T14:00:00Z").unwrap();
+        assert_eq!(ns, 1_795_615_200 * NS_PER_SECOND);
+        assert_eq!(format_rfc3339_utc(ns), "2026-11-25T14:00:00Z");
+        assert_eq!(
+            parse_rfc3339_unix_ns("2026-11-25 15:00:00.25+01:00").unwrap(),
+            ns + 250_000_000
+        );
+        assert_eq!(
+            parse_rfc3339_unix_ns("2024-02-29t23:59:59z").unwrap(),
+            1_709_251_199 * NS_PER_SECOND
+        );
+        assert_eq!(
+            format_rfc3339_utc(1_709_251_199 * NS_PER_SECOND),
+            "2024-02-29T23:59:59Z"
+        );
+        for bad in [
+            "2026-11-25T14:00:00",
+            "2026-02-30T00:00:00Z",
+            "2026-13-01T00:00:00Z",
+            "1969-12-31T23:59:59Z",
+            "2h",
+            "",
+            "2026-11-25T14:00:00+1:00",
+        ] {
+            assert!(parse_rfc3339_unix_ns(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

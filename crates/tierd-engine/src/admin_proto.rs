@@ -10,6 +10,8 @@
 //! | `{"cmd":"move","volume":"vol0","segment":3,"to":"mem"}` | [`AdminRequest::Move`] |
 //! | `{"cmd":"fault","tier":"ssd","gone":true}` | [`AdminRequest::Fault`] |
 //! | `{"cmd":"fault","tier":"ssd","config":{"read_error_probability":0.1}}` | [`AdminRequest::Fault`] |
+//! | `{"cmd":"pin","volume":"vol0","segment":3,"tier":"mem","until_unix_ns":1795615200000000000}` | [`AdminRequest::Pin`] (`until_unix_ns` optional) |
+//! | `{"cmd":"unpin","volume":"vol0","segment":3}` | [`AdminRequest::Unpin`] |
 //!
 //! Keys other than these are ignored. Every rejection is a non-empty
 //! message saying what was expected; the server sends it back as
@@ -39,6 +41,28 @@ pub enum AdminRequest {
     Move(MoveRequest),
     /// The fault drill on one tier.
     Fault(FaultRequest),
+    /// Pin a segment to a tier (`tierd pin`).
+    Pin(PinRequest),
+    /// End a segment's pin (`tierd unpin`).
+    Unpin(UnpinRequest),
+}
+
+/// `{"cmd":"pin",...}`: checked like a move (`tier` is one of the
+/// volume's tiers, `segment` in range).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PinRequest {
+    pub volume: String,
+    pub segment: u32,
+    pub tier: String,
+    /// Wall time (ns since the Unix epoch) when the pin ends; none: never.
+    pub until_unix_ns: Option<u64>,
+}
+
+/// `{"cmd":"unpin",...}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnpinRequest {
+    pub volume: String,
+    pub segment: u32,
 }
 
 /// `{"cmd":"move",...}`: checked against the served volumes, so `volume`
@@ -120,20 +144,29 @@ pub fn parse_request(line: &[u8], volumes: &[VolumeShape]) -> Result<AdminReques
         Some("status") => Ok(AdminRequest::Status),
         Some("move") => parse_move(&request, volumes).map(AdminRequest::Move),
         Some("fault") => parse_fault(&request).map(AdminRequest::Fault),
+        Some("pin") => parse_pin(&request, volumes).map(AdminRequest::Pin),
+        Some("unpin") => parse_unpin(&request, volumes).map(AdminRequest::Unpin),
         Some(other) => Err(format!(
-            "unknown cmd {other:?}: allowed are \"status\", \"move\" and \"fault\""
+            "unknown cmd {other:?}: allowed are \"status\", \"move\", \"fault\", \"pin\" and \"unpin\""
         )),
-        None => {
-            Err("the request needs a \"cmd\" string: \"status\", \"move\" or \"fault\"".to_string())
-        }
+        None => Err(
+            "the request needs a \"cmd\" string: \"status\", \"move\", \"fault\", \"pin\" or \"unpin\""
+                .to_string(),
+        ),
     }
 }
 
-fn parse_move(request: &Value, volumes: &[VolumeShape]) -> Result<MoveRequest, String> {
+/// The volume and segment of a move, pin or unpin (`cmd` names it in the
+/// messages), checked in that order.
+fn volume_and_segment<'a>(
+    request: &Value,
+    volumes: &'a [VolumeShape],
+    cmd: &str,
+) -> Result<(&'a VolumeShape, u32), String> {
     let name = request
         .get("volume")
         .and_then(Value::as_str)
-        .ok_or("move needs \"volume\": a volume name")?;
+        .ok_or_else(|| format!("{cmd} needs \"volume\": a volume name"))?;
     let volume = volumes
         .iter()
         .find(|volume| volume.name == name)
@@ -144,7 +177,7 @@ fn parse_move(request: &Value, volumes: &[VolumeShape]) -> Result<MoveRequest, S
     let segment = request
         .get("segment")
         .and_then(Value::as_u64)
-        .ok_or("move needs \"segment\": a segment number")?;
+        .ok_or_else(|| format!("{cmd} needs \"segment\": a segment number"))?;
     let segment = u32::try_from(segment)
         .ok()
         .filter(|segment| *segment < volume.segment_count)
@@ -155,6 +188,47 @@ fn parse_move(request: &Value, volumes: &[VolumeShape]) -> Result<MoveRequest, S
                 volume.segment_count.saturating_sub(1)
             )
         })?;
+    Ok((volume, segment))
+}
+
+fn parse_pin(request: &Value, volumes: &[VolumeShape]) -> Result<PinRequest, String> {
+    let (volume, segment) = volume_and_segment(request, volumes, "pin")?;
+    let tier_name = request
+        .get("tier")
+        .and_then(Value::as_str)
+        .ok_or("pin needs \"tier\": a tier name")?;
+    let tiers = &volume.tier_names;
+    if !tiers.iter().any(|tier| tier == tier_name) {
+        return Err(format!(
+            "volume {} has no tier {tier_name:?} (its stack, fastest first: {tiers:?})",
+            volume.name
+        ));
+    }
+    let until_unix_ns = match request.get("until_unix_ns") {
+        None | Some(Value::Null) => None,
+        Some(value) => Some(value.as_u64().ok_or(
+            "pin: \"until_unix_ns\" must be a whole number of nanoseconds since the Unix epoch",
+        )?),
+    };
+    Ok(PinRequest {
+        volume: volume.name.clone(),
+        segment,
+        tier: tier_name.to_string(),
+        until_unix_ns,
+    })
+}
+
+fn parse_unpin(request: &Value, volumes: &[VolumeShape]) -> Result<UnpinRequest, String> {
+    let (volume, segment) = volume_and_segment(request, volumes, "unpin")?;
+    Ok(UnpinRequest {
+        volume: volume.name.clone(),
+        segment,
+    })
+}
+
+fn parse_move(request: &Value, volumes: &[VolumeShape]) -> Result<MoveRequest, String> {
+    let (volume, segment) = volume_and_segment(request, volumes, "move")?;
+    let name = volume.name.as_str();
     let tier_name = request
         .get("to")
         .and_then(Value::as_str)
@@ -189,7 +263,13 @@ fn parse_fault(request: &Value) -> Result<FaultRequest, String> {
         None => None,
         Some(value) => Some(
             serde_json::from_value::<FaultConfig>(value.clone())
-                .map_err(|error| format!("fault: bad \"config\": {error}"))?,
+                .map_err(|error| format!("fault: bad \"config\": {error}"))
+                .and_then(|config| {
+                    config
+                        .validate()
+                        .map(|()| config)
+                        .map_err(|error| format!("fault: bad \"config\": {error}"))
+                })?,
         ),
     };
     if gone.is_none() && config.is_none() {
@@ -224,6 +304,23 @@ impl AdminRequest {
                 }
                 value
             }
+            AdminRequest::Pin(request) => {
+                let mut value = json!({
+                    "cmd": "pin",
+                    "volume": request.volume,
+                    "segment": request.segment,
+                    "tier": request.tier,
+                });
+                if let Some(until) = request.until_unix_ns {
+                    value["until_unix_ns"] = json!(until);
+                }
+                value
+            }
+            AdminRequest::Unpin(request) => json!({
+                "cmd": "unpin",
+                "volume": request.volume,
+                "segment": request.segment,
+            }),
         }
     }
 }
@@ -282,7 +379,7 @@ mod tests {
             (r#"{"cmd":7}"#, "the request needs a \"cmd\" string"),
             (
                 r#"{"cmd":"launch"}"#,
-                "unknown cmd \"launch\": allowed are \"status\", \"move\" and \"fault\"",
+                "unknown cmd \"launch\": allowed are \"status\", \"move\", \"fault\", \"pin\" and \"unpin\"",
             ),
             (r#"{"cmd":"move"}"#, "move needs \"volume\": a volume name"),
             (
@@ -310,6 +407,27 @@ mod tests {
                 "volume vol0 has no tier \"ssd\" (its stack, fastest first: [\"mem\", \"disk\"])",
             ),
             (r#"{"cmd":"fault"}"#, "fault needs \"tier\": a tier name"),
+            (r#"{"cmd":"pin"}"#, "pin needs \"volume\": a volume name"),
+            (
+                r#"{"cmd":"pin","volume":"vol0","segment":4,"tier":"mem"}"#,
+                "segment 4 is beyond volume vol0's 4 segments (0 to 3)",
+            ),
+            (
+                r#"{"cmd":"pin","volume":"vol0","segment":1}"#,
+                "pin needs \"tier\": a tier name",
+            ),
+            (
+                r#"{"cmd":"pin","volume":"vol0","segment":1,"tier":"ssd"}"#,
+                "volume vol0 has no tier \"ssd\"",
+            ),
+            (
+                r#"{"cmd":"pin","volume":"vol0","segment":1,"tier":"mem","until_unix_ns":-5}"#,
+                "pin: \"until_unix_ns\" must be",
+            ),
+            (
+                r#"{"cmd":"unpin","volume":"vol0"}"#,
+                "unpin needs \"segment\": a segment number",
+            ),
             (
                 r#"{"cmd":"fault","tier":"ssd","gone":1}"#,
                 "fault: \"gone\" must be true or false",
@@ -317,6 +435,10 @@ mod tests {
             (
                 r#"{"cmd":"fault","tier":"ssd","config":{"typo":1}}"#,
                 "fault: bad \"config\": unknown field `typo`",
+            ),
+            (
+                r#"{"cmd":"fault","tier":"ssd","config":{"write_error_probability":1.5}}"#,
+                "fault: bad \"config\": write_error_probability = 1.5: a probability must be from 0 to 1",
             ),
             (
                 r#"{"cmd":"fault","tier":"ssd"}"#,
@@ -346,12 +468,28 @@ mod tests {
                 segment: 2,
                 to: "disk".into(),
             }),
+            AdminRequest::Pin(PinRequest {
+                volume: "vol0".into(),
+                segment: 3,
+                tier: "mem".into(),
+                until_unix_ns: Some(u64::MAX),
+            }),
+            AdminRequest::Pin(PinRequest {
+                volume: "vol0".into(),
+                segment: 0,
+                tier: "disk".into(),
+                until_unix_ns: None,
+            }),
+            AdminRequest::Unpin(UnpinRequest {
+                volume: "vol0".into(),
+                segment: 1,
+            }),
             AdminRequest::Fault(FaultRequest {
                 tier: "ssd \"quoted\"\n".into(),
                 gone: Some(false),
                 config: Some(FaultConfig {
                     delay_probability: 0.5,
-                    delay_ns: u64::MAX,
+                    delay_ns: crate::device::fault::MAX_DELAY_NS,
                     ..FaultConfig::default()
                 }),
             }),

@@ -248,6 +248,12 @@ pub struct TierConfig {
     /// Injected faults (tests and drills).
     #[serde(default)]
     pub faults: Option<FaultConfig>,
+    /// A memory tier may be larger than the machine's physical memory (up
+    /// to 64 times): it only takes memory as it is written, so a tier that
+    /// will never fill can be sized past RAM. Off: such a tier is refused,
+    /// because filling it would exhaust the machine's memory.
+    #[serde(default)]
+    pub allow_overcommit: bool,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -305,6 +311,39 @@ fn default_checkpoint_every() -> u32 {
 
 fn default_policy() -> PolicyConfig {
     PolicyConfig::None
+}
+
+/// Most segments a volume may have: the checkpoint holds a placement entry
+/// per segment and is rewritten every `checkpoint_every` periods (about
+/// 26 bytes each: 1 Mi segments make a 26 MiB checkpoint); past 40 Mi the
+/// checkpoint outgrows what recovery reads (1 GiB) and the next start fails.
+pub const MAX_SEGMENTS_PER_VOLUME: u64 = 1 << 20;
+/// Largest migration chunk: the copier holds a buffer of one chunk and
+/// writes to that chunk wait while it is copied.
+pub const MAX_CHUNK_BYTES: u64 = 64 << 20;
+/// Longest policy period: the monitor's period arithmetic stays far from
+/// overflow, and a policy that never runs is no policy.
+pub const MAX_PERIOD_NS: u64 = 7 * 86_400 * 1_000_000_000;
+/// Slowest `migration_max_rate`: below it one 256 KiB chunk takes over 4 s
+/// and a 1 GiB segment over 4 hours; omit the key for no cap.
+pub const MIN_MIGRATION_RATE_BYTES: u64 = 64 << 10;
+/// Smallest `migration_share` (the copier's pacing floor).
+pub const MIN_MIGRATION_SHARE: f64 = 0.001;
+/// How far past physical memory `allow_overcommit` lets memory tiers go.
+pub const MAX_OVERCOMMIT_FACTOR: u64 = 64;
+
+/// The machine's physical memory in bytes, `None` when it cannot be read.
+pub fn physical_memory_bytes() -> Option<u64> {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let (pages, page_bytes) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let pages = u64::try_from(pages).ok().filter(|pages| *pages > 0)?;
+    let page_bytes = u64::try_from(page_bytes).ok().filter(|bytes| *bytes > 0)?;
+    pages.checked_mul(page_bytes)
 }
 
 /// A configuration problem, naming the file and the key.
@@ -507,6 +546,7 @@ impl Config {
                 self.log.format
             ));
         }
+        self.check_machine_limits(physical_memory_bytes())?;
         let mut seen = std::collections::BTreeSet::new();
         for (index, tier) in self.tiers.iter().enumerate() {
             let key = format!("tier[{index}] (name {:?})", tier.name);
@@ -548,6 +588,16 @@ impl Config {
             if tier.size.is_some_and(|size| size.0 == 0) {
                 return Err(format!("{key}.size: must be more than 0"));
             }
+            if tier.allow_overcommit && tier.backend != Backend::Memory {
+                return Err(format!(
+                    "{key}.allow_overcommit: only memory tiers take memory"
+                ));
+            }
+            if let Some(faults) = &tier.faults {
+                faults
+                    .validate()
+                    .map_err(|error| format!("{key}.faults.{error}"))?;
+            }
         }
         let mut volume_names = std::collections::BTreeSet::new();
         let mut tier_owner: std::collections::BTreeMap<&str, &str> = Default::default();
@@ -566,8 +616,8 @@ impl Config {
                 ));
             }
             let chunk = volume.chunk.0;
-            if !chunk.is_power_of_two() || chunk < 4096 || chunk > segment {
-                return Err(format!("{key}.chunk = {chunk}: must be a power of two from 4KiB up to the segment size"));
+            if !chunk.is_power_of_two() || chunk < 4096 || chunk > segment.min(MAX_CHUNK_BYTES) {
+                return Err(format!("{key}.chunk = {chunk}: must be a power of two from 4KiB up to the segment size and at most 64MiB (the copier buffers one chunk, and writes to it wait while it is copied)"));
             }
             if volume.size.0 == 0 || volume.size.0 % 512 != 0 {
                 return Err(format!(
@@ -575,15 +625,40 @@ impl Config {
                     volume.size.0
                 ));
             }
-            if volume.period.0 < 1_000_000 {
-                return Err(format!("{key}.period: must be at least 1ms"));
-            }
-            if !(volume.migration_share > 0.0 && volume.migration_share <= 1.0) {
+            let segments = volume.size.0.div_ceil(segment);
+            if segments > MAX_SEGMENTS_PER_VOLUME {
                 return Err(format!(
-                    "{key}.migration_share = {}: must be in (0, 1]",
+                    "{key}.size = {}: {segments} segments of {segment} bytes, more than the {MAX_SEGMENTS_PER_VOLUME} a volume may have (the checkpoint rewritten every period holds one entry per segment); use a larger segment",
+                    volume.size.0
+                ));
+            }
+            if volume.period.0 < 1_000_000 || volume.period.0 > MAX_PERIOD_NS {
+                return Err(format!(
+                    "{key}.period = {} ns: must be from 1ms to 7 days",
+                    volume.period.0
+                ));
+            }
+            if !(volume.migration_share >= MIN_MIGRATION_SHARE && volume.migration_share <= 1.0) {
+                return Err(format!(
+                    "{key}.migration_share = {}: must be from {MIN_MIGRATION_SHARE} to 1",
                     volume.migration_share
                 ));
             }
+            if let Some(rate) = volume
+                .migration_max_rate
+                .filter(|rate| rate.0 < MIN_MIGRATION_RATE_BYTES)
+            {
+                return Err(format!(
+                    "{key}.migration_max_rate = {}: must be at least 64KiB (bytes per second; below it a 1GiB segment takes hours to move); omit the key for no cap",
+                    rate.0
+                ));
+            }
+            let policy_check = match &volume.policy {
+                PolicyConfig::None => Ok(()),
+                PolicyConfig::OtfAst(policy) => policy.validate(),
+                PolicyConfig::Atsmf(policy) => policy.validate(),
+            };
+            policy_check.map_err(|error| format!("{key}.policy.{error}"))?;
             if volume.checkpoint_every == 0 {
                 return Err(format!(
                     "{key}.checkpoint_every: must be at least 1 (periods)"
@@ -609,7 +684,8 @@ impl Config {
                         return Err(format!("{key}.tiers[{position}] = {name:?}: the last tier is home and holds every segment durably; a memory tier cannot be home"));
                     }
                     if let Some(size) = tier.size {
-                        let needed = volume.size.0.div_ceil(segment) * segment;
+                        // No overflow: segments ≤ 2^20 and segment ≤ 4 GiB.
+                        let needed = segments * segment;
                         if size.0 < needed {
                             return Err(format!("{key}: home tier {name:?} has size {} but the volume needs {needed} bytes (its size rounded up to whole segments)", size.0));
                         }
@@ -618,6 +694,46 @@ impl Config {
                     if size.0 < segment {
                         return Err(format!("tier {name:?}.size = {}: smaller than one segment of volume {:?} ({segment} bytes)", size.0, volume.name));
                     }
+                    if size.0 / segment > MAX_SEGMENTS_PER_VOLUME {
+                        return Err(format!("tier {name:?}.size = {}: {} slots of volume {:?}'s {segment}-byte segments, more than the {MAX_SEGMENTS_PER_VOLUME} a volume may have; a fast tier larger than its volume cannot be used anyway", size.0, size.0 / segment, volume.name));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// Memory tiers must fit in `physical_bytes` of RAM, together, unless
+    /// they say `allow_overcommit` (then up to [`MAX_OVERCOMMIT_FACTOR`]
+    /// times it: even an empty memory tier keeps a table entry per MiB).
+    fn check_machine_limits(&self, physical_bytes: Option<u64>) -> Result<(), String> {
+        let Some(physical_bytes) = physical_bytes else {
+            return Ok(());
+        };
+        let memory_tiers = || {
+            self.tiers
+                .iter()
+                .enumerate()
+                .filter(|(_, tier)| tier.backend == Backend::Memory)
+        };
+        let overcommit_bytes = physical_bytes.saturating_mul(MAX_OVERCOMMIT_FACTOR);
+        let mut committed_bytes = 0u64;
+        for (index, tier) in memory_tiers() {
+            let size = tier.size.map_or(0, |size| size.0);
+            let key = format!("tier[{index}] (name {:?}).size = {size}", tier.name);
+            if size > overcommit_bytes {
+                return Err(format!(
+                    "{key}: more than {MAX_OVERCOMMIT_FACTOR} times this machine's {physical_bytes} bytes of physical memory, even with allow_overcommit"
+                ));
+            }
+            if !tier.allow_overcommit {
+                committed_bytes = committed_bytes.saturating_add(size);
+                if committed_bytes > physical_bytes {
+                    return Err(format!(
+                        "{key}: memory tiers without allow_overcommit add up to {committed_bytes} bytes, more than this machine's {physical_bytes} bytes of physical memory; filling them would exhaust it. Make the tier smaller, or set allow_overcommit = true on it if it will never fill"
+                    ));
                 }
             }
         }
@@ -810,6 +926,225 @@ mod tests {
                 "expected {expected:?} in: {error}"
             );
             assert!(error.starts_with("test.toml"), "{error}");
+        }
+    }
+
+    /// Issue 11: values that would exhaust the machine, hang or panic tierd
+    /// are refused naming the key and the limit. Each was tried against a
+    /// real `tierd serve` first (see notes-reliability-ops.md): a 64 GiB
+    /// memory tier on a 23 GiB machine, probabilities of 2 and NaN and a
+    /// zero migration rate started silently; a period of 1e12 s panicked the
+    /// policy thread (overflow); a volume of 2^64 − 512 bytes panicked the
+    /// config check itself.
+    #[test]
+    fn values_that_would_exhaust_hang_or_panic_are_refused_with_the_key_and_limit() {
+        let physical = physical_memory_bytes().expect("this machine's memory");
+        let volume = |line: &str| {
+            EMBEDDED_DEFAULT.replace("period = \"10s\"", &format!("period = \"10s\"\n{line}"))
+        };
+        let memory_tier = |lines: &str| {
+            EMBEDDED_DEFAULT.replace(
+                "backend = \"memory\"\nsize = \"256MiB\"",
+                &format!("backend = \"memory\"\n{lines}"),
+            )
+        };
+        let cases = [
+            (
+                memory_tier(&format!("size = {}", physical + (64 << 20))),
+                "tier[0] (name \"mem\").size = ",
+                "more than this machine's",
+            ),
+            (
+                memory_tier("size = \"1000PiB\"\nallow_overcommit = true"),
+                "tier[0] (name \"mem\").size = ",
+                "even with allow_overcommit",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace(
+                    "path = \"disk.img\"",
+                    "path = \"disk.img\"\nallow_overcommit = true",
+                ),
+                "tier[1] (name \"disk\").allow_overcommit",
+                "only memory tiers",
+            ),
+            (
+                memory_tier("size = \"256MiB\"\n[tier.faults]\nread_error_probability = 2.0"),
+                "tier[0] (name \"mem\").faults.read_error_probability = 2",
+                "from 0 to 1",
+            ),
+            (
+                memory_tier("size = \"256MiB\"\n[tier.faults]\ndelay_probability = nan"),
+                "faults.delay_probability = NaN",
+                "from 0 to 1",
+            ),
+            (
+                memory_tier("size = \"256MiB\"\n[tier.faults]\nwrite_error_probability = -0.5"),
+                "faults.write_error_probability = -0.5",
+                "from 0 to 1",
+            ),
+            (
+                memory_tier("size = \"256MiB\"\n[tier.faults]\ndelay_ns = 1000000000000000"),
+                "faults.delay_ns = 1000000000000000",
+                "at most 60000000000",
+            ),
+            (
+                volume("migration_max_rate = 0"),
+                "volume[0] (name \"vol0\").migration_max_rate = 0",
+                "at least 64KiB",
+            ),
+            (
+                volume("migration_share = 1e-9"),
+                "migration_share = 0.000000001",
+                "from 0.001 to 1",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace("period = \"10s\"", "period = 1e12"),
+                "volume[0] (name \"vol0\").period = 18446744073709551615 ns",
+                "from 1ms to 7 days",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace("period = \"10s\"", "period = 0"),
+                "period = 0 ns",
+                "from 1ms to 7 days",
+            ),
+            (
+                volume("chunk = \"64MiB\"").replace("segment = \"64MiB\"", "segment = \"128MiB\""),
+                "no error expected",
+                "",
+            ),
+            (
+                volume("chunk = \"128MiB\"").replace("segment = \"64MiB\"", "segment = \"256MiB\""),
+                "volume[0] (name \"vol0\").chunk = 134217728",
+                "at most 64MiB",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace(
+                    "size = \"1GiB\"\nsegment",
+                    "size = 18446744073709551104\nsegment",
+                ),
+                "volume[0] (name \"vol0\").size = 18446744073709551104",
+                "more than the 1048576 a volume may have",
+            ),
+            (
+                EMBEDDED_DEFAULT
+                    .replace(
+                        "size = \"1GiB\"\nsegment = \"64MiB\"",
+                        "size = \"2TiB\"\nsegment = \"1MiB\"",
+                    )
+                    .replace("size = \"1GiB\"\n", "size = \"2TiB\"\n"),
+                "volume[0] (name \"vol0\").size = 2199023255552: 2097152 segments",
+                "use a larger segment",
+            ),
+            (
+                volume("checkpoint_every = 0"),
+                "checkpoint_every",
+                "at least 1",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace(
+                    "kind = \"otf-ast\"",
+                    "kind = \"otf-ast\"\nwindow_periods = 0",
+                ),
+                "volume[0] (name \"vol0\").policy.window_periods = 0",
+                "at least 1",
+            ),
+            (
+                EMBEDDED_DEFAULT
+                    .replace("kind = \"otf-ast\"", "kind = \"atsmf\"\ntop_n_segments = 0"),
+                "volume[0] (name \"vol0\").policy.top_n_segments = 0",
+                "at least 1",
+            ),
+        ];
+        for (text, key, limit) in cases {
+            match parse(&text) {
+                Ok(_) if key == "no error expected" => {}
+                Ok(_) => panic!("accepted; expected {key:?} ... {limit:?}"),
+                Err(error) => {
+                    assert!(error.contains(key), "expected {key:?} in: {error}");
+                    assert!(error.contains(limit), "expected {limit:?} in: {error}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn memory_tiers_add_up_against_physical_memory_unless_overcommitted() {
+        let two_tiers = |overcommit: bool| {
+            EMBEDDED_DEFAULT.replace(
+                "[[tier]]\nname = \"disk\"",
+                &format!(
+                    "[[tier]]\nname = \"spare\"\nbackend = \"memory\"\nsize = \"900MiB\"\nallow_overcommit = {overcommit}\n\n[[tier]]\nname = \"disk\""
+                ),
+            )
+        };
+        let gib = Some(1u64 << 30);
+        let config = parse(&two_tiers(true)).unwrap();
+        assert_eq!(config.check_machine_limits(gib), Ok(()));
+        let config = parse(&two_tiers(false)).unwrap();
+        let error = config.check_machine_limits(gib).unwrap_err();
+        assert!(
+            error.starts_with("tier[1] (name \"spare\").size = 943718400: memory tiers without allow_overcommit add up to 1212153856 bytes, more than this machine's 1073741824 bytes"),
+            "{error}"
+        );
+        assert_eq!(config.check_machine_limits(None), Ok(()));
+    }
+
+    /// No value of a numeric key makes the configuration check panic.
+    #[test]
+    fn hostile_numbers_never_panic_the_check() {
+        let values = [
+            "0",
+            "1",
+            "-1",
+            "511",
+            "513",
+            "4096",
+            "1e300",
+            "-1e300",
+            "nan",
+            "inf",
+            "-inf",
+            "18446744073709551615",
+            "9223372036854775807",
+            "18446744073709551104",
+            "\"1PiB\"",
+            "\"0\"",
+            "\"99999999999999PiB\"",
+            "0.5",
+            "1.5",
+        ];
+        let keys = [
+            "size = \"1GiB\"\nsegment",
+            "segment = \"64MiB\"",
+            "period = \"10s\"",
+            "size = \"256MiB\"",
+            "size = \"1GiB\"\n\n[[volume]]",
+        ];
+        for key in keys {
+            let (name, rest) = key.split_once(" = ").unwrap();
+            let tail = rest.split_once('\n').map_or("", |(_, tail)| tail);
+            for value in values {
+                let replaced = if tail.is_empty() {
+                    format!("{name} = {value}")
+                } else {
+                    format!("{name} = {value}\n{tail}")
+                };
+                let _ = parse(&EMBEDDED_DEFAULT.replace(key, &replaced));
+            }
+        }
+        for line in [
+            "chunk",
+            "migration_share",
+            "migration_max_rate",
+            "checkpoint_every",
+        ] {
+            for value in values {
+                let text = EMBEDDED_DEFAULT.replace(
+                    "period = \"10s\"",
+                    &format!("period = \"10s\"\n{line} = {value}"),
+                );
+                let _ = parse(&text);
+            }
         }
     }
 }

@@ -65,7 +65,51 @@ pub enum Record {
     Place {
         segment: SegmentId,
         location: Location,
+        /// How long the move took (start to journal append), so the mean
+        /// move time survives a restart that replays this record. Absent in
+        /// records written before it existed: such a move counts as a move
+        /// but not in the mean.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        move_ns: Option<u64>,
     },
+    /// An operator pinned `segment` to `tier` (`tierd pin`): no policy moves
+    /// it, until `until_unix_ns` (wall time) when set. Replaces an earlier pin.
+    Pin {
+        segment: SegmentId,
+        tier: TierId,
+        #[serde(default)]
+        until_unix_ns: Option<u64>,
+    },
+    /// The pin of `segment` ended (`tierd unpin`, or it expired).
+    Unpin { segment: SegmentId },
+}
+
+/// An operator's pin: `segment` stays on `tier`; policies never move it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pin {
+    pub segment: SegmentId,
+    pub tier: TierId,
+    /// Wall time (ns since the Unix epoch) after which the pin is dropped;
+    /// `None`: until `tierd unpin`.
+    #[serde(default)]
+    pub until_unix_ns: Option<u64>,
+}
+
+/// The last plan a volume's policy made, for `tierd status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LastPlan {
+    /// End of the period it planned from (engine clock of the process that
+    /// ran it) ...
+    pub period_end_ns: u64,
+    /// ... and the same moment as wall time, ns since the Unix epoch.
+    pub planned_unix_ns: u64,
+    /// Moves the policy proposed.
+    pub moves: usize,
+    /// Of those, moves the engine queued (the rest were dropped: segment
+    /// already moving or queued, pinned, or out of range).
+    pub queued: usize,
+    /// The policy's reason (`Plan::summary`).
+    pub summary: String,
 }
 
 /// A move as `tierd status` lists it.
@@ -102,6 +146,16 @@ pub struct Checkpoint {
     pub completed_moves: u64,
     pub mean_move_ns: Option<f64>,
     pub recent_moves: Vec<MoveRecord>,
+    /// Of `completed_moves`, how many have a known time (`mean_move_ns` is
+    /// their mean). Absent in older checkpoints: all of them.
+    #[serde(default)]
+    pub timed_moves: Option<u64>,
+    /// Operator pins (absent in older checkpoints: none).
+    #[serde(default)]
+    pub pins: Vec<Pin>,
+    /// The policy's last plan and its reason.
+    #[serde(default)]
+    pub last_plan: Option<LastPlan>,
 }
 
 /// A metadata file that failed its checks.
@@ -466,9 +520,13 @@ pub fn peek_placement(dir: &Path) -> Result<Option<Vec<Location>>, MetaError> {
         let decoded = decode_journal(&journal_path, &bytes)?;
         if decoded.generation == generation {
             for record in decoded.records {
-                let Record::Place { segment, location } = record;
-                if let Some(slot) = placement.get_mut(segment as usize) {
-                    *slot = location;
+                if let Record::Place {
+                    segment, location, ..
+                } = record
+                {
+                    if let Some(slot) = placement.get_mut(segment as usize) {
+                        *slot = location;
+                    }
                 }
             }
         }
@@ -749,6 +807,9 @@ mod tests {
             completed_moves: 0,
             mean_move_ns: None,
             recent_moves: Vec::new(),
+            timed_moves: None,
+            pins: Vec::new(),
+            last_plan: None,
         }
     }
 
@@ -756,6 +817,7 @@ mod tests {
         Record::Place {
             segment,
             location: Location { tier, slot },
+            move_ns: None,
         }
     }
 
@@ -964,6 +1026,46 @@ mod tests {
         let (_, recovered) = MetaStore::open(dir.path()).unwrap();
         assert!(recovered.records.is_empty());
         assert_eq!(recovered.notes.len(), 1);
+    }
+
+    /// Metadata written before pins, plan reasons and move times existed
+    /// still loads (every new field has a serde default), and the new
+    /// records survive a reopen.
+    #[test]
+    fn old_metadata_loads_and_pin_records_round_trip() {
+        let old_record: Record =
+            serde_json::from_str(r#"{"type":"place","segment":3,"location":{"tier":0,"slot":1}}"#)
+                .unwrap();
+        assert_eq!(old_record, place(3, 0, 1));
+        let mut value = serde_json::to_value(checkpoint(4)).unwrap();
+        let object = value.as_object_mut().unwrap();
+        for key in ["timed_moves", "pins", "last_plan"] {
+            assert!(object.remove(key).is_some(), "{key}");
+        }
+        let old: Checkpoint = serde_json::from_value(value).unwrap();
+        assert_eq!(old, checkpoint(4));
+
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = MetaStore::open(dir.path()).unwrap();
+        let records = [
+            Record::Pin {
+                segment: 2,
+                tier: 0,
+                until_unix_ns: Some(5),
+            },
+            Record::Place {
+                segment: 2,
+                location: Location { tier: 0, slot: 0 },
+                move_ns: Some(1234),
+            },
+            Record::Unpin { segment: 2 },
+        ];
+        for record in &records {
+            store.append(record).unwrap();
+        }
+        drop(store);
+        let (_, recovered) = MetaStore::open(dir.path()).unwrap();
+        assert_eq!(recovered.records, records);
     }
 
     #[test]

@@ -149,6 +149,9 @@ impl VolumeRunner {
                                 &[("volume", volume.name()), ("error", &error.to_string())],
                             );
                         }
+                        for event in volume.take_events() {
+                            logger.info("pin", &[("volume", volume.name()), ("event", &event)]);
+                        }
                     })
                     .expect("spawn tick thread"),
             );

@@ -25,7 +25,7 @@
 //!   connection. FUA flushes the devices the write touched.
 
 use parking_lot::{Mutex, RwLock};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -36,7 +36,9 @@ use tierd_policy::view::{MigrationStats, TierInfo};
 use tierd_policy::{build_policy, Move, MoveReason, Policy, PolicyConfig, SegmentId, TierId, View};
 
 use crate::device::{BlockDevice, DeviceError, DeviceStats};
-use crate::meta::{Checkpoint, Location, MetaError, MetaFaults, MetaStore, MoveRecord, Record};
+use crate::meta::{
+    Checkpoint, LastPlan, Location, MetaError, MetaFaults, MetaStore, MoveRecord, Pin, Record,
+};
 
 /// How many finished moves `status` lists.
 const RECENT_MOVES: usize = 64;
@@ -149,11 +151,28 @@ struct Planner {
     pending: VecDeque<Move>,
     recent: VecDeque<MoveRecord>,
     completed_moves: u64,
+    /// Of `completed_moves`, those whose time is known (journal records
+    /// older than their `move_ns` field have none), and their total time.
+    timed_moves: u64,
     total_move_ns: f64,
     dropped_moves: u64,
     last_busy_ns: Vec<u64>,
     periods_since_checkpoint: u32,
     periods_closed: u64,
+    /// Operator pins by segment (journaled, checkpointed).
+    pins: BTreeMap<SegmentId, Pin>,
+    /// The policy's last plan and its reason.
+    last_plan: Option<LastPlan>,
+    /// Things the runner logs (an expired pin), taken by
+    /// [`Volume::take_events`].
+    events: Vec<String>,
+}
+
+impl Planner {
+    /// Mean time of the moves whose time is known.
+    fn mean_move_ns(&self) -> Option<f64> {
+        (self.timed_moves > 0).then(|| self.total_move_ns / self.timed_moves as f64)
+    }
 }
 
 /// A tiered volume. Thread-safe: IO from any number of threads, plus one
@@ -223,6 +242,37 @@ pub struct InFlightMove {
     pub total_bytes: u64,
 }
 
+/// An operator pin as `tierd status` lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PinStatus {
+    pub segment: SegmentId,
+    pub tier: String,
+    /// When the pin ends (RFC 3339, UTC), `None` until `tierd unpin` ...
+    pub until: Option<String>,
+    /// ... and the same as ns since the Unix epoch.
+    pub until_unix_ns: Option<u64>,
+    /// The segment is on its pinned tier now (false while the move that
+    /// puts it there is queued or running).
+    pub placed: bool,
+}
+
+impl PinStatus {
+    pub fn new(pin: &Pin, tier_names: &[String], current_tier: Option<TierId>) -> PinStatus {
+        PinStatus {
+            segment: pin.segment,
+            tier: tier_names
+                .get(pin.tier as usize)
+                .cloned()
+                .unwrap_or_else(|| format!("tier {}", pin.tier)),
+            until: pin
+                .until_unix_ns
+                .map(tierd_common::units::format_rfc3339_utc),
+            until_unix_ns: pin.until_unix_ns,
+            placed: current_tier == Some(pin.tier),
+        }
+    }
+}
+
 /// What `tierd status` shows for a volume.
 #[derive(Clone, Debug, Serialize)]
 pub struct VolumeStatus {
@@ -253,6 +303,10 @@ pub struct VolumeStatus {
     /// Ranges whose only current copy is on a tier marked unavailable
     /// (adjacent segments merged); empty when everything can be read.
     pub unavailable: Vec<UnavailableRange>,
+    /// Operator pins, by segment.
+    pub pins: Vec<PinStatus>,
+    /// The policy's last plan with its reason (also when it moved nothing).
+    pub last_plan: Option<LastPlan>,
 }
 
 enum Mutation<'a> {
@@ -350,8 +404,11 @@ impl Volume {
             DEFAULT_HISTORY_PERIODS,
         );
         let mut planner_completed = 0;
+        let mut planner_timed = 0;
         let mut planner_total_ns = 0.0;
         let mut recent = VecDeque::new();
+        let mut pins: BTreeMap<SegmentId, Pin> = BTreeMap::new();
+        let mut last_plan = None;
         let tier_names: Vec<String> = tier_states.iter().map(|tier| tier.name.clone()).collect();
         if let Some(checkpoint) = &recovered.checkpoint {
             if checkpoint.segment_bytes != segment_bytes
@@ -392,16 +449,47 @@ impl Volume {
                 ));
             }
             planner_completed = checkpoint.completed_moves;
-            planner_total_ns =
-                checkpoint.mean_move_ns.unwrap_or(0.0) * checkpoint.completed_moves as f64;
+            planner_timed = checkpoint.timed_moves.unwrap_or(checkpoint.completed_moves);
+            planner_total_ns = checkpoint.mean_move_ns.unwrap_or(0.0) * planner_timed as f64;
             recent = checkpoint.recent_moves.iter().cloned().collect();
+            pins = checkpoint
+                .pins
+                .iter()
+                .map(|pin| (pin.segment, *pin))
+                .collect();
+            last_plan.clone_from(&checkpoint.last_plan);
         }
-        // Each journal record is a move that finished after the checkpoint
-        // (its timing and reason went with the process).
-        planner_completed += recovered.records.len() as u64;
         for record in &recovered.records {
             match record {
-                Record::Place { segment, location } => {
+                Record::Pin {
+                    segment,
+                    tier,
+                    until_unix_ns,
+                } => {
+                    pins.insert(
+                        *segment,
+                        Pin {
+                            segment: *segment,
+                            tier: *tier,
+                            until_unix_ns: *until_unix_ns,
+                        },
+                    );
+                }
+                Record::Unpin { segment } => {
+                    pins.remove(segment);
+                }
+                Record::Place {
+                    segment,
+                    location,
+                    move_ns,
+                } => {
+                    // A move that finished after the checkpoint: it counts,
+                    // and so does its time when the record has it.
+                    planner_completed += 1;
+                    if let Some(move_ns) = move_ns {
+                        planner_timed += 1;
+                        planner_total_ns += *move_ns as f64;
+                    }
                     let Some(slot) = placement.get_mut(*segment as usize) else {
                         return Err(VolumeError::Invalid(format!(
                             "{}: journal places segment {segment}, beyond the volume's {segments} segments",
@@ -411,6 +499,18 @@ impl Volume {
                     *slot = *location;
                 }
             }
+        }
+        if let Some(pin) = pins
+            .values()
+            .find(|pin| pin.segment >= segments || pin.tier as usize >= tier_states.len())
+        {
+            return Err(VolumeError::Invalid(format!(
+                "{}: a pin of segment {} to tier index {} is impossible for this volume ({segments} segments, {} tiers); tierd will not guess",
+                meta_dir.display(),
+                pin.segment,
+                pin.tier,
+                tier_states.len()
+            )));
         }
         // Check the recovered table and rebuild the free lists from it.
         let mut taken: Vec<Vec<bool>> = tier_states
@@ -486,11 +586,15 @@ impl Volume {
                 pending: VecDeque::new(),
                 recent,
                 completed_moves: planner_completed,
+                timed_moves: planner_timed,
                 total_move_ns: planner_total_ns,
                 dropped_moves: 0,
                 last_busy_ns,
                 periods_since_checkpoint: 0,
                 periods_closed: 0,
+                pins,
+                last_plan,
+                events: Vec::new(),
             }),
             meta: Mutex::new(meta),
             clock,
@@ -855,8 +959,15 @@ impl Volume {
                 self.tiers.len()
             )));
         }
+        let mut planner = self.planner.lock();
+        if let Some(pin) = planner.pins.get(&segment) {
+            return Err(VolumeError::Invalid(format!(
+                "segment {segment} of volume {} is pinned to tier {}; `tierd unpin` it first, or pin it to the other tier",
+                self.options.name, self.tiers[pin.tier as usize].name
+            )));
+        }
         let from = self.entry(segment).location.tier;
-        self.planner.lock().pending.push_back(Move {
+        planner.pending.push_back(Move {
             segment,
             from,
             to,
@@ -908,6 +1019,8 @@ impl Volume {
         };
         planner.last_busy_ns = busy_now;
         planner.periods_closed += 1;
+        self.expire_pins(&mut planner);
+        self.requeue_pinned_moves(&mut planner);
         let placement = self.placement();
         let mut in_flight: Vec<Move> = planner.pending.iter().cloned().collect();
         if let Some(active) = self.active.read().as_ref() {
@@ -929,9 +1042,9 @@ impl Volume {
             .collect();
         let migration = MigrationStats {
             completed_moves: planner.completed_moves,
-            mean_move_ns: (planner.completed_moves > 0)
-                .then(|| planner.total_move_ns / planner.completed_moves as f64),
+            mean_move_ns: planner.mean_move_ns(),
         };
+        let pinned: Vec<SegmentId> = planner.pins.keys().copied().collect();
         let view = View {
             now_ns,
             period_ns: self.options.period_ns,
@@ -942,9 +1055,20 @@ impl Volume {
             in_flight: &in_flight,
             tiers: &tiers,
             migration,
+            pinned: &pinned,
         };
         let plan = planner.policy.plan(&view);
+        let proposed = plan.moves.len();
+        let mut queued = 0;
+        let mut pinned_dropped = 0;
         for planned in plan.moves {
+            // A pinned segment is never moved by a policy (the policies
+            // see the pins in the view; this holds for any policy).
+            if planner.pins.contains_key(&planned.segment) {
+                planner.dropped_moves += 1;
+                pinned_dropped += 1;
+                continue;
+            }
             let duplicate = planner
                 .pending
                 .iter()
@@ -960,7 +1084,21 @@ impl Volume {
                 continue;
             }
             planner.pending.push_back(planned);
+            queued += 1;
         }
+        let mut summary = plan.summary;
+        if pinned_dropped > 0 {
+            summary.push_str(&format!(
+                "; {pinned_dropped} moves of pinned segments dropped by the engine"
+            ));
+        }
+        planner.last_plan = Some(LastPlan {
+            period_end_ns: history.last().map_or(now_ns, |period| period.end_ns),
+            planned_unix_ns: self.clock.unix_now_ns(),
+            moves: proposed,
+            queued,
+            summary,
+        });
         planner.periods_since_checkpoint += 1;
         let due = planner.periods_since_checkpoint >= self.options.checkpoint_every_periods;
         drop(planner);
@@ -992,9 +1130,11 @@ impl Volume {
             policy_state: planner.policy.save_state(),
             history,
             completed_moves: planner.completed_moves,
-            mean_move_ns: (planner.completed_moves > 0)
-                .then(|| planner.total_move_ns / planner.completed_moves as f64),
+            mean_move_ns: planner.mean_move_ns(),
             recent_moves: planner.recent.iter().cloned().collect(),
+            timed_moves: Some(planner.timed_moves),
+            pins: planner.pins.values().copied().collect(),
+            last_plan: planner.last_plan.clone(),
         };
         drop(planner);
         meta.write_checkpoint(&checkpoint)?;
@@ -1004,12 +1144,24 @@ impl Volume {
     fn start_next_move(&self) -> Option<Arc<ActiveMove>> {
         let home = self.home();
         loop {
-            let planned = self.planner.lock().pending.pop_front()?;
+            // The pin is read with the queue (planner before entry locks,
+            // the order `tick` takes them in).
+            let (planned, pin) = {
+                let mut planner = self.planner.lock();
+                let planned = planner.pending.pop_front()?;
+                let pin = planner.pins.get(&planned.segment).copied();
+                (planned, pin)
+            };
             let segment = planned.segment;
             let mut guard = self.entries[segment as usize].write();
             let from = guard.location;
             let drop_reason = if guard.moving {
                 Some("segment already moving".to_string())
+            } else if let Some(pin) = pin.filter(|pin| pin.tier != planned.to) {
+                Some(format!(
+                    "segment is pinned to {}",
+                    self.tiers[pin.tier as usize].name
+                ))
             } else if from.tier != planned.from && planned.reason.rule != "operator" {
                 Some(format!(
                     "segment is on {} now, not {}",
@@ -1192,11 +1344,15 @@ impl Volume {
         if let Err(error) = flushed {
             return self.abandon(active, &format!("failed: flushing the target: {error}"));
         }
+        // Timed to the journal append: the record carries it, so the mean
+        // move time survives a restart that replays the record.
+        let elapsed_ns = self.clock.now_ns().saturating_sub(active.started_ns);
         {
             let mut meta = self.meta.lock();
             if let Err(error) = meta.append(&Record::Place {
                 segment: active.segment,
                 location: active.to,
+                move_ns: Some(elapsed_ns),
             }) {
                 drop(meta);
                 return self.abandon(active, &format!("failed: journal: {error}"));
@@ -1219,10 +1375,10 @@ impl Volume {
             );
         }
         self.release(active.from, home);
-        let elapsed_ns = self.clock.now_ns().saturating_sub(active.started_ns);
         {
             let mut planner = self.planner.lock();
             planner.completed_moves += 1;
+            planner.timed_moves += 1;
             planner.total_move_ns += elapsed_ns as f64;
         }
         self.record_finished(
@@ -1335,13 +1491,23 @@ impl Volume {
             pending_moves: planner.pending.len(),
             completed_moves: planner.completed_moves,
             dropped_moves: planner.dropped_moves,
-            mean_move_ns: (planner.completed_moves > 0)
-                .then(|| planner.total_move_ns / planner.completed_moves as f64),
+            mean_move_ns: planner.mean_move_ns(),
             max_chunk_hold_ns: self.max_chunk_hold_ns.load(Ordering::Relaxed),
             max_switch_over_ns: self.max_switch_over_ns.load(Ordering::Relaxed),
             recent_moves: planner.recent.iter().cloned().collect(),
             warnings: self.warnings.lock().clone(),
             unavailable: self.unavailable_ranges(),
+            pins: {
+                let names = self.tier_names();
+                planner
+                    .pins
+                    .values()
+                    .map(|pin| {
+                        PinStatus::new(pin, &names, placement.get(pin.segment as usize).copied())
+                    })
+                    .collect()
+            },
+            last_plan: planner.last_plan.clone(),
         }
     }
 
@@ -1405,6 +1571,7 @@ impl Volume {
             self.meta.lock().append(&Record::Place {
                 segment,
                 location: to,
+                move_ns: None,
             })?;
             self.entries[segment as usize].write().location = to;
             self.home_current[segment as usize].store(true, Ordering::Release);
@@ -1456,5 +1623,211 @@ impl Volume {
             }
         }
         ranges
+    }
+
+    /// Pins `segment` to tier `tier` (`tierd pin`): no policy moves it
+    /// again, until `until_unix_ns` (wall time, [`Clock::unix_now_ns`]) when
+    /// given, or until [`Volume::unpin`]. If it is elsewhere, an operator
+    /// move to `tier` is queued first in line. The pin is journaled
+    /// (fsynced) before this returns, so an acknowledged pin survives a
+    /// crash; a pin replaces an earlier pin of the segment. Refused: a
+    /// segment or tier out of range, an expiry already past, a tier with no
+    /// free slot (slots promised to other pins' queued moves count as
+    /// taken). Returns true when a move was queued.
+    pub fn pin(
+        &self,
+        segment: SegmentId,
+        tier: TierId,
+        until_unix_ns: Option<u64>,
+    ) -> Result<bool, VolumeError> {
+        self.check_pin_target(segment)?;
+        let Some(tier_state) = self.tiers.get(tier as usize) else {
+            return Err(VolumeError::Invalid(format!(
+                "tier {tier} does not exist (the stack has {} tiers, 0 = fastest)",
+                self.tiers.len()
+            )));
+        };
+        let now_unix_ns = self.clock.unix_now_ns();
+        if let Some(until) = until_unix_ns.filter(|until| *until <= now_unix_ns) {
+            return Err(VolumeError::Invalid(format!(
+                "the pin would end at {}, which has passed (now {})",
+                tierd_common::units::format_rfc3339_utc(until),
+                tierd_common::units::format_rfc3339_utc(now_unix_ns)
+            )));
+        }
+        let mut planner = self.planner.lock();
+        let current = self.entry(segment).location.tier;
+        let arriving = |segment: SegmentId| {
+            self.active
+                .read()
+                .as_ref()
+                .is_some_and(|active| active.segment == segment && active.to.tier == tier)
+        };
+        let needs_move = current != tier && !arriving(segment);
+        if needs_move && tier != self.home() {
+            // Slots already promised: other pins to this tier whose move has
+            // not taken its slot yet.
+            let promised = planner
+                .pins
+                .values()
+                .filter(|other| {
+                    other.segment != segment
+                        && other.tier == tier
+                        && self.entry(other.segment).location.tier != tier
+                        && !arriving(other.segment)
+                })
+                .count();
+            let free = tier_state.free_slots.lock().len();
+            if free <= promised {
+                return Err(VolumeError::Invalid(format!(
+                    "tier {} has no room to pin segment {segment} of volume {}: {free} of its {} slots are free{}; unpin or move a segment off it first",
+                    tier_state.name,
+                    self.options.name,
+                    tier_state.capacity_segments,
+                    if promised > 0 {
+                        format!(" and {promised} of them are promised to pins whose moves are queued")
+                    } else {
+                        String::new()
+                    }
+                )));
+            }
+        }
+        let pin = Pin {
+            segment,
+            tier,
+            until_unix_ns,
+        };
+        // Planner, then journal: the order `checkpoint` takes them in, so a
+        // checkpoint sees the pin if and only if it replaces this record.
+        self.meta.lock().append(&Record::Pin {
+            segment,
+            tier,
+            until_unix_ns,
+        })?;
+        planner.pins.insert(segment, pin);
+        // Moves of the segment queued before the pin would take it away.
+        let queued_before = planner.pending.len();
+        planner.pending.retain(|queued| queued.segment != segment);
+        let removed = (queued_before - planner.pending.len()) as u64;
+        planner.dropped_moves += removed;
+        if needs_move {
+            planner.pending.push_front(Move {
+                segment,
+                from: current,
+                to: tier,
+                reason: MoveReason {
+                    rule: "operator".to_string(),
+                    detail: "pinned with tierd pin".to_string(),
+                },
+            });
+        }
+        Ok(needs_move)
+    }
+
+    /// Ends the pin of `segment` (`tierd unpin`), journaled before this
+    /// returns. The segment stays where it is; policies may move it again.
+    pub fn unpin(&self, segment: SegmentId) -> Result<Pin, VolumeError> {
+        self.check_pin_target(segment)?;
+        let mut planner = self.planner.lock();
+        let Some(pin) = planner.pins.get(&segment).copied() else {
+            return Err(VolumeError::Invalid(format!(
+                "segment {segment} of volume {} is not pinned",
+                self.options.name
+            )));
+        };
+        self.meta.lock().append(&Record::Unpin { segment })?;
+        planner.pins.remove(&segment);
+        Ok(pin)
+    }
+
+    /// The operator pins, by segment.
+    pub fn pins(&self) -> Vec<Pin> {
+        self.planner.lock().pins.values().copied().collect()
+    }
+
+    /// Events for the log since the last call (an expired pin, a pin whose
+    /// move was queued again).
+    pub fn take_events(&self) -> Vec<String> {
+        std::mem::take(&mut self.planner.lock().events)
+    }
+
+    fn check_pin_target(&self, segment: SegmentId) -> Result<(), VolumeError> {
+        if segment >= self.segments {
+            return Err(VolumeError::Invalid(format!(
+                "segment {segment} is beyond volume {}'s {} segments (0 to {})",
+                self.options.name,
+                self.segments,
+                self.segments.saturating_sub(1)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Drops the pins whose time has come (at a period end), journaling
+    /// each; a failed append keeps the pin until the next period.
+    fn expire_pins(&self, planner: &mut Planner) {
+        let now_unix_ns = self.clock.unix_now_ns();
+        let expired: Vec<Pin> = planner
+            .pins
+            .values()
+            .filter(|pin| pin.until_unix_ns.is_some_and(|until| until <= now_unix_ns))
+            .copied()
+            .collect();
+        for pin in expired {
+            let tier = &self.tiers[pin.tier as usize].name;
+            let until = tierd_common::units::format_rfc3339_utc(pin.until_unix_ns.unwrap_or(0));
+            match self.meta.lock().append(&Record::Unpin {
+                segment: pin.segment,
+            }) {
+                Ok(()) => {
+                    planner.pins.remove(&pin.segment);
+                    planner.events.push(format!(
+                        "pin of segment {} to tier {tier} expired at {until}; policies may move it again",
+                        pin.segment
+                    ));
+                }
+                Err(error) => planner.events.push(format!(
+                    "pin of segment {} to tier {tier} expired at {until} but could not be journaled ({error}); kept until the next period",
+                    pin.segment
+                )),
+            }
+        }
+    }
+
+    /// A pinned segment that is not on its tier (its move failed, was
+    /// dropped, or a crash came first) gets its move queued again when
+    /// nothing moves it and the tier has a free slot.
+    fn requeue_pinned_moves(&self, planner: &mut Planner) {
+        let active_segment = self.active.read().as_ref().map(|active| active.segment);
+        let pins: Vec<Pin> = planner.pins.values().copied().collect();
+        for pin in pins {
+            let current = self.entry(pin.segment).location.tier;
+            if current == pin.tier
+                || active_segment == Some(pin.segment)
+                || planner
+                    .pending
+                    .iter()
+                    .any(|queued| queued.segment == pin.segment)
+            {
+                continue;
+            }
+            let tier = &self.tiers[pin.tier as usize];
+            if pin.tier != self.home() && tier.free_slots.lock().is_empty() {
+                continue;
+            }
+            planner.pending.push_front(Move {
+                segment: pin.segment,
+                from: current,
+                to: pin.tier,
+                reason: MoveReason {
+                    rule: "operator".to_string(),
+                    detail: "pinned with tierd pin (its move queued again)".to_string(),
+                },
+            });
+            planner.events.push(format!(
+                "segment {} is pinned to tier {} but is on {}: its move is queued again",
+                pin.segment, tier.name, self.tiers[current as usize].name
+            ));
+        }
     }
 }

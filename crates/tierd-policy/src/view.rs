@@ -138,6 +138,11 @@ pub struct View<'a> {
     pub in_flight: &'a [Move],
     pub tiers: &'a [TierInfo],
     pub migration: MigrationStats,
+    /// Segments an operator pinned to their tier (`tierd pin`), sorted
+    /// ascending. A policy MUST NOT propose moving them (the caller drops
+    /// such moves anyway) and should not count on moving them: they stay
+    /// where they are and keep their slots. Empty in the simulator.
+    pub pinned: &'a [SegmentId],
 }
 
 impl View<'_> {
@@ -147,6 +152,11 @@ impl View<'_> {
 
     pub fn latest(&self) -> Option<&PeriodStats> {
         self.history.last()
+    }
+
+    /// True when an operator pinned `segment` (see [`View::pinned`]).
+    pub fn is_pinned(&self, segment: SegmentId) -> bool {
+        self.pinned.binary_search(&segment).is_ok()
     }
 
     pub fn is_moving(&self, segment: SegmentId) -> bool {
@@ -181,4 +191,19 @@ pub struct Move {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     pub moves: Vec<Move>,
+    /// Why the plan is what it is, in one line with the figures the policy
+    /// compared, also (above all) when it has no moves: "home util 46.0%,
+    /// inside 10.0-70.0%: no move". `tierd status` shows the last one.
+    #[serde(default)]
+    pub summary: String,
+}
+
+impl Plan {
+    /// A plan without moves, for `summary`'s reason.
+    pub fn nothing(summary: impl Into<String>) -> Plan {
+        Plan {
+            moves: Vec::new(),
+            summary: summary.into(),
+        }
+    }
 }

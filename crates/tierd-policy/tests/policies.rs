@@ -22,6 +22,8 @@ struct Lab {
     in_flight: Vec<Move>,
     migration: MigrationStats,
     tier_infos: Vec<TierInfo>,
+    /// Segments pinned by an operator, sorted.
+    pinned: Vec<SegmentId>,
 }
 
 impl Lab {
@@ -36,6 +38,7 @@ impl Lab {
             in_flight: Vec::new(),
             migration: MigrationStats::default(),
             tier_infos: Vec::new(),
+            pinned: Vec::new(),
         }
     }
 
@@ -103,6 +106,7 @@ impl Lab {
             in_flight: &self.in_flight,
             tiers: &self.tier_infos,
             migration: self.migration,
+            pinned: &self.pinned,
         }
     }
 
@@ -249,7 +253,74 @@ fn otf_ast_does_nothing_inside_the_band() {
         }
         let plan = lab.plan(&mut OtfAst::new(no_persistence()));
         assert!(plan.moves.is_empty(), "util {util}: {plan:?}");
+        // The empty plan still says why (issue 11: status shows it).
+        let percent = format!("home util {:.1}% (mean of 2 periods", util * 100.0);
+        assert!(plan.summary.starts_with(&percent), "{}", plan.summary);
+        assert!(
+            plan.summary.ends_with("inside 10.0-70.0%: no move"),
+            "{}",
+            plan.summary
+        );
     }
+}
+
+#[test]
+fn every_policy_says_why_even_when_it_moves_nothing() {
+    let mut lab = Lab::new(8, &[4, 8], MINUTE_NS);
+    let none = lab.plan(build_policy(&PolicyConfig::None).as_mut());
+    assert!(none.moves.is_empty());
+    assert!(none.summary.contains("policy none"), "{}", none.summary);
+    let waiting = lab.plan(&mut OtfAst::new(OtfAstConfig::default()));
+    assert_eq!(
+        waiting.summary,
+        "waiting for 2 periods of history (0 so far): no move"
+    );
+    let mut atsmf_lab = atsmf_lab();
+    atsmf_lab.push(&[], ssd_period(0));
+    let quiet = atsmf_lab.plan(&mut Atsmf::new(AtsmfConfig::default()));
+    assert!(quiet.moves.is_empty());
+    assert_eq!(quiet.summary, "0 live concentrations: no move");
+    // And a plan with moves counts them.
+    let mut lab = Lab::new(32, &[10, 32], MINUTE_NS);
+    overloaded_home(&mut lab, 2);
+    let plan = lab.plan(&mut OtfAst::new(no_persistence()));
+    assert!(
+        plan.summary
+            .contains("> up 70.0%: 3 promotions, 0 demotions"),
+        "{}",
+        plan.summary
+    );
+}
+
+#[test]
+fn otf_ast_leaves_pinned_segments_alone() {
+    // As in the first test, but segment 0 (the hottest) is pinned home:
+    // 90 − 13.5 (1) − 9 (2) − 9 (3) − 4.5 (10) − 4.5 (11) = 49.5 < 50.
+    let mut lab = Lab::new(32, &[10, 32], MINUTE_NS);
+    overloaded_home(&mut lab, 2);
+    lab.pinned = vec![0];
+    let plan = lab.plan(&mut OtfAst::new(no_persistence()));
+    assert_eq!(
+        moves(&plan).iter().map(|m| m.0).collect::<Vec<_>>(),
+        [1, 2, 3, 10, 11]
+    );
+    assert!(
+        plan.summary.ends_with("; 1 pinned segments left alone"),
+        "{}",
+        plan.summary
+    );
+    // Pinned on the fast tier: never demoted (0 and 3 pinned; ascending
+    // 1 (+1 → 6), 2 (+50 → 56 > mid), stop).
+    let mut lab = idle_home(100.0);
+    lab.pinned = vec![0, 3];
+    let plan = lab.plan(&mut OtfAst::new(no_persistence()));
+    assert_eq!(
+        moves(&plan),
+        [
+            (1, 0, 1, "otf-ast:util-below-low"),
+            (2, 0, 1, "otf-ast:util-below-low"),
+        ]
+    );
 }
 
 /// Home at 5 % and 10 iops (0.5 %util per iops); fast tier holds segments
@@ -616,6 +687,34 @@ fn atsmf_detects_a_static_concentration_and_promotes_it_when_y_beats_x() {
 }
 
 #[test]
+fn atsmf_leaves_pinned_segments_alone() {
+    let mut lab = atsmf_lab();
+    lab.pinned = vec![11];
+    concentration_period(&mut lab, &[10, 11]);
+    let mut policy = Atsmf::new(grace(3));
+    let plan = lab.plan(&mut policy);
+    assert_eq!(moves(&plan), [(10, 1, 0, "atsmf:benefit")]);
+    assert!(
+        plan.summary
+            .starts_with("1 live concentrations: 1 promotions, 0 demotions"),
+        "{}",
+        plan.summary
+    );
+    assert!(plan.summary.ends_with("1 pinned segments left alone"));
+    // On the fast tier and long unclaimed: segment 10 is demoted, 11 stays.
+    lab.apply(&plan);
+    lab.place(11, 0);
+    for _ in 0..6 {
+        lab.push(&[(60, 40)], ssd_period(40));
+        let plan = lab.plan(&mut policy);
+        assert!(plan.moves.iter().all(|step| step.segment != 11), "{plan:?}");
+        lab.apply(&plan);
+    }
+    assert_eq!(lab.placement[10], 1);
+    assert_eq!(lab.placement[11], 0);
+}
+
+#[test]
 fn atsmf_holds_when_the_move_costs_more_than_it_saves() {
     // 14 adjacent hot segments at A = 1: Xduration = 14 × 1.0737 = 15.03 s >
     // rest 14.4 s, so Y < 0 < X.
@@ -979,6 +1078,7 @@ fn atsmf_save_and_restore_give_identical_subsequent_plans() {
         in_flight: Vec::new(),
         migration: lab.migration,
         tier_infos: Vec::new(),
+        pinned: Vec::new(),
     };
     let after = run_story(&mut original, &mut lab, 40..80);
     let after_restore = run_story(&mut restored, &mut twin, 40..80);

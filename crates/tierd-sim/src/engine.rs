@@ -1812,6 +1812,8 @@ impl<'run> Engine<'run> {
                 mean_move_ns: (completed_moves > 0)
                     .then(|| self.moved_ns_total as f64 / completed_moves as f64),
             },
+            // The simulator has no operator: nothing is pinned.
+            pinned: &[],
         };
         let plan = policy.plan(&view);
         if !plan.moves.is_empty() {
@@ -2189,7 +2191,10 @@ mod tests {
                     },
                 });
             }
-            Plan { moves }
+            Plan {
+                moves,
+                ..Plan::default()
+            }
         }
     }
 
@@ -2414,6 +2419,7 @@ mod tests {
                         },
                     })
                     .collect(),
+                ..Plan::default()
             }
         }
     }

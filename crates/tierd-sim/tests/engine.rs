@@ -96,6 +96,7 @@ impl Policy for Scripted {
                 .filter(|(period, _)| *period == index)
                 .map(|(_, planned)| planned.clone())
                 .collect(),
+            ..Plan::default()
         }
     }
 }

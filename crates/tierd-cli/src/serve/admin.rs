@@ -7,6 +7,8 @@
 //! | `{"cmd":"move","volume":"vol0","segment":3,"to":"mem"}` | `{"ok":true}` |
 //! | `{"cmd":"fault","tier":"ssd","gone":true}` (drill) | `{"ok":true,"tier":...,"gone":...,"config":...,"counters":...}` |
 //! | `{"cmd":"fault","tier":"ssd","config":{"read_error_probability":0.1}}` | the same |
+//! | `{"cmd":"pin","volume":"vol0","segment":3,"tier":"mem","until_unix_ns":N}` | `{"ok":true,"moving":bool}` (journaled before the reply) |
+//! | `{"cmd":"unpin","volume":"vol0","segment":3}` | `{"ok":true,"tier":"mem"}` (the tier it was pinned to) |
 //! | anything else, malformed JSON, a line over 64 KiB | `{"error":"..."}` |
 //!
 //! A line over the limit also closes its connection (the rest of it cannot be
@@ -28,7 +30,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tierd_engine::admin_proto::{
     error_reply, line_too_long_message, parse_request, read_request_line, AdminRequest,
-    FaultRequest, MoveRequest, RequestLine, VolumeShape,
+    FaultRequest, MoveRequest, PinRequest, RequestLine, UnpinRequest, VolumeShape,
 };
 use tierd_engine::engine::Engine;
 use tierd_engine::log::Logger;
@@ -222,17 +224,82 @@ fn handle_request(line: &[u8], context: &Context) -> Value {
             Ok(reply) => reply,
             Err(message) => error_reply(message),
         },
+        AdminRequest::Pin(request) => match pin(&request, context) {
+            Ok(reply) => reply,
+            Err(message) => error_reply(message),
+        },
+        AdminRequest::Unpin(request) => match unpin(&request, context) {
+            Ok(reply) => reply,
+            Err(message) => error_reply(message),
+        },
     }
+}
+
+fn served_volume<'a>(name: &str, context: &'a Context) -> Result<&'a Arc<Volume>, String> {
+    context
+        .volumes
+        .iter()
+        .find(|volume| volume.name() == name)
+        .ok_or_else(|| format!("no volume {name:?}"))
+}
+
+/// Pins a segment (journaled before the reply) and wakes the copier when
+/// that queued a move.
+fn pin(request: &PinRequest, context: &Context) -> Result<Value, String> {
+    let volume = served_volume(&request.volume, context)?;
+    let tier = volume
+        .tier_names()
+        .iter()
+        .position(|tier| *tier == request.tier)
+        .ok_or_else(|| format!("volume {} has no tier {:?}", request.volume, request.tier))?;
+    let moving = volume
+        .pin(request.segment, tier as u8, request.until_unix_ns)
+        .map_err(|error| error.to_string())?;
+    let until = request.until_unix_ns.map_or_else(
+        || "unpin".to_string(),
+        tierd_common::units::format_rfc3339_utc,
+    );
+    context.logger.info(
+        "operator pin",
+        &[
+            ("volume", &request.volume),
+            ("segment", &request.segment.to_string()),
+            ("tier", &request.tier),
+            ("until", &until),
+            ("move_queued", if moving { "true" } else { "false" }),
+        ],
+    );
+    if moving {
+        context.engine.lock().wake();
+    }
+    Ok(json!({ "ok": true, "moving": moving }))
+}
+
+fn unpin(request: &UnpinRequest, context: &Context) -> Result<Value, String> {
+    let volume = served_volume(&request.volume, context)?;
+    let pin = volume
+        .unpin(request.segment)
+        .map_err(|error| error.to_string())?;
+    let tier = volume
+        .tier_names()
+        .get(pin.tier as usize)
+        .cloned()
+        .unwrap_or_default();
+    context.logger.info(
+        "operator unpin",
+        &[
+            ("volume", &request.volume),
+            ("segment", &request.segment.to_string()),
+            ("tier", &tier),
+        ],
+    );
+    Ok(json!({ "ok": true, "tier": tier }))
 }
 
 /// Queues a checked move (the volume and its tier exist, the segment is in
 /// range).
 fn queue_move(request: &MoveRequest, context: &Context) -> Result<(), String> {
-    let volume = context
-        .volumes
-        .iter()
-        .find(|volume| volume.name() == request.volume)
-        .ok_or_else(|| format!("no volume {:?}", request.volume))?;
+    let volume = served_volume(&request.volume, context)?;
     let tier = volume
         .tier_names()
         .iter()

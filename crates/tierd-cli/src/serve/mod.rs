@@ -80,6 +80,39 @@ pub struct MoveArgs {
 }
 
 #[derive(Args)]
+pub struct PinArgs {
+    /// The configuration the server runs with (finds its admin socket).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Volume (export) name.
+    #[arg(long)]
+    pub volume: String,
+    /// Segment number (offset / segment size).
+    #[arg(long)]
+    pub segment: u32,
+    /// The tier to keep the segment on, by name (the home tier keeps it down).
+    #[arg(long)]
+    pub tier: String,
+    /// When the pin ends: an RFC 3339 time (`2026-11-25T18:00:00Z`) or a
+    /// duration from now (`2h`, `30m`). Without it: until `tierd unpin`.
+    #[arg(long)]
+    pub until: Option<String>,
+}
+
+#[derive(Args)]
+pub struct UnpinArgs {
+    /// The configuration the server runs with (finds its admin socket).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Volume (export) name.
+    #[arg(long)]
+    pub volume: String,
+    /// Segment number (offset / segment size).
+    #[arg(long)]
+    pub segment: u32,
+}
+
+#[derive(Args)]
 #[command(group(clap::ArgGroup::new("state").required(true).args(["gone", "back"])))]
 pub struct FaultArgs {
     /// The configuration the server runs with (finds its admin socket).
@@ -525,5 +558,105 @@ pub fn move_segment(args: MoveArgs) -> Result<(), CliError> {
                 .unwrap_or_default()
         ))),
         Err(admin::RequestError::Failed(message)) => Err(CliError(message)),
+    }
+}
+
+/// `--until`: an RFC 3339 time, or a duration from `now_unix_ns`.
+fn parse_until(text: &str, now_unix_ns: u64) -> Result<u64, CliError> {
+    if let Ok(at) = tierd_common::units::parse_rfc3339_unix_ns(text) {
+        return Ok(at);
+    }
+    match tierd_common::units::parse_duration_ns(text) {
+        Ok(duration) if duration > 0 => Ok(now_unix_ns.saturating_add(duration)),
+        _ => Err(CliError(format!(
+            "--until {text:?}: give an RFC 3339 time (2026-11-25T18:00:00Z, 2026-11-25T19:00:00+01:00) or a duration from now (90s, 30m, 2h, 1d)"
+        ))),
+    }
+}
+
+/// Sends one operator request (pin, unpin) to the running server.
+fn operator_request(
+    config_arg: Option<&Path>,
+    request: &serde_json::Value,
+    what: &str,
+) -> Result<serde_json::Value, CliError> {
+    let config = load_config(config_arg)?;
+    let admin_path = admin_socket_path(&config);
+    match admin::request(&admin_path, request) {
+        Ok(reply) => Ok(reply),
+        Err(admin::RequestError::NotRunning) => Err(CliError(format!(
+            "no tierd server answers on {}: {what} in a running server; start it with `tierd serve{}`",
+            admin_path.display(),
+            config_arg
+                .map(|path| format!(" --config {}", path.display()))
+                .unwrap_or_default()
+        ))),
+        Err(admin::RequestError::Failed(message)) => Err(CliError(message)),
+    }
+}
+
+/// `tierd pin`.
+pub fn pin(args: PinArgs) -> Result<(), CliError> {
+    let until_unix_ns = args
+        .until
+        .as_deref()
+        .map(|text| parse_until(text, SystemClock::new().unix_now_ns()))
+        .transpose()?;
+    let mut request = serde_json::json!({
+        "cmd": "pin",
+        "volume": args.volume,
+        "segment": args.segment,
+        "tier": args.tier,
+    });
+    if let Some(until) = until_unix_ns {
+        request["until_unix_ns"] = serde_json::json!(until);
+    }
+    let reply = operator_request(args.config.as_deref(), &request, "pins are set")?;
+    let until = until_unix_ns.map_or_else(
+        || "until tierd unpin".to_string(),
+        |until| format!("until {}", tierd_common::units::format_rfc3339_utc(until)),
+    );
+    let moving = if reply.get("moving").and_then(serde_json::Value::as_bool) == Some(true) {
+        "; its move there is queued"
+    } else {
+        ""
+    };
+    println!(
+        "tierd: pinned segment {} of volume {} to tier {} ({until}){moving}",
+        args.segment, args.volume, args.tier
+    );
+    Ok(())
+}
+
+/// `tierd unpin`.
+pub fn unpin(args: UnpinArgs) -> Result<(), CliError> {
+    let request = serde_json::json!({
+        "cmd": "unpin",
+        "volume": args.volume,
+        "segment": args.segment,
+    });
+    let reply = operator_request(args.config.as_deref(), &request, "pins are ended")?;
+    println!(
+        "tierd: unpinned segment {} of volume {} (it was pinned to tier {}); policies may move it again",
+        args.segment,
+        args.volume,
+        reply.get("tier").and_then(serde_json::Value::as_str).unwrap_or("?")
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn until_takes_a_time_or_a_duration_from_now() {
+        let now = 1_795_615_200_000_000_000;
+        assert_eq!(parse_until("2h", now).unwrap(), now + 7_200_000_000_000);
+        assert_eq!(parse_until("2026-11-25T15:00:00+01:00", 0).unwrap(), now);
+        for bad in ["0s", "tomorrow", "2026-11-25"] {
+            let error = parse_until(bad, now).unwrap_err().0;
+            assert!(error.contains("RFC 3339"), "{error}");
+        }
     }
 }

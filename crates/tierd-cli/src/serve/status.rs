@@ -6,8 +6,8 @@ use std::path::Path;
 
 use serde_json::Value;
 use tierd_engine::config::{Backend, Config, VolumeConfig};
-use tierd_engine::meta::{decode_checkpoint, decode_journal, Location, MetaStore, Record};
-use tierd_engine::volume::{TierStatus, VolumeStatus};
+use tierd_engine::meta::{decode_checkpoint, decode_journal, Location, MetaStore, Pin, Record};
+use tierd_engine::volume::{PinStatus, TierStatus, VolumeStatus};
 use tierd_policy::build_policy;
 
 use crate::CliError;
@@ -96,17 +96,55 @@ fn offline_volume(config: &Config, volume: &VolumeConfig) -> Result<VolumeStatus
             meta_dir.display()
         ));
     }
-    let mut journal_records = 0u64;
+    let mut journal_moves = 0u64;
+    // Journaled moves with their time (as recovery counts them).
+    let mut journal_timed = 0u64;
+    let mut journal_move_ns = 0f64;
+    let mut pins: std::collections::BTreeMap<u32, Pin> = checkpoint
+        .as_ref()
+        .map(|checkpoint: &tierd_engine::meta::Checkpoint| {
+            checkpoint
+                .pins
+                .iter()
+                .map(|pin| (pin.segment, *pin))
+                .collect()
+        })
+        .unwrap_or_default();
     if let Some(bytes) = read_optional(&journal_path)? {
         let decoded = decode_journal(&journal_path, &bytes)?;
         if decoded.generation == generation {
             for record in &decoded.records {
                 match record {
-                    Record::Place { segment, location } => {
+                    Record::Place {
+                        segment,
+                        location,
+                        move_ns,
+                    } => {
                         if let Some(slot) = placement.get_mut(*segment as usize) {
                             *slot = *location;
-                            journal_records += 1;
+                            journal_moves += 1;
+                            if let Some(move_ns) = move_ns {
+                                journal_timed += 1;
+                                journal_move_ns += *move_ns as f64;
+                            }
                         }
+                    }
+                    Record::Pin {
+                        segment,
+                        tier,
+                        until_unix_ns,
+                    } => {
+                        pins.insert(
+                            *segment,
+                            Pin {
+                                segment: *segment,
+                                tier: *tier,
+                                until_unix_ns: *until_unix_ns,
+                            },
+                        );
+                    }
+                    Record::Unpin { segment } => {
+                        pins.remove(segment);
                     }
                 }
             }
@@ -162,6 +200,32 @@ fn offline_volume(config: &Config, volume: &VolumeConfig) -> Result<VolumeStatus
             }
         })
         .collect();
+    let checkpoint_moves = checkpoint
+        .as_ref()
+        .map_or(0, |checkpoint| checkpoint.completed_moves);
+    let checkpoint_timed = checkpoint.as_ref().map_or(0, |checkpoint| {
+        checkpoint.timed_moves.unwrap_or(checkpoint.completed_moves)
+    });
+    let checkpoint_move_ns = checkpoint.as_ref().map_or(0.0, |checkpoint| {
+        checkpoint.mean_move_ns.unwrap_or(0.0) * checkpoint_timed as f64
+    });
+    let timed = checkpoint_timed + journal_timed;
+    let mean_move_ns = (timed > 0).then(|| (checkpoint_move_ns + journal_move_ns) / timed as f64);
+    let pins = pins
+        .values()
+        .map(|pin| {
+            PinStatus::new(
+                pin,
+                &volume.tiers,
+                placement
+                    .get(pin.segment as usize)
+                    .map(|location| location.tier),
+            )
+        })
+        .collect();
+    let last_plan = checkpoint
+        .as_ref()
+        .and_then(|checkpoint| checkpoint.last_plan.clone());
     let policy = checkpoint.as_ref().map_or_else(
         || build_policy(&volume.policy).name().to_string(),
         |checkpoint| checkpoint.policy.clone(),
@@ -184,14 +248,9 @@ fn offline_volume(config: &Config, volume: &VolumeConfig) -> Result<VolumeStatus
         tiers,
         in_flight: Vec::new(),
         pending_moves: 0,
-        completed_moves: checkpoint
-            .as_ref()
-            .map_or(0, |checkpoint| checkpoint.completed_moves)
-            + journal_records,
+        completed_moves: checkpoint_moves + journal_moves,
         dropped_moves: 0,
-        mean_move_ns: checkpoint
-            .as_ref()
-            .and_then(|checkpoint| checkpoint.mean_move_ns),
+        mean_move_ns,
         max_chunk_hold_ns: 0,
         max_switch_over_ns: 0,
         recent_moves: checkpoint
@@ -200,6 +259,8 @@ fn offline_volume(config: &Config, volume: &VolumeConfig) -> Result<VolumeStatus
         warnings,
         // Which tiers are lost is known only to a running server.
         unavailable: Vec::new(),
+        pins,
+        last_plan,
     })
 }
 
@@ -375,6 +436,43 @@ pub fn render_text(report: &Value) -> String {
                 );
             }
         }
+        let pins = array(volume, "pins");
+        if !pins.is_empty() {
+            out.push_str("  pins (no policy moves these):\n");
+            for pin in pins {
+                let until = pin
+                    .get("until")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| "until unpinned".to_string(), |at| format!("until {at}"));
+                let placed = if pin.get("placed").and_then(Value::as_bool) == Some(true) {
+                    "on it"
+                } else {
+                    "not there yet: its move is queued"
+                };
+                let _ = writeln!(
+                    out,
+                    "    segment {} -> {} ({until}; {placed})",
+                    number(pin, "segment"),
+                    text(pin, "tier"),
+                );
+            }
+        }
+        if let Some(plan) = volume.get("last_plan").filter(|plan| plan.is_object()) {
+            let at = plan
+                .get("planned_unix_ns")
+                .and_then(Value::as_u64)
+                .map(tierd_common::units::format_rfc3339_utc)
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  last plan ({at}): {} moves proposed, {} queued; {}",
+                number(plan, "moves"),
+                number(plan, "queued"),
+                text(plan, "summary"),
+            );
+        } else {
+            out.push_str("  last plan: none yet\n");
+        }
         let unavailable = array(volume, "unavailable");
         if !unavailable.is_empty() {
             out.push_str(
@@ -443,7 +541,12 @@ mod tests {
                                   "detail": "requested with tierd move", "started_ns": 0,
                                   "finished_ns": 3_000_000u64, "bytes_copied": 1u64 << 20,
                                   "outcome": "done"}],
-                "warnings": ["something to know"]
+                "warnings": ["something to know"],
+                "pins": [{"segment": 2, "tier": "mem", "until": "2026-11-25T15:00:00Z",
+                          "until_unix_ns": 1_795_618_800_000_000_000u64, "placed": false}],
+                "last_plan": {"period_end_ns": 5, "planned_unix_ns": 1_795_615_200_000_000_000u64,
+                              "moves": 0, "queued": 0,
+                              "summary": "home util 46.0%, inside 10.0-70.0%: no move"}
             }]
         });
         let text = render_text(&report);
@@ -466,5 +569,13 @@ mod tests {
         assert!(text.contains("segment 1 disk -> mem: done (1 MiB copied in 3.0 ms); rule operator: requested with tierd move"), "{text}");
         assert!(text.contains("mean 2.0 ms each"), "{text}");
         assert!(text.contains("    something to know"), "{text}");
+        assert!(
+            text.contains("    segment 2 -> mem (until 2026-11-25T15:00:00Z; not there yet: its move is queued)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  last plan (2026-11-25T14:00:00Z): 0 moves proposed, 0 queued; home util 46.0%, inside 10.0-70.0%: no move"),
+            "{text}"
+        );
     }
 }

@@ -39,6 +39,37 @@ pub struct FaultConfig {
     pub delay_ns: u64,
 }
 
+/// Longest injected delay accepted by [`FaultConfig::validate`]: a longer one
+/// would hold an IO (and a clean stop waiting for it) for good.
+pub const MAX_DELAY_NS: u64 = 60_000_000_000;
+
+impl FaultConfig {
+    /// Checks the settings a configuration or a fault drill gives; `Err`
+    /// names the key and what is allowed (the device itself tolerates
+    /// anything, but a probability of 2 or NaN is a typo, not a drill).
+    pub fn validate(&self) -> Result<(), String> {
+        for (key, value) in [
+            ("read_error_probability", self.read_error_probability),
+            ("write_error_probability", self.write_error_probability),
+            ("flush_error_probability", self.flush_error_probability),
+            ("delay_probability", self.delay_probability),
+        ] {
+            if !(0.0..=1.0).contains(&value) {
+                return Err(format!(
+                    "{key} = {value}: a probability must be from 0 to 1"
+                ));
+            }
+        }
+        if self.delay_ns > MAX_DELAY_NS {
+            return Err(format!(
+                "delay_ns = {}: at most {MAX_DELAY_NS} (60 s); a longer delay holds an IO, and a clean stop waiting for it, for good",
+                self.delay_ns
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Faults injected so far, by kind.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct FaultCounters {

@@ -13,6 +13,6 @@ impl Policy for NonePolicy {
     }
 
     fn plan(&mut self, _view: &View) -> Plan {
-        Plan::default()
+        Plan::nothing("policy none: placement changes only by operator moves and pins")
     }
 }

@@ -222,19 +222,22 @@ impl Policy for OtfAst {
     fn plan(&mut self, view: &View) -> Plan {
         let mut plan = Plan::default();
         if view.tiers.len() < 2 {
-            return plan;
+            return Plan::nothing("one tier: nothing to move");
         }
         let home = view.home_tier();
         let fast: TierId = home - 1;
         let config = &self.config;
         let window_periods = config.window_periods.max(1) as usize;
         if view.history.len() < window_periods {
-            return plan;
+            return Plan::nothing(format!(
+                "waiting for {window_periods} periods of history ({} so far): no move",
+                view.history.len()
+            ));
         }
         let window = &view.history[view.history.len() - window_periods..];
         let window_ns: u64 = window.iter().map(PeriodStats::period_ns).sum();
         if window_ns == 0 {
-            return plan;
+            return Plan::nothing("the window's periods have no length: no move");
         }
         let window_s = window_ns as f64 / 1e9;
 
@@ -277,7 +280,14 @@ impl Policy for OtfAst {
         let iops_of = |segment: SegmentId| {
             ios_by_segment.get(&segment).copied().unwrap_or(0) as f64 / window_s
         };
-        let moving: FastSet<SegmentId> = view.in_flight.iter().map(|m| m.segment).collect();
+        // Segments no rule may pick: moving already, or pinned by an
+        // operator (they keep their place and their slot).
+        let moving: FastSet<SegmentId> = view
+            .in_flight
+            .iter()
+            .map(|m| m.segment)
+            .chain(view.pinned.iter().copied())
+            .collect();
         let tier_of = |segment: SegmentId| view.placement.get(segment as usize).copied();
 
         // Moves in flight have not yet changed the measured %util: count them
@@ -316,6 +326,20 @@ impl Policy for OtfAst {
             "home util {util_percent:.1}% (mean of {window_periods} periods, {home_iops:.1} iops)"
         );
 
+        let state = if above_up {
+            format!("{band} > up {:.1}%", config.util_up_percent)
+        } else if util_percent < config.util_low_percent {
+            format!("{band} < low {:.1}%", config.util_low_percent)
+        } else {
+            format!(
+                "{band}, inside {:.1}-{:.1}%",
+                config.util_low_percent, config.util_up_percent
+            )
+        };
+        let mut notes: Vec<String> = Vec::new();
+        if above_up && util_per_iops.is_none() {
+            notes.push("no %util per iops measured yet".to_string());
+        }
         if above_up {
             if let Some(per_iops) = util_per_iops {
                 let mut candidates: Vec<Candidate> = ios_by_segment
@@ -474,10 +498,12 @@ impl Policy for OtfAst {
             let newest = view.history.last().map_or(0, |period| period.index);
             let oldest =
                 newest.saturating_sub(u64::from(config.persistent_periods).saturating_sub(1));
+            let mut persistent_promotions = 0usize;
             for candidate in candidates {
                 if free_segments == 0 || promotions >= promotion_limit {
                     break;
                 }
+                persistent_promotions += 1;
                 free_segments -= 1;
                 promotions += 1;
                 plan.moves.push(Move {
@@ -493,6 +519,27 @@ impl Policy for OtfAst {
                     },
                 });
             }
+            if persistent_promotions > 0 {
+                notes.push(format!(
+                    "{persistent_promotions} with IO in each of the last m = {} periods",
+                    config.persistent_periods
+                ));
+            }
+        }
+        if !view.pinned.is_empty() {
+            notes.push(format!("{} pinned segments left alone", view.pinned.len()));
+        }
+        let promoted_count = plan.moves.iter().filter(|step| step.to == fast).count();
+        let demoted_count = plan.moves.len() - promoted_count;
+        let outcome = if plan.moves.is_empty() {
+            "no move".to_string()
+        } else {
+            format!("{promoted_count} promotions, {demoted_count} demotions")
+        };
+        plan.summary = format!("{state}: {outcome}");
+        for note in notes {
+            plan.summary.push_str("; ");
+            plan.summary.push_str(&note);
         }
         plan
     }

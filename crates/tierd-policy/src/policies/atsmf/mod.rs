@@ -440,7 +440,7 @@ impl Policy for Atsmf {
         self.observe(view.history);
         let mut plan = Plan::default();
         if view.tiers.len() < 2 {
-            return plan;
+            return Plan::nothing("one tier: nothing to move");
         }
         let home = view.home_tier();
         let fast: TierId = home - 1;
@@ -462,9 +462,16 @@ impl Policy for Atsmf {
         let volume_segments = (view.segments as usize).min(view.placement.len());
         let last_segment = match volume_segments.checked_sub(1) {
             Some(last) => SegmentId::try_from(last).unwrap_or(SegmentId::MAX),
-            None => return plan,
+            None => return Plan::nothing("no segments: nothing to move"),
         };
-        let moving: FastSet<SegmentId> = view.in_flight.iter().map(|m| m.segment).collect();
+        // Segments no rule may pick: moving already, or pinned by an
+        // operator (they keep their place and their slot).
+        let moving: FastSet<SegmentId> = view
+            .in_flight
+            .iter()
+            .map(|m| m.segment)
+            .chain(view.pinned.iter().copied())
+            .collect();
         let on_home = |segment: SegmentId| {
             view.placement.get(segment as usize) == Some(&home) && !moving.contains(&segment)
         };
@@ -617,6 +624,14 @@ impl Policy for Atsmf {
             .last_claimed
             .retain(|_, claimed| newest.saturating_sub(*claimed) <= grace);
         let mut demotions = 0u32;
+        let mut held_note = None;
+        if let (true, Some(ns)) = (held, latest_with_migration) {
+            held_note = Some(format!(
+                "demotions held: slow-tier response under migration {:.1} µs > hold {:.1} µs",
+                us(ns),
+                us(hold_ns)
+            ));
+        }
         if !held {
             let why = match latest_with_migration {
                 Some(ns) => format!(
@@ -661,8 +676,32 @@ impl Policy for Atsmf {
             .capacity_segments
             .saturating_sub(fast_info.used_segments)
             .saturating_add(demotions);
+        let wanted = promotions.len();
         promotions.truncate(free as usize);
+        let promoted = promotions.len();
         plan.moves.extend(promotions);
+        let alive = self.state.tracker.alive.len();
+        plan.summary = if plan.moves.is_empty() {
+            format!("{alive} live concentrations: no move")
+        } else {
+            format!("{alive} live concentrations: {promoted} promotions, {demotions} demotions")
+        };
+        if promoted < wanted {
+            plan.summary.push_str(&format!(
+                "; {} promotions left out (fast tier has room for {free})",
+                wanted - promoted
+            ));
+        }
+        if let Some(note) = held_note {
+            plan.summary.push_str("; ");
+            plan.summary.push_str(&note);
+        }
+        if !view.pinned.is_empty() {
+            plan.summary.push_str(&format!(
+                "; {} pinned segments left alone",
+                view.pinned.len()
+            ));
+        }
         plan
     }
 
