@@ -35,7 +35,9 @@ fn tool_available(tool: &str) -> bool {
             std::env::var("CI").as_deref() != Ok("true"),
             "CI=true but {tool} is not installed (../shared/tools/install-nbd-clients.sh)"
         );
-        eprintln!("skipping the {tool} check: not installed (../shared/tools/install-nbd-clients.sh)");
+        eprintln!(
+            "skipping the {tool} check: not installed (../shared/tools/install-nbd-clients.sh)"
+        );
     }
     found
 }
@@ -105,7 +107,9 @@ fn a_client_that_never_reads_replies_keeps_memory_bounded_and_sigterm_prompt() {
     let hostile = Client::connect_uri(&uri).unwrap();
     let (mut sender, receiver) = hostile.split();
     for index in 0..200u64 {
-        sender.submit_read((index % 2) * 32 * MIB, 32 << 20).unwrap();
+        sender
+            .submit_read((index % 2) * 32 * MIB, 32 << 20)
+            .unwrap();
     }
     // Sample the server's memory while it works on what it took.
     let clock = SystemClock::new();
@@ -192,8 +196,7 @@ fn volumes_on_a_spinning_home_tier_are_flagged_rotational() {
         (Some("p3700"), false),
         (None, false),
     ] {
-        let mut config =
-            common::small_stack_config("data", "", common::FastTier::Memory, "");
+        let mut config = common::small_stack_config("data", "", common::FastTier::Memory, "");
         if let Some(model) = model {
             config = config.replace(
                 "path = \"disk.img\"\nsize = \"64MiB\"",

@@ -206,8 +206,12 @@ fn default_shutdown_grace() -> Duration {
 /// The machine's physical memory, when the OS says.
 fn physical_memory_bytes() -> Option<u64> {
     // SAFETY: sysconf has no memory-safety preconditions.
-    let (pages, page_bytes) =
-        unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let (pages, page_bytes) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
     if pages <= 0 || page_bytes <= 0 {
         return None;
     }
@@ -974,35 +978,62 @@ mod tests {
                 "workers_per_connection = 1000000",
                 &["server.workers_per_connection = 1000000", "at most 128"][..],
             ),
-            ("max_connections = 0", &["server.max_connections = 0", "4096"]),
+            (
+                "max_connections = 0",
+                &["server.max_connections = 0", "4096"],
+            ),
             (
                 "max_connections = 100000",
                 &["server.max_connections = 100000", "from 1 to 4096"],
             ),
             (
                 "max_unnegotiated_connections = 300",
-                &["server.max_unnegotiated_connections = 300", "server.max_connections (256)"],
+                &[
+                    "server.max_unnegotiated_connections = 300",
+                    "server.max_connections (256)",
+                ],
             ),
-            ("handshake_timeout = \"0s\"", &["server.handshake_timeout", "100ms to 1h"]),
-            ("handshake_timeout = \"2h\"", &["server.handshake_timeout", "100ms to 1h"]),
+            (
+                "handshake_timeout = \"0s\"",
+                &["server.handshake_timeout", "100ms to 1h"],
+            ),
+            (
+                "handshake_timeout = \"2h\"",
+                &["server.handshake_timeout", "100ms to 1h"],
+            ),
             (
                 "max_in_flight_bytes_per_connection = \"4KiB\"",
-                &["server.max_in_flight_bytes_per_connection = 4096", "at least 1048576"],
+                &[
+                    "server.max_in_flight_bytes_per_connection = 4096",
+                    "at least 1048576",
+                ],
             ),
             (
                 "max_in_flight_bytes_per_connection = \"2GiB\"",
-                &["server.max_in_flight_bytes_per_connection", "server.max_in_flight_bytes (1073741824)"],
+                &[
+                    "server.max_in_flight_bytes_per_connection",
+                    "server.max_in_flight_bytes (1073741824)",
+                ],
             ),
             (
                 "max_in_flight_bytes = \"1PiB\"\nmax_in_flight_bytes_per_connection = \"1PiB\"",
-                &["server.max_in_flight_bytes = 1125899906842624", "this machine's memory"],
+                &[
+                    "server.max_in_flight_bytes = 1125899906842624",
+                    "this machine's memory",
+                ],
             ),
-            ("shutdown_grace = \"1h\"", &["server.shutdown_grace", "at most 10min"]),
+            (
+                "shutdown_grace = \"1h\"",
+                &["server.shutdown_grace", "at most 10min"],
+            ),
         ];
         for (lines, expected) in cases {
             let error = parse(&with(lines)).unwrap_err();
             for text in expected {
-                assert!(error.contains(text), "{lines}: {text:?} missing in: {error}");
+                assert!(
+                    error.contains(text),
+                    "{lines}: {text:?} missing in: {error}"
+                );
             }
         }
         let config = parse(&with(
@@ -1012,7 +1043,10 @@ mod tests {
         assert_eq!(config.server.max_connections, 16);
         assert_eq!(config.server.max_unnegotiated_connections, 4);
         assert_eq!(config.server.handshake_timeout, Duration(2_000_000_000));
-        assert_eq!(config.server.max_in_flight_bytes_per_connection, Bytes(8 << 20));
+        assert_eq!(
+            config.server.max_in_flight_bytes_per_connection,
+            Bytes(8 << 20)
+        );
         assert_eq!(config.server.max_in_flight_bytes, Bytes(64 << 20));
         assert_eq!(config.server.shutdown_grace, Duration(0));
         let defaults = parse(EMBEDDED_DEFAULT).unwrap().server;

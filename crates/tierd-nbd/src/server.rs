@@ -823,9 +823,11 @@ impl ServerHandle {
     }
 
     fn stop(&mut self) {
-        let Some(accept_thread) = self.accept_thread.take() else {
+        let accept_thread = self.accept_thread.take();
+        if accept_thread.is_none() && self.watchdog_thread.is_none() {
+            // Stopped already (or never started).
             return;
-        };
+        }
         self.state.stopping.store(true, Ordering::SeqCst);
         // On Linux, shutting a listening socket down wakes a blocked accept.
         // SAFETY: the fd is owned by the accept thread's listener, which is
@@ -839,7 +841,9 @@ impl ServerHandle {
             ListenAddress::Unix(path) => drop(UnixStream::connect(path)),
             ListenAddress::Tcp(address) => drop(TcpStream::connect(address)),
         }
-        let _ = accept_thread.join();
+        if let Some(accept_thread) = accept_thread {
+            let _ = accept_thread.join();
+        }
         // Under the lock, so the watchdog is either waiting (and woken) or
         // about to see `stopping`.
         drop(self.state.lock());
@@ -1708,7 +1712,10 @@ fn validate(session: &Session, header: &RequestHeader) -> Result<(), (u32, &'sta
     if matches!(header.command, NBD_CMD_READ | NBD_CMD_WRITE)
         && header.length_bytes > session.max_request_bytes
     {
-        return Err((NBD_EINVAL, "length exceeds the server's maximum request length"));
+        return Err((
+            NBD_EINVAL,
+            "length exceeds the server's maximum request length",
+        ));
     }
     let end = header
         .offset_bytes
@@ -2028,8 +2035,8 @@ fn transmit_inline(
         };
         let charge = charge_bytes(shared, &header);
         if charge > 0 {
-            let fits = held.bytes + charge <= connection_limit_bytes
-                && shared.budget.try_acquire(charge);
+            let fits =
+                held.bytes + charge <= connection_limit_bytes && shared.budget.try_acquire(charge);
             if fits {
                 held.budgets[0] = Some(&shared.budget);
                 held.bytes += charge;

@@ -379,7 +379,10 @@ mod der {
 
     /// Bits of an unsigned big-endian INTEGER value.
     fn bits(value: &[u8]) -> u64 {
-        let start = value.iter().position(|byte| *byte != 0).unwrap_or(value.len());
+        let start = value
+            .iter()
+            .position(|byte| *byte != 0)
+            .unwrap_or(value.len());
         let value = &value[start..];
         match value.first() {
             None => 0,
@@ -388,12 +391,19 @@ mod der {
     }
 
     fn small(value: &[u8]) -> Option<u64> {
-        let start = value.iter().position(|byte| *byte != 0).unwrap_or(value.len());
+        let start = value
+            .iter()
+            .position(|byte| *byte != 0)
+            .unwrap_or(value.len());
         let value = &value[start..];
         if value.len() > 8 {
             return None;
         }
-        Some(value.iter().fold(0u64, |acc, byte| (acc << 8) | u64::from(*byte)))
+        Some(
+            value
+                .iter()
+                .fold(0u64, |acc, byte| (acc << 8) | u64::from(*byte)),
+        )
     }
 
     /// PKCS#1 RSAPrivateKey: version, n, e, d, p, q, ...
@@ -423,7 +433,10 @@ mod der {
             [0x2b, 0x81, 0x04, 0x00, 0x0a] => "secp256k1".into(),
             other => format!(
                 "the curve with OID bytes {}",
-                other.iter().map(|byte| format!("{byte:02x}")).collect::<String>()
+                other
+                    .iter()
+                    .map(|byte| format!("{byte:02x}"))
+                    .collect::<String>()
             ),
         }
     }

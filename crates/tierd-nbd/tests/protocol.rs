@@ -290,7 +290,10 @@ fn a_small_connection_budget_lowers_the_request_limit() {
         },
     );
     let mut client = server.connect();
-    assert_eq!(client.info().block_sizes.unwrap().maximum_payload_bytes, 8 << 20);
+    assert_eq!(
+        client.info().block_sizes.unwrap().maximum_payload_bytes,
+        8 << 20
+    );
     let mut buffer = vec![0u8; 8 << 20];
     client.read(0, &mut buffer).unwrap();
     let mut larger = vec![0u8; (8 << 20) + 4096];
@@ -304,7 +307,10 @@ fn a_small_connection_budget_lowers_the_request_limit() {
 fn rotational_exports_are_flagged() {
     let plain = TestServer::start(1 << 20);
     assert!(!plain.connect().info().has_flag(NBD_FLAG_ROTATIONAL));
-    let disk = TestServer::start_with(MemoryExport::new(1 << 20).rotational(), ServerConfig::default());
+    let disk = TestServer::start_with(
+        MemoryExport::new(1 << 20).rotational(),
+        ServerConfig::default(),
+    );
     assert!(disk.connect().info().has_flag(NBD_FLAG_ROTATIONAL));
     let old_style = Negotiation::start(&disk.target())
         .unwrap()

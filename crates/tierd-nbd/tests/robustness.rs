@@ -618,7 +618,12 @@ impl tierd_nbd::Export for SlowExport {
 fn slow_server(
     delay_ns: u64,
     config: ServerConfig,
-) -> (Arc<SlowExport>, tierd_nbd::Server, tierd_nbd::ServerHandle, tempfile::TempDir) {
+) -> (
+    Arc<SlowExport>,
+    tierd_nbd::Server,
+    tierd_nbd::ServerHandle,
+    tempfile::TempDir,
+) {
     let export = Arc::new(SlowExport {
         inner: MemoryExport::new(128 << 20),
         delay_ns,
@@ -627,7 +632,9 @@ fn slow_server(
     let served: Arc<dyn tierd_nbd::Export> = export.clone();
     let server = tierd_nbd::Server::new(vec![("mem".into(), served)], config).unwrap();
     let directory = tempfile::tempdir().unwrap();
-    let handle = server.serve_unix(directory.path().join("nbd.sock")).unwrap();
+    let handle = server
+        .serve_unix(directory.path().join("nbd.sock"))
+        .unwrap();
     (export, server, handle, directory)
 }
 
@@ -677,8 +684,8 @@ fn pipelined_big_reads_stay_bounded(config: ServerConfig) {
         stats.requests_of(NBD_CMD_READ)
     );
     // Someone else is served meanwhile.
-    let mut other = Client::connect_uri(&format!("nbd+unix:///mem?socket={}", socket.display()))
-        .unwrap();
+    let mut other =
+        Client::connect_uri(&format!("nbd+unix:///mem?socket={}", socket.display())).unwrap();
     other.write(4096, b"other", false).unwrap();
     let mut back = [0u8; 5];
     other.read(4096, &mut back).unwrap();
@@ -692,7 +699,11 @@ fn pipelined_big_reads_stay_bounded(config: ServerConfig) {
         stop_ms < grace_ms + 2_000,
         "shutdown took {stop_ms} ms with a grace of {grace_ms} ms"
     );
-    assert_eq!(server.stats().in_flight_bytes, 0, "every charge was given back");
+    assert_eq!(
+        server.stats().in_flight_bytes,
+        0,
+        "every charge was given back"
+    );
     drop(stream);
     writing.join().unwrap();
 }
@@ -772,13 +783,18 @@ fn queued_requests_of_a_client_that_left_are_cancelled() {
         batch.extend(request(NBD_CMD_READ, 0, cookie, 0, 4096));
     }
     stream.write_all(&batch).unwrap();
-    wait_for("the first read", || export.reads.load(Ordering::SeqCst) >= 1);
+    wait_for("the first read", || {
+        export.reads.load(Ordering::SeqCst) >= 1
+    });
     drop(stream);
     wait_for("the connection to end", || {
         server.stats().connections_active == 0
     });
     let reads = export.reads.load(Ordering::SeqCst);
-    assert!(reads <= 4, "{reads} of 64 reads executed for a client that left");
+    assert!(
+        reads <= 4,
+        "{reads} of 64 reads executed for a client that left"
+    );
     assert!(server.stats().requests_cancelled >= 60);
     handle.shutdown();
 }
@@ -808,11 +824,13 @@ fn failed_thread_spawns_refuse_the_connection() {
         let panics = PANICS.load(Ordering::SeqCst);
         let server = TestServer::start_with(MemoryExport::new(1 << 20), config);
         for _ in 0..3 {
-            let connected = Client::connect_uri(&server.uri())
-                .and_then(|mut client| client.flush());
+            let connected =
+                Client::connect_uri(&server.uri()).and_then(|mut client| client.flush());
             assert!(connected.is_err(), "the connection was served");
         }
-        wait_for("the refusals", || server.server.stats().connections_refused == 3);
+        wait_for("the refusals", || {
+            server.server.stats().connections_refused == 3
+        });
         let logged = server
             .logs
             .lines

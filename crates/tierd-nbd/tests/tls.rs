@@ -639,9 +639,14 @@ fn key_refusal(certificate: PathBuf, key: PathBuf) -> String {
 /// that works, instead of rustls' "failed to parse private key" followed by
 /// our "(does the key belong to the certificate?)".
 fn assert_explains_rsa_refusal(message: &str, key_name: &str, expected: &[&str]) {
-    for text in [key_name, "RSA private key cannot be used", "openssl genpkey", "P-256"]
-        .iter()
-        .chain(expected)
+    for text in [
+        key_name,
+        "RSA private key cannot be used",
+        "openssl genpkey",
+        "P-256",
+    ]
+    .iter()
+    .chain(expected)
     {
         assert!(message.contains(text), "{text:?} missing in: {message}");
     }
@@ -665,7 +670,10 @@ fn an_rsa_key_ring_refuses_is_explained_with_how_to_make_one() {
     assert_explains_rsa_refusal(
         &message,
         "rsa-2056-key.pem",
-        &["primes are 1028 bits, not a multiple of 512 bits", "2056 bits"],
+        &[
+            "primes are 1028 bits, not a multiple of 512 bits",
+            "2056 bits",
+        ],
     );
 }
 
@@ -714,7 +722,16 @@ fn odd_sized_rsa_keys_made_by_openssl_are_explained() {
         args.extend_from_slice(&["-out", &key, bits]);
         openssl(&args);
         openssl(&[
-            "req", "-new", "-x509", "-key", &key, "-subj", "/CN=localhost", "-days", "2", "-out",
+            "req",
+            "-new",
+            "-x509",
+            "-key",
+            &key,
+            "-subj",
+            "/CN=localhost",
+            "-days",
+            "2",
+            "-out",
             &cert,
         ]);
         let message = key_refusal(directory.path().join(&cert), directory.path().join(&key));
@@ -731,7 +748,16 @@ fn odd_sized_rsa_keys_made_by_openssl_are_explained() {
         "good.pem",
     ]);
     openssl(&[
-        "req", "-new", "-x509", "-key", "good.pem", "-subj", "/CN=localhost", "-days", "2", "-out",
+        "req",
+        "-new",
+        "-x509",
+        "-key",
+        "good.pem",
+        "-subj",
+        "/CN=localhost",
+        "-days",
+        "2",
+        "-out",
         "good-cert.pem",
     ]);
     let files = TlsFiles {
