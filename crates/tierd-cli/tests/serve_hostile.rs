@@ -226,3 +226,35 @@ fn volumes_on_a_spinning_home_tier_are_flagged_rotational() {
         }
     }
 }
+
+/// A client that never negotiates block sizes (`NBD_OPT_EXPORT_NAME`, like
+/// the kernel client) may send requests above 32 MiB; tierd serves them up
+/// to 64 MiB, as the reference server and nbdkit do.
+#[test]
+fn requests_up_to_64_mib_are_served_to_clients_that_use_export_name() {
+    // 128 MiB, so a read of 64 MiB + 4 KiB is refused for its length only.
+    let config = common::small_stack_config("data", "", common::FastTier::Memory, "")
+        .replace("size = \"64MiB\"", "size = \"128MiB\"");
+    let (_dir, mut server) = start(&config);
+    let target = tierd_nbd::NbdTarget::Unix(server.unix_socket());
+    let mut client = tierd_nbd::client::Negotiation::start(&target)
+        .unwrap()
+        .export_name("vol0")
+        .unwrap();
+    let data: Vec<u8> = (0..48 * MIB).map(|index| (index % 251) as u8).collect();
+    client.write(8 * MIB, &data, false).unwrap();
+    let mut back = vec![0u8; 64 * MIB as usize];
+    client.read(0, &mut back).unwrap();
+    assert!(back[8 * MIB as usize..56 * MIB as usize] == data[..]);
+    // Beyond 64 MiB: EINVAL, and the connection goes on.
+    let mut too_long = vec![0u8; 64 * MIB as usize + 4096];
+    match client.read(0, &mut too_long) {
+        Err(tierd_nbd::ClientError::Request { error, .. }) => {
+            assert_eq!(error, tierd_nbd::proto::NBD_EINVAL)
+        }
+        other => panic!("expected EINVAL, got {other:?}"),
+    }
+    let mut small = [0u8; 4];
+    client.read(8 * MIB, &mut small).unwrap();
+    assert_eq!(small, [0, 1, 2, 3]);
+}
