@@ -258,3 +258,69 @@ fn requests_up_to_64_mib_are_served_to_clients_that_use_export_name() {
     client.read(8 * MIB, &mut small).unwrap();
     assert_eq!(small, [0, 1, 2, 3]);
 }
+
+/// Bytes the volume's home tier `disk` has read, from `tierd status --json`.
+fn disk_read_bytes(dir: &Path) -> u64 {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tierd"))
+        .args(["status", "--config", "config.toml", "--json"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", common::stderr(&output));
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    status["volumes"][0]["tiers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tier| tier["name"] == "disk")
+        .and_then(|tier| tier["stats"]["read_bytes"].as_u64())
+        .unwrap_or_else(|| panic!("no disk read_bytes in {status:#}"))
+}
+
+/// A client that queues 64 reads of 4 MiB against an emulated HDD and
+/// hangs up: the server drops what it had not started instead of reading
+/// 256 MiB from the disk for nobody.
+#[test]
+fn a_client_that_leaves_with_work_queued_has_it_cancelled() {
+    let config = common::small_stack_config(
+        "data",
+        "[server]\nworkers_per_connection = 4\n",
+        common::FastTier::Memory,
+        "",
+    )
+    .replace(
+        "path = \"disk.img\"\nsize = \"64MiB\"",
+        "path = \"disk.img\"\nsize = \"64MiB\"\nmodel = \"savvio10k4\"",
+    );
+    let (dir, mut server) = start(&config);
+    let uri = server.uri("vol0");
+    let before = disk_read_bytes(dir.path());
+    let client = Client::connect_uri(&uri).unwrap();
+    let (mut sender, receiver) = client.split();
+    for index in 0..64u64 {
+        sender.submit_read((index % 16) * 4 * MIB, 4 << 20).unwrap();
+    }
+    let clock = SystemClock::new();
+    clock.sleep_ns(100_000_000);
+    drop((sender, receiver));
+    // Wait until the disk has been quiet for a second.
+    let mut last = disk_read_bytes(dir.path());
+    let mut quiet_since_ns = clock.now_ns();
+    let deadline_ns = clock.now_ns() + 60_000_000_000;
+    while clock.now_ns() - quiet_since_ns < 1_000_000_000 {
+        assert!(clock.now_ns() < deadline_ns, "the disk never went quiet");
+        clock.sleep_ns(100_000_000);
+        let now = disk_read_bytes(dir.path());
+        if now != last {
+            last = now;
+            quiet_since_ns = clock.now_ns();
+        }
+    }
+    let read_mib = (last - before) / MIB;
+    eprintln!("the disk read {read_mib} MiB of the 256 MiB asked for by a client that left");
+    assert!(
+        read_mib <= 96,
+        "the server read {read_mib} MiB for a client that had gone"
+    );
+    served(&uri, MIB);
+}
