@@ -167,6 +167,8 @@ pub struct ServerConfig {
 pub mod server_limits {
     /// Threads per NBD connection executing requests.
     pub const MAX_WORKERS_PER_CONNECTION: usize = 128;
+    /// `listen` entries (each is two threads: accept and handshake watchdog).
+    pub const MAX_LISTEN_ENTRIES: usize = 16;
     /// Connections per listener (each a thread).
     pub const MAX_CONNECTIONS: usize = 4096;
     /// `handshake_timeout`: from 100 ms to 1 hour.
@@ -223,6 +225,12 @@ impl ServerConfig {
     /// limit.
     fn check(&self) -> Result<(), String> {
         use server_limits::*;
+        if self.listen.len() > MAX_LISTEN_ENTRIES {
+            return Err(format!(
+                "server.listen has {} entries: at most {MAX_LISTEN_ENTRIES}",
+                self.listen.len()
+            ));
+        }
         if let Some(workers) = self.workers_per_connection {
             if workers > MAX_WORKERS_PER_CONNECTION {
                 return Err(format!(
@@ -1049,6 +1057,18 @@ mod tests {
         );
         assert_eq!(config.server.max_in_flight_bytes, Bytes(64 << 20));
         assert_eq!(config.server.shutdown_grace, Duration(0));
+        let listeners: Vec<String> = (0..17)
+            .map(|index| format!("\"unix:{index}.sock\""))
+            .collect();
+        let error = parse(&EMBEDDED_DEFAULT.replace(
+            "listen = [\"unix:tierd.sock\"]",
+            &format!("listen = [{}]", listeners.join(", ")),
+        ))
+        .unwrap_err();
+        assert!(
+            error.contains("server.listen has 17 entries: at most 16"),
+            "{error}"
+        );
         let defaults = parse(EMBEDDED_DEFAULT).unwrap().server;
         assert_eq!(defaults.max_connections, 256);
         assert_eq!(defaults.max_unnegotiated_connections, 64);
