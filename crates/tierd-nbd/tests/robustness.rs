@@ -523,7 +523,7 @@ fn idle_sockets_cannot_take_every_slot() {
         .into_iter()
         .filter_map(|mut stream| {
             stream
-                .set_read_timeout(Some(std::time::Duration::from_millis(200)))
+                .set_read_timeout(Some(std::time::Duration::from_millis(50)))
                 .unwrap();
             let mut bytes = Vec::new();
             stream.read_to_end(&mut bytes).ok().map(|_| bytes.len())
@@ -568,7 +568,9 @@ fn handshakes_that_take_too_long_are_closed() {
     assert_closed(&mut trickle);
     let elapsed_ms = (clock.now_ns() - started_ns) / 1_000_000;
     assert!(elapsed_ms < 5_000, "closed after {elapsed_ms} ms");
-    assert_eq!(server.server.stats().handshakes_timed_out, 2);
+    wait_for("both handshakes to count as timed out", || {
+        server.server.stats().handshakes_timed_out == 2
+    });
     // A client that negotiates at once is not affected, and keeps its
     // connection past the timeout.
     let mut client = server.connect();
@@ -828,18 +830,20 @@ fn failed_thread_spawns_refuse_the_connection() {
                 Client::connect_uri(&server.uri()).and_then(|mut client| client.flush());
             assert!(connected.is_err(), "the connection was served");
         }
-        wait_for("the refusals", || {
-            server.server.stats().connections_refused == 3
-        });
-        let logged = server
-            .logs
-            .lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(level, line)| *level == tierd_nbd::LogLevel::Error && line.contains(expected))
-            .count();
-        assert_eq!(logged, 3, "{:?}", server.logs.lines.lock().unwrap());
+        let logged = || {
+            server
+                .logs
+                .lines
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(level, line)| {
+                    *level == tierd_nbd::LogLevel::Error && line.contains(expected)
+                })
+                .count()
+        };
+        wait_for("three refusals logged", || logged() == 3);
+        assert_eq!(server.server.stats().connections_refused, 3);
         assert_eq!(PANICS.load(Ordering::SeqCst), panics);
     }
 }
