@@ -26,7 +26,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -329,11 +329,17 @@ struct Shared {
 /// Bytes of READ replies and WRITE payloads held in memory, up to a limit.
 /// A request takes its bytes before the server reads its payload or
 /// executes it and gives them back once its reply is written, so a client
-/// that stops reading replies holds at most the limit.
+/// that stops reading replies holds at most the limit. Taking and giving
+/// back are atomic operations (no lock on the request path); only a request
+/// that must wait takes the lock.
 struct ByteBudget {
     limit_bytes: u64,
-    /// (bytes held now, most bytes held at once)
-    used: Mutex<(u64, u64)>,
+    used_bytes: AtomicU64,
+    /// The most bytes held at once.
+    peak_bytes: AtomicU64,
+    /// Requests waiting for bytes; releases notify only when there are any.
+    waiters: AtomicUsize,
+    lock: Mutex<()>,
     freed: Condvar,
 }
 
@@ -344,51 +350,70 @@ impl ByteBudget {
     fn new(limit_bytes: u64) -> ByteBudget {
         ByteBudget {
             limit_bytes,
-            used: Mutex::new((0, 0)),
+            used_bytes: AtomicU64::new(0),
+            peak_bytes: AtomicU64::new(0),
+            waiters: AtomicUsize::new(0),
+            lock: Mutex::new(()),
             freed: Condvar::new(),
         }
     }
 
     fn try_acquire(&self, bytes: u64) -> bool {
-        let mut used = self.used.lock();
-        if used.0 + bytes > self.limit_bytes {
-            return false;
+        let taken = self
+            .used_bytes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+                used.checked_add(bytes)
+                    .filter(|total| *total <= self.limit_bytes)
+            });
+        match taken {
+            Ok(before) => {
+                self.peak_bytes.fetch_max(before + bytes, Ordering::Relaxed);
+                true
+            }
+            Err(_) => false,
         }
-        used.0 += bytes;
-        used.1 = used.1.max(used.0);
-        true
     }
 
     /// Waits until `bytes` fit; false when `give_up` turns true first.
     fn acquire(&self, bytes: u64, give_up: &dyn Fn() -> bool) -> bool {
-        let mut used = self.used.lock();
-        loop {
-            if used.0 + bytes <= self.limit_bytes {
-                used.0 += bytes;
-                used.1 = used.1.max(used.0);
-                return true;
+        if self.try_acquire(bytes) {
+            return true;
+        }
+        let mut guard = self.lock.lock();
+        // Counted before the next try, so a release after a failed try sees
+        // a waiter and notifies (under the lock, so not before the wait).
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let acquired = loop {
+            if self.try_acquire(bytes) {
+                break true;
             }
             if give_up() {
-                return false;
+                break false;
             }
-            self.freed.wait_for(&mut used, BUDGET_POLL);
-        }
+            self.freed.wait_for(&mut guard, BUDGET_POLL);
+        };
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        acquired
     }
 
     fn release(&self, bytes: u64) {
         if bytes == 0 {
             return;
         }
-        let mut used = self.used.lock();
-        debug_assert!(used.0 >= bytes, "released more than was taken");
-        used.0 -= bytes.min(used.0);
-        drop(used);
-        self.freed.notify_all();
+        let before = self.used_bytes.fetch_sub(bytes, Ordering::SeqCst);
+        debug_assert!(before >= bytes, "released more than was taken");
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            drop(self.lock.lock());
+            self.freed.notify_all();
+        }
     }
 
     /// (bytes held now, most bytes held at once)
     fn usage(&self) -> (u64, u64) {
-        *self.used.lock()
+        (
+            self.used_bytes.load(Ordering::SeqCst),
+            self.peak_bytes.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -2283,4 +2308,41 @@ pub(crate) fn connect_tcp(address: impl ToSocketAddrs) -> io::Result<Stream> {
     let stream = TcpStream::connect(address)?;
     stream.set_nodelay(true)?;
     Ok(Stream::Tcp(stream))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request that does not fit waits until bytes are given back, gives
+    /// up when asked, and the peak is what was held at once.
+    #[test]
+    fn byte_budget_waits_for_releases_and_gives_up_when_told() {
+        let budget = ByteBudget::new(10);
+        assert!(budget.try_acquire(6));
+        assert!(!budget.try_acquire(5));
+        assert!(!budget.acquire(5, &|| true), "gives up at once");
+        let done = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let waiter = scope.spawn(|| {
+                let acquired = budget.acquire(8, &|| false);
+                done.store(true, Ordering::SeqCst);
+                acquired
+            });
+            assert!(budget.try_acquire(4), "the rest still fits");
+            assert!(!done.load(Ordering::SeqCst));
+            budget.release(6);
+            budget.release(4);
+            assert!(waiter.join().unwrap());
+        });
+        assert_eq!(budget.usage(), (8, 10));
+        {
+            let both = Charge::acquire(&budget, &budget, 1, &|| true);
+            assert!(both.is_some());
+            assert_eq!(budget.usage().0, 10);
+        }
+        assert_eq!(budget.usage().0, 8, "a dropped charge gives both back");
+        assert!(Charge::acquire(&budget, &budget, 2, &|| true).is_none());
+        assert_eq!(budget.usage().0, 8, "a failed charge holds nothing");
+    }
 }
