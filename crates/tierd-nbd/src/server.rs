@@ -629,7 +629,7 @@ impl Server {
         let metadata = std::fs::symlink_metadata(&path).map_err(listen_error)?;
         let address = ListenAddress::Unix(path.clone());
         let socket_identity = Some((metadata.dev(), metadata.ino()));
-        Ok(self.start(Listener::Unix(listener), address, socket_identity))
+        self.start(Listener::Unix(listener), address, socket_identity)
     }
 
     /// Listens on TCP at `address` exactly as given (the caller chooses
@@ -646,7 +646,7 @@ impl Server {
                 address: "TCP address".into(),
                 source,
             })?;
-        Ok(self.start(Listener::Tcp(listener), ListenAddress::Tcp(local), None))
+        self.start(Listener::Tcp(listener), ListenAddress::Tcp(local), None)
     }
 
     fn start(
@@ -654,7 +654,7 @@ impl Server {
         listener: Listener,
         address: ListenAddress,
         socket_identity: Option<(u64, u64)>,
-    ) -> ServerHandle {
+    ) -> Result<ServerHandle, ServerError> {
         let listener_state = Arc::new(ListenerState {
             stopping: AtomicBool::new(false),
             table: Mutex::new(ConnectionTable::default()),
@@ -668,12 +668,15 @@ impl Server {
             .spawn(move || accept_loop(shared, state, listener));
         let accept_thread = match accept_thread {
             Ok(thread) => Some(thread),
-            Err(error) => {
-                self.shared.log(
-                    LogLevel::Error,
-                    &format!("cannot start the accept thread: {error}"),
-                );
-                None
+            Err(source) => {
+                // The listener (moved into the failed closure) is closed.
+                if let ListenAddress::Unix(path) = &address {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(ServerError::Listen {
+                    address: format!("{address:?} (cannot start its accept thread)"),
+                    source,
+                });
             }
         };
         let shared = Arc::clone(&self.shared);
@@ -691,7 +694,7 @@ impl Server {
                 None
             }
         };
-        ServerHandle {
+        Ok(ServerHandle {
             address,
             socket_identity,
             listener_fd,
@@ -699,7 +702,7 @@ impl Server {
             accept_thread,
             watchdog_thread,
             grace: Duration::from_millis(self.shared.config.shutdown_grace_ms),
-        }
+        })
     }
 }
 
@@ -1606,7 +1609,17 @@ fn start_tls(
             &format!("connection {id}: TLS ended: {message}"),
         )
     });
-    let (plain, relay) = tls.start(socket, log)?;
+    let (plain, relay) = tls.start(socket, log).inspect_err(|error| {
+        // Out of threads, most likely: the connection is refused.
+        shared
+            .counters
+            .connections_refused
+            .fetch_add(1, Ordering::Relaxed);
+        shared.log(
+            LogLevel::Error,
+            &format!("connection {id}: refused: cannot start its TLS relay thread: {error}"),
+        );
+    })?;
     // Our duplicate of the socket closes here; the relay and the connection
     // table hold the others.
     *stream = plain;
