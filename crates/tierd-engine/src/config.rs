@@ -132,9 +132,145 @@ pub struct ServerConfig {
     /// (latency-model) tiers need workers so requests overlap.
     #[serde(default)]
     pub workers_per_connection: Option<usize>,
+    /// NBD connections open at once per listener (each is a thread, plus
+    /// its workers); more are refused.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Connections per listener still in their handshake at once; a new one
+    /// beyond this closes the oldest of them, so idle sockets cannot lock
+    /// clients out.
+    #[serde(default = "default_max_unnegotiated_connections")]
+    pub max_unnegotiated_connections: usize,
+    /// A connection that has not finished its NBD handshake this long after
+    /// it was accepted is closed.
+    #[serde(default = "default_handshake_timeout")]
+    pub handshake_timeout: Duration,
+    /// READ replies and WRITE payloads one connection may hold in memory at
+    /// once; beyond it the server stops reading that client's requests.
+    /// Also the longest request served (at most 64 MiB).
+    #[serde(default = "default_max_in_flight_bytes_per_connection")]
+    pub max_in_flight_bytes_per_connection: Bytes,
+    /// The same over all connections.
+    #[serde(default = "default_max_in_flight_bytes")]
+    pub max_in_flight_bytes: Bytes,
+    /// On SIGTERM/SIGINT, how long connections get to finish the requests
+    /// they are executing before their sockets are closed.
+    #[serde(default = "default_shutdown_grace")]
+    pub shutdown_grace: Duration,
     /// TLS for NBD clients (`NBD_OPT_STARTTLS`); off when absent.
     #[serde(default)]
     pub tls: Option<TlsConfig>,
+}
+
+/// Bounds of the `[server]` keys: values beyond them would exhaust the
+/// machine (threads, memory) or make a stop take unbounded time.
+pub mod server_limits {
+    /// Threads per NBD connection executing requests.
+    pub const MAX_WORKERS_PER_CONNECTION: usize = 128;
+    /// `listen` entries (each is two threads: accept and handshake watchdog).
+    pub const MAX_LISTEN_ENTRIES: usize = 16;
+    /// Connections per listener (each a thread).
+    pub const MAX_CONNECTIONS: usize = 4096;
+    /// `handshake_timeout`: from 100 ms to 1 hour.
+    pub const MIN_HANDSHAKE_TIMEOUT_NS: u64 = 100_000_000;
+    pub const MAX_HANDSHAKE_TIMEOUT_NS: u64 = 3_600_000_000_000;
+    /// `max_in_flight_bytes_per_connection`: from 1 MiB (the request limit
+    /// follows it) up to `max_in_flight_bytes`.
+    pub const MIN_IN_FLIGHT_BYTES_PER_CONNECTION: u64 = 1 << 20;
+    /// `shutdown_grace`: at most 10 minutes.
+    pub const MAX_SHUTDOWN_GRACE_NS: u64 = 600_000_000_000;
+}
+
+fn default_max_connections() -> usize {
+    256
+}
+
+fn default_max_unnegotiated_connections() -> usize {
+    64
+}
+
+fn default_handshake_timeout() -> Duration {
+    Duration(10_000_000_000)
+}
+
+fn default_max_in_flight_bytes_per_connection() -> Bytes {
+    Bytes(64 << 20)
+}
+
+fn default_max_in_flight_bytes() -> Bytes {
+    Bytes(1 << 30)
+}
+
+fn default_shutdown_grace() -> Duration {
+    Duration(5_000_000_000)
+}
+
+impl ServerConfig {
+    /// The `[server]` checks: every error names the key, the value and the
+    /// limit.
+    fn check(&self) -> Result<(), String> {
+        use server_limits::*;
+        if self.listen.len() > MAX_LISTEN_ENTRIES {
+            return Err(format!(
+                "server.listen has {} entries: at most {MAX_LISTEN_ENTRIES}",
+                self.listen.len()
+            ));
+        }
+        if let Some(workers) = self.workers_per_connection {
+            if workers > MAX_WORKERS_PER_CONNECTION {
+                return Err(format!(
+                    "server.workers_per_connection = {workers}: at most {MAX_WORKERS_PER_CONNECTION} (threads per NBD connection; 16 overlap an emulated disk's requests well)"
+                ));
+            }
+        }
+        if self.max_connections == 0 || self.max_connections > MAX_CONNECTIONS {
+            return Err(format!(
+                "server.max_connections = {}: must be from 1 to {MAX_CONNECTIONS} (each connection is a thread)",
+                self.max_connections
+            ));
+        }
+        if self.max_unnegotiated_connections == 0
+            || self.max_unnegotiated_connections > self.max_connections
+        {
+            return Err(format!(
+                "server.max_unnegotiated_connections = {}: must be from 1 to server.max_connections ({})",
+                self.max_unnegotiated_connections, self.max_connections
+            ));
+        }
+        let timeout = self.handshake_timeout.0;
+        if !(MIN_HANDSHAKE_TIMEOUT_NS..=MAX_HANDSHAKE_TIMEOUT_NS).contains(&timeout) {
+            return Err(format!(
+                "server.handshake_timeout = {} ms: must be from 100ms to 1h",
+                timeout / 1_000_000
+            ));
+        }
+        let per_connection = self.max_in_flight_bytes_per_connection.0;
+        let total = self.max_in_flight_bytes.0;
+        if per_connection < MIN_IN_FLIGHT_BYTES_PER_CONNECTION {
+            return Err(format!(
+                "server.max_in_flight_bytes_per_connection = {per_connection}: must be at least {MIN_IN_FLIGHT_BYTES_PER_CONNECTION} (1MiB)"
+            ));
+        }
+        if per_connection > total {
+            return Err(format!(
+                "server.max_in_flight_bytes_per_connection = {per_connection}: must not exceed server.max_in_flight_bytes ({total})"
+            ));
+        }
+        if let Some(memory) = physical_memory_bytes() {
+            if total > memory {
+                return Err(format!(
+                    "server.max_in_flight_bytes = {total}: more than this machine's memory ({memory} bytes); at most that"
+                ));
+            }
+        }
+        if self.shutdown_grace.0 > MAX_SHUTDOWN_GRACE_NS {
+            return Err(format!(
+                "server.shutdown_grace = {} s: at most 10min",
+                self.shutdown_grace.0 / 1_000_000_000
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// `[server.tls]`: X.509 certificate and key (PEM) for NBD over TLS.
@@ -173,6 +309,12 @@ impl Default for ServerConfig {
             allow_remote: false,
             allow_list: true,
             workers_per_connection: None,
+            max_connections: default_max_connections(),
+            max_unnegotiated_connections: default_max_unnegotiated_connections(),
+            handshake_timeout: default_handshake_timeout(),
+            max_in_flight_bytes_per_connection: default_max_in_flight_bytes_per_connection(),
+            max_in_flight_bytes: default_max_in_flight_bytes(),
+            shutdown_grace: default_shutdown_grace(),
             tls: None,
         }
     }
@@ -519,6 +661,7 @@ impl Config {
                 }
             }
         }
+        self.server.check()?;
         if let Some(tls) = &self.server.tls {
             if tls.mode != "require" && tls.mode != "optional" {
                 return Err(format!(
@@ -1146,5 +1289,112 @@ mod tests {
                 let _ = parse(&text);
             }
         }
+    }
+
+    /// `[server]` values that would exhaust threads or memory, or make a
+    /// stop unbounded, are refused with the key, the value and the limit.
+    #[test]
+    fn server_keys_beyond_their_bounds_are_refused_with_the_limit() {
+        let with = |lines: &str| {
+            EMBEDDED_DEFAULT.replace(
+                "listen = [\"unix:tierd.sock\"]",
+                &format!("listen = [\"unix:tierd.sock\"]\n{lines}"),
+            )
+        };
+        let cases = [
+            (
+                "workers_per_connection = 1000000",
+                &["server.workers_per_connection = 1000000", "at most 128"][..],
+            ),
+            (
+                "max_connections = 0",
+                &["server.max_connections = 0", "4096"],
+            ),
+            (
+                "max_connections = 100000",
+                &["server.max_connections = 100000", "from 1 to 4096"],
+            ),
+            (
+                "max_unnegotiated_connections = 300",
+                &[
+                    "server.max_unnegotiated_connections = 300",
+                    "server.max_connections (256)",
+                ],
+            ),
+            (
+                "handshake_timeout = \"0s\"",
+                &["server.handshake_timeout", "100ms to 1h"],
+            ),
+            (
+                "handshake_timeout = \"2h\"",
+                &["server.handshake_timeout", "100ms to 1h"],
+            ),
+            (
+                "max_in_flight_bytes_per_connection = \"4KiB\"",
+                &[
+                    "server.max_in_flight_bytes_per_connection = 4096",
+                    "at least 1048576",
+                ],
+            ),
+            (
+                "max_in_flight_bytes_per_connection = \"2GiB\"",
+                &[
+                    "server.max_in_flight_bytes_per_connection",
+                    "server.max_in_flight_bytes (1073741824)",
+                ],
+            ),
+            (
+                "max_in_flight_bytes = \"1PiB\"\nmax_in_flight_bytes_per_connection = \"1PiB\"",
+                &[
+                    "server.max_in_flight_bytes = 1125899906842624",
+                    "this machine's memory",
+                ],
+            ),
+            (
+                "shutdown_grace = \"1h\"",
+                &["server.shutdown_grace", "at most 10min"],
+            ),
+        ];
+        for (lines, expected) in cases {
+            let error = parse(&with(lines)).unwrap_err();
+            for text in expected {
+                assert!(
+                    error.contains(text),
+                    "{lines}: {text:?} missing in: {error}"
+                );
+            }
+        }
+        let config = parse(&with(
+            "workers_per_connection = 128\nmax_connections = 16\nmax_unnegotiated_connections = 4\nhandshake_timeout = \"2s\"\nmax_in_flight_bytes_per_connection = \"8MiB\"\nmax_in_flight_bytes = \"64MiB\"\nshutdown_grace = \"0s\"",
+        ))
+        .unwrap();
+        assert_eq!(config.server.max_connections, 16);
+        assert_eq!(config.server.max_unnegotiated_connections, 4);
+        assert_eq!(config.server.handshake_timeout, Duration(2_000_000_000));
+        assert_eq!(
+            config.server.max_in_flight_bytes_per_connection,
+            Bytes(8 << 20)
+        );
+        assert_eq!(config.server.max_in_flight_bytes, Bytes(64 << 20));
+        assert_eq!(config.server.shutdown_grace, Duration(0));
+        let listeners: Vec<String> = (0..17)
+            .map(|index| format!("\"unix:{index}.sock\""))
+            .collect();
+        let error = parse(&EMBEDDED_DEFAULT.replace(
+            "listen = [\"unix:tierd.sock\"]",
+            &format!("listen = [{}]", listeners.join(", ")),
+        ))
+        .unwrap_err();
+        assert!(
+            error.contains("server.listen has 17 entries: at most 16"),
+            "{error}"
+        );
+        let defaults = parse(EMBEDDED_DEFAULT).unwrap().server;
+        assert_eq!(defaults.max_connections, 256);
+        assert_eq!(defaults.max_unnegotiated_connections, 64);
+        assert_eq!(defaults.handshake_timeout, Duration(10_000_000_000));
+        assert_eq!(defaults.max_in_flight_bytes_per_connection, Bytes(64 << 20));
+        assert_eq!(defaults.max_in_flight_bytes, Bytes(1 << 30));
+        assert_eq!(defaults.shutdown_grace, Duration(5_000_000_000));
     }
 }

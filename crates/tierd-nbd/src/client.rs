@@ -284,6 +284,10 @@ impl ExportInfo {
     fn has(&self, flag: u16) -> bool {
         self.transmission_flags & flag != 0
     }
+    /// True when the transmission flags include `flag` (`NBD_FLAG_*`).
+    pub fn has_flag(&self, flag: u16) -> bool {
+        self.has(flag)
+    }
     pub fn read_only(&self) -> bool {
         self.has(NBD_FLAG_READ_ONLY)
     }
@@ -1231,7 +1235,8 @@ impl Client {
         Ok(completion)
     }
 
-    /// Reads `buffer.len()` bytes (at most 32 MiB) at `offset_bytes`.
+    /// Reads `buffer.len()` bytes at `offset_bytes` (servers need accept
+    /// no more than 32 MiB; tierd accepts 64 MiB).
     pub fn read(&mut self, offset_bytes: u64, buffer: &mut [u8]) -> Result<(), ClientError> {
         let length = u32::try_from(buffer.len()).map_err(|_| {
             ClientError::Protocol(format!(

@@ -44,6 +44,13 @@ pub trait Export: Send + Sync {
         true
     }
 
+    /// True when the export behaves like a spinning disk (seeks cost), so
+    /// clients may schedule for it: the server then sets
+    /// `NBD_FLAG_ROTATIONAL`. The default is false.
+    fn is_rotational(&self) -> bool {
+        false
+    }
+
     /// A human-readable description, sent as `NBD_INFO_DESCRIPTION` when a
     /// client asks for it. The default has none.
     fn description(&self) -> Option<String> {

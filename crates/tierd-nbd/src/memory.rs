@@ -22,6 +22,7 @@ pub const MEMORY_BLOCK_BYTES: u64 = 4096;
 pub struct MemoryExport {
     bytes: RwLock<Vec<u8>>,
     writable: bool,
+    rotational: bool,
     fast_zero: bool,
     description: String,
     fua_requests: AtomicU64,
@@ -41,6 +42,7 @@ impl MemoryExport {
         Self {
             bytes: RwLock::new(vec![byte; size_bytes]),
             writable: true,
+            rotational: false,
             fast_zero: true,
             description: "in-memory export".to_string(),
             fua_requests: AtomicU64::new(0),
@@ -53,6 +55,12 @@ impl MemoryExport {
     /// Advertised read-only (the server refuses writes before they get here).
     pub fn read_only(mut self) -> Self {
         self.writable = false;
+        self
+    }
+
+    /// Advertised as a spinning disk (`NBD_FLAG_ROTATIONAL`).
+    pub fn rotational(mut self) -> Self {
+        self.rotational = true;
         self
     }
 
@@ -148,6 +156,10 @@ impl Export for MemoryExport {
 
     fn is_writable(&self) -> bool {
         self.writable
+    }
+
+    fn is_rotational(&self) -> bool {
+        self.rotational
     }
 
     fn description(&self) -> Option<String> {

@@ -131,9 +131,15 @@ pub const OPTION_REPLY_HEADER_BYTES: usize = 20;
 
 /// Longest string (export name, error message) the protocol allows.
 pub const MAX_STRING_BYTES: usize = 4096;
-/// Largest READ/WRITE payload this crate serves or sends: 2^25 bytes, the
-/// size every client may assume without negotiating.
+/// The READ/WRITE length every client may assume without negotiating
+/// (2^25 bytes): the client never sends more, and the server advertises it
+/// as its maximum block size in `NBD_INFO_BLOCK_SIZE`.
 pub const MAX_PAYLOAD_BYTES: u32 = 32 * 1024 * 1024;
+/// The longest READ/WRITE the server accepts (2^26 bytes), as the reference
+/// server and nbdkit do: clients that never negotiate block sizes
+/// (`NBD_OPT_EXPORT_NAME`) send requests above [`MAX_PAYLOAD_BYTES`]. The
+/// server's per-connection memory bound can lower it.
+pub const MAX_REQUEST_BYTES: u32 = 64 * 1024 * 1024;
 
 /// A rule the peer's bytes broke. `offset_bytes` counts from the start of the
 /// message being parsed.

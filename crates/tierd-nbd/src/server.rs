@@ -9,6 +9,14 @@
 //! each reply is written as soon as it is ready. Either way a client that
 //! stops reading replies stalls its own connection (the socket send buffer
 //! fills, then the queue, then request reading stops) and nothing grows.
+//!
+//! Memory: every READ reply and WRITE payload is charged against a
+//! per-connection and a server-wide byte budget before the server reads or
+//! executes the request, and given back once its reply is written; a client
+//! whose requests would exceed either waits, unread. Connections still in
+//! their handshake are bounded in number (a new one closes the oldest) and
+//! in time (`handshake_timeout_ms`, enforced by one watchdog thread per
+//! listener).
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::BTreeMap;
@@ -18,11 +26,13 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+use tierd_common::clock::{Clock, SystemClock};
 
 use crate::export::Export;
 use crate::io::{Fill, InputBuffer, Stream};
@@ -90,6 +100,28 @@ pub struct ServerConfig {
     pub reply_batch_bytes: usize,
     /// TLS (`NBD_OPT_STARTTLS`) when set; see [`TlsServer`] and its mode.
     pub tls: Option<TlsServer>,
+    /// A connection that has not entered transmission this long after it
+    /// was accepted is closed, so silent or slow clients cannot keep a slot.
+    pub handshake_timeout_ms: u64,
+    /// Connections per listener that may be in their handshake at once; a
+    /// new connection beyond this closes the oldest of them, so idle sockets
+    /// cannot lock well-behaved clients out.
+    pub max_unnegotiated_connections: usize,
+    /// Bytes of READ replies and WRITE payloads one connection may hold in
+    /// memory at once; a request that would exceed it waits, and the server
+    /// reads no further requests of that client meanwhile. Also caps the
+    /// request length (with [`MAX_REQUEST_BYTES`]). At least
+    /// [`MIN_IN_FLIGHT_BYTES_PER_CONNECTION`].
+    pub max_in_flight_bytes_per_connection: u64,
+    /// The same bound over every connection of the server (all listeners).
+    /// At least `max_in_flight_bytes_per_connection`.
+    pub max_in_flight_bytes: u64,
+    /// Stack size of each connection thread; `None`: Rust's default (2 MiB).
+    pub connection_stack_bytes: Option<usize>,
+    /// Stack size of each worker thread; `None`: Rust's default (2 MiB).
+    pub worker_stack_bytes: Option<usize>,
+    /// Reads the time for handshake deadlines.
+    pub clock: Arc<dyn Clock>,
     pub logger: Logger,
 }
 
@@ -104,6 +136,13 @@ impl Default for ServerConfig {
             shutdown_grace_ms: 5_000,
             reply_batch_bytes: DEFAULT_REPLY_BATCH_BYTES,
             tls: None,
+            handshake_timeout_ms: DEFAULT_HANDSHAKE_TIMEOUT_MS,
+            max_unnegotiated_connections: DEFAULT_MAX_UNNEGOTIATED_CONNECTIONS,
+            max_in_flight_bytes_per_connection: DEFAULT_MAX_IN_FLIGHT_BYTES_PER_CONNECTION,
+            max_in_flight_bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
+            connection_stack_bytes: None,
+            worker_stack_bytes: None,
+            clock: Arc::new(SystemClock::new()),
             logger: stderr_logger(),
         }
     }
@@ -124,6 +163,18 @@ impl std::fmt::Debug for ServerConfig {
             .field("shutdown_grace_ms", &self.shutdown_grace_ms)
             .field("reply_batch_bytes", &self.reply_batch_bytes)
             .field("tls", &self.tls)
+            .field("handshake_timeout_ms", &self.handshake_timeout_ms)
+            .field(
+                "max_unnegotiated_connections",
+                &self.max_unnegotiated_connections,
+            )
+            .field(
+                "max_in_flight_bytes_per_connection",
+                &self.max_in_flight_bytes_per_connection,
+            )
+            .field("max_in_flight_bytes", &self.max_in_flight_bytes)
+            .field("connection_stack_bytes", &self.connection_stack_bytes)
+            .field("worker_stack_bytes", &self.worker_stack_bytes)
             .finish_non_exhaustive()
     }
 }
@@ -143,7 +194,7 @@ pub enum ServerError {
 
 /// The preferred block size advertised in `NBD_INFO_BLOCK_SIZE`.
 pub const PREFERRED_BLOCK_BYTES: u32 = 4096;
-/// Write payloads above `MAX_PAYLOAD_BYTES` but at most this are read and
+/// Write payloads above the request limit but at most this are read and
 /// dropped (the request fails with EINVAL, the connection lives); larger
 /// ones are treated as an attack and close the connection.
 pub const MAX_DISCARDED_PAYLOAD_BYTES: u32 = 256 * 1024 * 1024;
@@ -160,8 +211,25 @@ pub const MAX_EXTENTS_PER_REPLY: usize = 64 * 1024;
 const INPUT_BUFFER_BYTES: usize = 256 * 1024;
 /// Default of [`ServerConfig::reply_batch_bytes`].
 pub const DEFAULT_REPLY_BATCH_BYTES: usize = 64 * 1024;
-/// Reply and payload buffers larger than this are released after use.
-const RETAINED_BUFFER_BYTES: usize = 4 * 1024 * 1024;
+/// Reply and payload buffers larger than this are released after use, so
+/// an idle connection keeps little memory whatever it did before.
+const RETAINED_BUFFER_BYTES: usize = 1024 * 1024;
+/// Worker mode: payload buffers kept for reuse per connection, in bytes.
+const POOLED_BUFFER_BYTES: usize = 8 * 1024 * 1024;
+/// Default of [`ServerConfig::handshake_timeout_ms`].
+pub const DEFAULT_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+/// Default of [`ServerConfig::max_unnegotiated_connections`].
+pub const DEFAULT_MAX_UNNEGOTIATED_CONNECTIONS: usize = 64;
+/// Default of [`ServerConfig::max_in_flight_bytes_per_connection`]: one
+/// request of the largest accepted length.
+pub const DEFAULT_MAX_IN_FLIGHT_BYTES_PER_CONNECTION: u64 = MAX_REQUEST_BYTES as u64;
+/// Default of [`ServerConfig::max_in_flight_bytes`].
+pub const DEFAULT_MAX_IN_FLIGHT_BYTES: u64 = 1 << 30;
+/// Smallest accepted [`ServerConfig::max_in_flight_bytes_per_connection`].
+pub const MIN_IN_FLIGHT_BYTES_PER_CONNECTION: u64 = 1 << 20;
+/// What a BLOCK_STATUS request is charged: its largest reply.
+const BLOCK_STATUS_CHARGE_BYTES: u64 =
+    (MAX_EXTENTS_PER_REPLY * 8 + STRUCTURED_REPLY_HEADER_BYTES + 4) as u64;
 
 /// Counter slot per command: 0..=7 are the commands, 8 is anything else.
 const COMMAND_SLOTS: usize = 9;
@@ -176,7 +244,10 @@ struct Counters {
     connections_active: AtomicU64,
     connections_refused: AtomicU64,
     handshakes_failed: AtomicU64,
+    handshakes_timed_out: AtomicU64,
+    connections_evicted: AtomicU64,
     protocol_errors: AtomicU64,
+    requests_cancelled: AtomicU64,
 }
 
 /// A snapshot of a server's counters (all listeners together), for metrics.
@@ -200,6 +271,18 @@ pub struct ServerStats {
     pub handshakes_failed: u64,
     /// Connections closed because the client broke the protocol.
     pub protocol_errors: u64,
+    /// Connections closed because they did not finish the handshake within
+    /// `handshake_timeout_ms`.
+    pub handshakes_timed_out: u64,
+    /// Connections in their handshake closed to make room for a new one
+    /// (`max_unnegotiated_connections` or `max_connections` reached).
+    pub connections_evicted: u64,
+    /// Queued requests dropped unexecuted because their client went away.
+    pub requests_cancelled: u64,
+    /// Bytes of READ replies and WRITE payloads held right now (all
+    /// connections), and the most held at once since the server started.
+    pub in_flight_bytes: u64,
+    pub in_flight_bytes_max: u64,
 }
 
 impl ServerStats {
@@ -236,6 +319,164 @@ struct Shared {
     exports: Vec<ServedExport>,
     config: ServerConfig,
     counters: Counters,
+    /// Server-wide in-flight bytes (`max_in_flight_bytes`).
+    budget: ByteBudget,
+    /// The longest READ/WRITE accepted: [`MAX_REQUEST_BYTES`], or less when
+    /// the per-connection budget is smaller.
+    max_request_bytes: u32,
+}
+
+/// Bytes of READ replies and WRITE payloads held in memory, up to a limit.
+/// A request takes its bytes before the server reads its payload or
+/// executes it and gives them back once its reply is written, so a client
+/// that stops reading replies holds at most the limit. Taking and giving
+/// back are atomic operations (no lock on the request path); only a request
+/// that must wait takes the lock.
+struct ByteBudget {
+    limit_bytes: u64,
+    used_bytes: AtomicU64,
+    /// The most bytes held at once.
+    peak_bytes: AtomicU64,
+    /// Requests waiting for bytes; releases notify only when there are any.
+    waiters: AtomicUsize,
+    lock: Mutex<()>,
+    freed: Condvar,
+}
+
+/// How often a wait for in-flight bytes checks whether to give up.
+const BUDGET_POLL: Duration = Duration::from_millis(50);
+
+impl ByteBudget {
+    fn new(limit_bytes: u64) -> ByteBudget {
+        ByteBudget {
+            limit_bytes,
+            used_bytes: AtomicU64::new(0),
+            peak_bytes: AtomicU64::new(0),
+            waiters: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            freed: Condvar::new(),
+        }
+    }
+
+    fn try_acquire(&self, bytes: u64) -> bool {
+        let taken = self
+            .used_bytes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+                used.checked_add(bytes)
+                    .filter(|total| *total <= self.limit_bytes)
+            });
+        match taken {
+            Ok(before) => {
+                self.peak_bytes.fetch_max(before + bytes, Ordering::Relaxed);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Waits until `bytes` fit; false when `give_up` turns true first.
+    fn acquire(&self, bytes: u64, give_up: &dyn Fn() -> bool) -> bool {
+        if self.try_acquire(bytes) {
+            return true;
+        }
+        let mut guard = self.lock.lock();
+        // Counted before the next try, so a release after a failed try sees
+        // a waiter and notifies (under the lock, so not before the wait).
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let acquired = loop {
+            if self.try_acquire(bytes) {
+                break true;
+            }
+            if give_up() {
+                break false;
+            }
+            self.freed.wait_for(&mut guard, BUDGET_POLL);
+        };
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        acquired
+    }
+
+    fn release(&self, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        let before = self.used_bytes.fetch_sub(bytes, Ordering::SeqCst);
+        debug_assert!(before >= bytes, "released more than was taken");
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            drop(self.lock.lock());
+            self.freed.notify_all();
+        }
+    }
+
+    /// (bytes held now, most bytes held at once)
+    fn usage(&self) -> (u64, u64) {
+        (
+            self.used_bytes.load(Ordering::SeqCst),
+            self.peak_bytes.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Bytes taken from one or two budgets, given back on drop (also when a
+/// request is dropped unexecuted or its connection fails mid-way).
+struct Charge<'a> {
+    budgets: [Option<&'a ByteBudget>; 2],
+    bytes: u64,
+}
+
+impl<'a> Charge<'a> {
+    fn none() -> Charge<'a> {
+        Charge {
+            budgets: [None, None],
+            bytes: 0,
+        }
+    }
+
+    /// Takes `bytes` from `first`, then `second`, waiting for each; `None`
+    /// when `give_up` turned true first (nothing is held then).
+    fn acquire(
+        first: &'a ByteBudget,
+        second: &'a ByteBudget,
+        bytes: u64,
+        give_up: &dyn Fn() -> bool,
+    ) -> Option<Charge<'a>> {
+        if bytes == 0 {
+            return Some(Charge::none());
+        }
+        if !first.acquire(bytes, give_up) {
+            return None;
+        }
+        let mut charge = Charge {
+            budgets: [Some(first), None],
+            bytes,
+        };
+        if !second.acquire(bytes, give_up) {
+            return None;
+        }
+        charge.budgets[1] = Some(second);
+        Some(charge)
+    }
+}
+
+impl Drop for Charge<'_> {
+    fn drop(&mut self) {
+        for budget in self.budgets.iter().flatten() {
+            budget.release(self.bytes);
+        }
+    }
+}
+
+/// What a request is charged against the in-flight budgets: the data it
+/// brings (WRITE) or makes the server hold (READ, BLOCK_STATUS). Requests
+/// refused for their length hold nothing.
+fn charge_bytes(shared: &Shared, header: &RequestHeader) -> u64 {
+    match header.command {
+        NBD_CMD_READ | NBD_CMD_WRITE if header.length_bytes <= shared.max_request_bytes => {
+            u64::from(header.length_bytes)
+        }
+        NBD_CMD_BLOCK_STATUS => BLOCK_STATUS_CHARGE_BYTES,
+        _ => 0,
+    }
 }
 
 impl Shared {
@@ -287,6 +528,33 @@ impl Server {
                 "queue_depth_per_connection must be at least 1 when workers are used".into(),
             ));
         }
+        if config.max_connections == 0 || config.max_unnegotiated_connections == 0 {
+            return Err(ServerError::Config(
+                "max_connections and max_unnegotiated_connections must be at least 1".into(),
+            ));
+        }
+        if config.handshake_timeout_ms == 0 {
+            return Err(ServerError::Config(
+                "handshake_timeout_ms must be at least 1".into(),
+            ));
+        }
+        if config.max_in_flight_bytes_per_connection < MIN_IN_FLIGHT_BYTES_PER_CONNECTION {
+            return Err(ServerError::Config(format!(
+                "max_in_flight_bytes_per_connection is {}, below the {MIN_IN_FLIGHT_BYTES_PER_CONNECTION}-byte minimum",
+                config.max_in_flight_bytes_per_connection
+            )));
+        }
+        if config.max_in_flight_bytes < config.max_in_flight_bytes_per_connection {
+            return Err(ServerError::Config(format!(
+                "max_in_flight_bytes ({}) is below max_in_flight_bytes_per_connection ({})",
+                config.max_in_flight_bytes, config.max_in_flight_bytes_per_connection
+            )));
+        }
+        // Whole 4 KiB blocks, so the limit suits any minimum block size.
+        let max_request_bytes = config
+            .max_in_flight_bytes_per_connection
+            .min(u64::from(MAX_REQUEST_BYTES)) as u32
+            & !4095;
         let mut served = Vec::with_capacity(exports.len());
         for (name, export) in exports {
             if name.is_empty() || name.len() > MAX_STRING_BYTES || name.contains('\0') {
@@ -304,8 +572,10 @@ impl Server {
         Ok(Server {
             shared: Arc::new(Shared {
                 exports: served,
+                budget: ByteBudget::new(config.max_in_flight_bytes),
                 config,
                 counters: Counters::default(),
+                max_request_bytes,
             }),
         })
     }
@@ -327,7 +597,22 @@ impl Server {
             connections_refused: counters.connections_refused.load(Ordering::Relaxed),
             handshakes_failed: counters.handshakes_failed.load(Ordering::Relaxed),
             protocol_errors: counters.protocol_errors.load(Ordering::Relaxed),
+            handshakes_timed_out: counters.handshakes_timed_out.load(Ordering::Relaxed),
+            connections_evicted: counters.connections_evicted.load(Ordering::Relaxed),
+            requests_cancelled: counters.requests_cancelled.load(Ordering::Relaxed),
+            in_flight_bytes: self.shared.budget.usage().0,
+            in_flight_bytes_max: self.shared.budget.usage().1,
         }
+    }
+
+    /// The longest READ or WRITE this server accepts.
+    pub fn max_request_bytes(&self) -> u32 {
+        self.shared.max_request_bytes
+    }
+
+    /// The maximum block size advertised in `NBD_INFO_BLOCK_SIZE`.
+    pub fn advertised_max_block_bytes(&self) -> u32 {
+        advertised_max_block_bytes(&self.shared)
     }
 
     /// Listens on a Unix socket at `path`, created with mode 0600. An
@@ -344,7 +629,7 @@ impl Server {
         let metadata = std::fs::symlink_metadata(&path).map_err(listen_error)?;
         let address = ListenAddress::Unix(path.clone());
         let socket_identity = Some((metadata.dev(), metadata.ino()));
-        Ok(self.start(Listener::Unix(listener), address, socket_identity))
+        self.start(Listener::Unix(listener), address, socket_identity)
     }
 
     /// Listens on TCP at `address` exactly as given (the caller chooses
@@ -361,7 +646,7 @@ impl Server {
                 address: "TCP address".into(),
                 source,
             })?;
-        Ok(self.start(Listener::Tcp(listener), ListenAddress::Tcp(local), None))
+        self.start(Listener::Tcp(listener), ListenAddress::Tcp(local), None)
     }
 
     fn start(
@@ -369,7 +654,7 @@ impl Server {
         listener: Listener,
         address: ListenAddress,
         socket_identity: Option<(u64, u64)>,
-    ) -> ServerHandle {
+    ) -> Result<ServerHandle, ServerError> {
         let listener_state = Arc::new(ListenerState {
             stopping: AtomicBool::new(false),
             table: Mutex::new(ConnectionTable::default()),
@@ -380,20 +665,44 @@ impl Server {
         let state = Arc::clone(&listener_state);
         let accept_thread = std::thread::Builder::new()
             .name("nbd-accept".into())
-            .spawn(move || accept_loop(shared, state, listener))
-            .ok();
-        if accept_thread.is_none() {
-            self.shared
-                .log(LogLevel::Error, "cannot start the accept thread");
-        }
-        ServerHandle {
+            .spawn(move || accept_loop(shared, state, listener));
+        let accept_thread = match accept_thread {
+            Ok(thread) => Some(thread),
+            Err(source) => {
+                // The listener (moved into the failed closure) is closed.
+                if let ListenAddress::Unix(path) = &address {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(ServerError::Listen {
+                    address: format!("{address:?} (cannot start its accept thread)"),
+                    source,
+                });
+            }
+        };
+        let shared = Arc::clone(&self.shared);
+        let state = Arc::clone(&listener_state);
+        let watchdog_thread = std::thread::Builder::new()
+            .name("nbd-handshakes".into())
+            .spawn(move || handshake_watchdog(&shared, &state));
+        let watchdog_thread = match watchdog_thread {
+            Ok(thread) => Some(thread),
+            Err(error) => {
+                self.shared.log(
+                    LogLevel::Error,
+                    &format!("cannot start the handshake watchdog thread (handshakes will not time out): {error}"),
+                );
+                None
+            }
+        };
+        Ok(ServerHandle {
             address,
             socket_identity,
             listener_fd,
             state: listener_state,
             accept_thread,
+            watchdog_thread,
             grace: Duration::from_millis(self.shared.config.shutdown_grace_ms),
-        }
+        })
     }
 }
 
@@ -441,12 +750,61 @@ impl Listener {
     }
 }
 
+/// Where an open connection is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Handshake,
+    Transmission,
+    /// Its socket was shut down (handshake timeout, or evicted to make
+    /// room); its thread has not ended yet.
+    Closing,
+}
+
+struct OpenConnection {
+    /// A clone of the connection's socket, to stop it from outside.
+    stream: Stream,
+    accepted_ns: u64,
+    phase: Phase,
+}
+
 #[derive(Default)]
 struct ConnectionTable {
     next_id: u64,
-    /// A clone of each open connection's socket, to stop it on shutdown.
-    open: BTreeMap<u64, Stream>,
+    open: BTreeMap<u64, OpenConnection>,
+    /// Connections in `Phase::Handshake` and in `Phase::Closing`.
+    handshaking: usize,
+    closing: usize,
     threads: Vec<JoinHandle<()>>,
+}
+
+impl ConnectionTable {
+    /// Shuts a connection still in its handshake down; its thread ends on
+    /// its own.
+    fn close_handshake(&mut self, id: u64) {
+        if let Some(connection) = self.open.get_mut(&id) {
+            if connection.phase == Phase::Handshake {
+                let _ = connection.stream.shutdown(Shutdown::Both);
+                connection.phase = Phase::Closing;
+                self.handshaking -= 1;
+                self.closing += 1;
+            }
+        }
+    }
+
+    /// Connections not being closed.
+    fn live(&self) -> usize {
+        self.open.len() - self.closing
+    }
+
+    fn remove(&mut self, id: u64) {
+        if let Some(connection) = self.open.remove(&id) {
+            match connection.phase {
+                Phase::Handshake => self.handshaking -= 1,
+                Phase::Closing => self.closing -= 1,
+                Phase::Transmission => {}
+            }
+        }
+    }
 }
 
 struct ListenerState {
@@ -470,6 +828,7 @@ pub struct ServerHandle {
     listener_fd: RawFd,
     state: Arc<ListenerState>,
     accept_thread: Option<JoinHandle<()>>,
+    watchdog_thread: Option<JoinHandle<()>>,
     grace: Duration,
 }
 
@@ -492,9 +851,11 @@ impl ServerHandle {
     }
 
     fn stop(&mut self) {
-        let Some(accept_thread) = self.accept_thread.take() else {
+        let accept_thread = self.accept_thread.take();
+        if accept_thread.is_none() && self.watchdog_thread.is_none() {
+            // Stopped already (or never started).
             return;
-        };
+        }
         self.state.stopping.store(true, Ordering::SeqCst);
         // On Linux, shutting a listening socket down wakes a blocked accept.
         // SAFETY: the fd is owned by the accept thread's listener, which is
@@ -508,11 +869,20 @@ impl ServerHandle {
             ListenAddress::Unix(path) => drop(UnixStream::connect(path)),
             ListenAddress::Tcp(address) => drop(TcpStream::connect(address)),
         }
-        let _ = accept_thread.join();
+        if let Some(accept_thread) = accept_thread {
+            let _ = accept_thread.join();
+        }
+        // Under the lock, so the watchdog is either waiting (and woken) or
+        // about to see `stopping`.
+        drop(self.state.lock());
+        self.state.changed.notify_all();
+        if let Some(watchdog) = self.watchdog_thread.take() {
+            let _ = watchdog.join();
+        }
         {
             let table = self.state.lock();
-            for stream in table.open.values() {
-                let _ = stream.shutdown(Shutdown::Read);
+            for connection in table.open.values() {
+                let _ = connection.stream.shutdown(Shutdown::Read);
             }
         }
         let mut table = self.state.lock();
@@ -523,8 +893,8 @@ impl ServerHandle {
                 self.grace,
             );
         }
-        for stream in table.open.values() {
-            let _ = stream.shutdown(Shutdown::Both);
+        for connection in table.open.values() {
+            let _ = connection.stream.shutdown(Shutdown::Both);
         }
         let threads = std::mem::take(&mut table.threads);
         drop(table);
@@ -572,9 +942,38 @@ fn accept_loop(shared: Arc<Shared>, state: Arc<ListenerState>, listener: Listene
                 continue;
             }
         };
+        let config = &shared.config;
         let mut table = state.lock();
         table.threads.retain(|thread| !thread.is_finished());
-        if table.open.len() >= shared.config.max_connections {
+        // Connections that never finish their handshake must not lock
+        // others out: make room by closing the oldest of them.
+        if table.handshaking >= config.max_unnegotiated_connections
+            || table.live() >= config.max_connections
+        {
+            let oldest = table
+                .open
+                .iter()
+                .find(|(_, connection)| connection.phase == Phase::Handshake)
+                .map(|(id, _)| *id);
+            if let Some(oldest) = oldest {
+                table.close_handshake(oldest);
+                shared
+                    .counters
+                    .connections_evicted
+                    .fetch_add(1, Ordering::Relaxed);
+                shared.log(
+                    LogLevel::Info,
+                    &format!(
+                        "connection {oldest}: closed in its handshake to make room for a new connection ({} in handshakes, {} open; max_unnegotiated_connections {}, max_connections {})",
+                        table.handshaking + 1,
+                        table.live() + 1,
+                        config.max_unnegotiated_connections,
+                        config.max_connections
+                    ),
+                );
+            }
+        }
+        if table.live() >= config.max_connections {
             drop(table);
             shared
                 .counters
@@ -584,7 +983,7 @@ fn accept_loop(shared: Arc<Shared>, state: Arc<ListenerState>, listener: Listene
                 LogLevel::Warn,
                 &format!(
                     "refusing a connection: {} connections are open (max_connections)",
-                    shared.config.max_connections
+                    config.max_connections
                 ),
             );
             continue;
@@ -594,7 +993,15 @@ fn accept_loop(shared: Arc<Shared>, state: Arc<ListenerState>, listener: Listene
         };
         let id = table.next_id;
         table.next_id += 1;
-        table.open.insert(id, registered);
+        table.open.insert(
+            id,
+            OpenConnection {
+                stream: registered,
+                accepted_ns: config.clock.now_ns(),
+                phase: Phase::Handshake,
+            },
+        );
+        table.handshaking += 1;
         shared
             .counters
             .connections_accepted
@@ -605,33 +1012,90 @@ fn accept_loop(shared: Arc<Shared>, state: Arc<ListenerState>, listener: Listene
             .fetch_add(1, Ordering::Relaxed);
         let thread_shared = Arc::clone(&shared);
         let thread_state = Arc::clone(&state);
-        let spawned = std::thread::Builder::new()
-            .name(format!("nbd-conn-{id}"))
-            .spawn(move || {
-                run_connection(&thread_shared, stream, id);
-                thread_shared
-                    .counters
-                    .connections_active
-                    .fetch_sub(1, Ordering::Relaxed);
-                let mut table = thread_state.lock();
-                table.open.remove(&id);
-                drop(table);
-                thread_state.changed.notify_all();
-            });
+        let mut builder = std::thread::Builder::new().name(format!("nbd-conn-{id}"));
+        if let Some(stack_bytes) = config.connection_stack_bytes {
+            builder = builder.stack_size(stack_bytes);
+        }
+        let spawned = builder.spawn(move || {
+            run_connection(&thread_shared, &thread_state, stream, id);
+            thread_shared
+                .counters
+                .connections_active
+                .fetch_sub(1, Ordering::Relaxed);
+            let mut table = thread_state.lock();
+            table.remove(id);
+            drop(table);
+            thread_state.changed.notify_all();
+        });
         match spawned {
             Ok(thread) => table.threads.push(thread),
             Err(error) => {
-                table.open.remove(&id);
+                // The closure, and with it the socket, is gone: the client
+                // sees the connection closed.
+                table.remove(id);
                 shared
                     .counters
                     .connections_active
                     .fetch_sub(1, Ordering::Relaxed);
+                shared
+                    .counters
+                    .connections_refused
+                    .fetch_add(1, Ordering::Relaxed);
                 shared.log(
                     LogLevel::Error,
-                    &format!("cannot start a connection thread: {error}"),
+                    &format!(
+                        "refusing a connection: cannot start its thread ({} open): {error}",
+                        table.live()
+                    ),
                 );
             }
         }
+    }
+}
+
+/// Closes connections that are still in their handshake
+/// `handshake_timeout_ms` after they were accepted. One per listener; ends
+/// when the listener stops.
+fn handshake_watchdog(shared: &Shared, state: &ListenerState) {
+    let timeout_ns = shared.config.handshake_timeout_ms.saturating_mul(1_000_000);
+    let mut table = state.lock();
+    loop {
+        if state.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let now_ns = shared.config.clock.now_ns();
+        let mut next_check_ns = now_ns.saturating_add(timeout_ns);
+        let mut expired = Vec::new();
+        for (id, connection) in &table.open {
+            if connection.phase != Phase::Handshake {
+                continue;
+            }
+            let deadline_ns = connection.accepted_ns.saturating_add(timeout_ns);
+            if deadline_ns <= now_ns {
+                expired.push(*id);
+            } else {
+                next_check_ns = next_check_ns.min(deadline_ns);
+            }
+        }
+        for id in expired {
+            table.close_handshake(id);
+            shared
+                .counters
+                .handshakes_timed_out
+                .fetch_add(1, Ordering::Relaxed);
+            shared.log(
+                LogLevel::Info,
+                &format!(
+                    "connection {id}: no NBD handshake within {} ms (handshake_timeout); closing",
+                    shared.config.handshake_timeout_ms
+                ),
+            );
+        }
+        // Woken early by connections ending and by stop.
+        state.changed.wait_for(
+            &mut table,
+            Duration::from_nanos(next_check_ns - now_ns).max(Duration::from_millis(1)),
+        );
     }
 }
 
@@ -649,9 +1113,9 @@ impl From<io::Error> for ConnectionEnd {
     }
 }
 
-fn run_connection(shared: &Shared, stream: Stream, id: u64) {
+fn run_connection(shared: &Shared, state: &ListenerState, stream: Stream, id: u64) {
     let mut tls_relay: Option<JoinHandle<()>> = None;
-    serve_connection(shared, stream, id, &mut tls_relay);
+    serve_connection(shared, state, stream, id, &mut tls_relay);
     if let Some(relay) = tls_relay {
         // The connection's end of the relay is closed, so the relay ends.
         let _ = relay.join();
@@ -660,6 +1124,7 @@ fn run_connection(shared: &Shared, stream: Stream, id: u64) {
 
 fn serve_connection(
     shared: &Shared,
+    state: &ListenerState,
     mut stream: Stream,
     id: u64,
     tls_relay: &mut Option<JoinHandle<()>>,
@@ -693,6 +1158,25 @@ fn serve_connection(
             return;
         }
     };
+    {
+        let mut table = state.lock();
+        match table.open.get_mut(&id) {
+            Some(connection) if connection.phase == Phase::Handshake => {
+                connection.phase = Phase::Transmission;
+                table.handshaking -= 1;
+            }
+            _ => {
+                // Timed out or evicted just as the handshake finished.
+                drop(table);
+                shared
+                    .counters
+                    .handshakes_failed
+                    .fetch_add(1, Ordering::Relaxed);
+                let _ = stream.shutdown(Shutdown::Both);
+                return;
+            }
+        }
+    }
     shared.log(
         LogLevel::Debug,
         &format!(
@@ -702,10 +1186,11 @@ fn serve_connection(
             tls_active(&stream, tls_relay)
         ),
     );
+    let stopping = &state.stopping;
     let result = if shared.config.workers_per_connection == 0 {
-        transmit_inline(shared, &session, &mut input, &mut stream)
+        transmit_inline(shared, &session, &mut input, &mut stream, stopping)
     } else {
-        transmit_with_workers(shared, &session, &mut input, &mut stream)
+        transmit_with_workers(shared, &session, &mut input, &mut stream, stopping, id)
     };
     match result {
         Ok(()) => shared.log(LogLevel::Debug, &format!("connection {id}: closed")),
@@ -772,6 +1257,8 @@ struct Session {
     structured: bool,
     allocation_context: Option<u32>,
     minimum_block_bytes: u32,
+    /// The longest READ/WRITE accepted ([`Shared::max_request_bytes`]).
+    max_request_bytes: u32,
 }
 
 fn transmission_flags(export: &dyn Export, structured: bool) -> u16 {
@@ -789,6 +1276,9 @@ fn transmission_flags(export: &dyn Export, structured: bool) -> u16 {
     }
     if !export.is_writable() {
         flags |= NBD_FLAG_READ_ONLY;
+    }
+    if export.is_rotational() {
+        flags |= NBD_FLAG_ROTATIONAL;
     }
     flags
 }
@@ -1119,7 +1609,17 @@ fn start_tls(
             &format!("connection {id}: TLS ended: {message}"),
         )
     });
-    let (plain, relay) = tls.start(socket, log)?;
+    let (plain, relay) = tls.start(socket, log).inspect_err(|error| {
+        // Out of threads, most likely: the connection is refused.
+        shared
+            .counters
+            .connections_refused
+            .fetch_add(1, Ordering::Relaxed);
+        shared.log(
+            LogLevel::Error,
+            &format!("connection {id}: refused: cannot start its TLS relay thread: {error}"),
+        );
+    })?;
     // Our duplicate of the socket closes here; the relay and the connection
     // table hold the others.
     *stream = plain;
@@ -1153,7 +1653,16 @@ fn make_session(
             .filter(|(for_index, _)| *for_index == index)
             .map(|(_, id)| id),
         minimum_block_bytes: shared.config.minimum_block_bytes,
+        max_request_bytes: shared.max_request_bytes,
     }
+}
+
+/// The maximum block size sent in `NBD_INFO_BLOCK_SIZE`: 32 MiB (the size
+/// every client assumes anyway), or the request limit when that is lower.
+/// Longer requests, up to the limit, are still served: clients that never
+/// see this (`NBD_OPT_EXPORT_NAME`) send them.
+fn advertised_max_block_bytes(shared: &Shared) -> u32 {
+    MAX_PAYLOAD_BYTES.min(shared.max_request_bytes)
 }
 
 fn encode_export_info(
@@ -1175,7 +1684,7 @@ fn encode_export_info(
     info[0..2].copy_from_slice(&NBD_INFO_BLOCK_SIZE.to_be_bytes());
     info[2..6].copy_from_slice(&session.minimum_block_bytes.to_be_bytes());
     info[6..10].copy_from_slice(&PREFERRED_BLOCK_BYTES.to_be_bytes());
-    info[10..14].copy_from_slice(&MAX_PAYLOAD_BYTES.to_be_bytes());
+    info[10..14].copy_from_slice(&advertised_max_block_bytes(shared).to_be_bytes());
     encode_option_reply(out, option, NBD_REP_INFO, &info);
 
     if request.wants(NBD_INFO_NAME) {
@@ -1239,9 +1748,12 @@ fn validate(session: &Session, header: &RequestHeader) -> Result<(), (u32, &'sta
         return Err((NBD_EPERM, "the export is read-only"));
     }
     if matches!(header.command, NBD_CMD_READ | NBD_CMD_WRITE)
-        && header.length_bytes > MAX_PAYLOAD_BYTES
+        && header.length_bytes > session.max_request_bytes
     {
-        return Err((NBD_EINVAL, "length exceeds the 32 MiB maximum payload"));
+        return Err((
+            NBD_EINVAL,
+            "length exceeds the server's maximum request length",
+        ));
     }
     let end = header
         .offset_bytes
@@ -1488,17 +2000,18 @@ fn next_header(
     parse_request_header(&bytes).map(Some).map_err(protocol)
 }
 
-/// For a write whose length exceeds the maximum payload: drops the payload
+/// For a write whose length exceeds the request limit: drops the payload
 /// so the stream stays in step, or ends the connection when the length is
-/// absurd. Returns true when the payload was dropped.
+/// absurd.
 fn discard_oversized_payload(
     input: &mut InputBuffer,
     stream: &mut Stream,
     header: &RequestHeader,
+    max_request_bytes: u32,
 ) -> Result<(), ConnectionEnd> {
     if header.length_bytes > MAX_DISCARDED_PAYLOAD_BYTES {
         return Err(ConnectionEnd::Protocol(format!(
-            "write of {} bytes at offset {}: payload far above the {MAX_PAYLOAD_BYTES}-byte maximum",
+            "write of {} bytes at offset {}: payload far above the {max_request_bytes}-byte maximum",
             header.length_bytes, header.offset_bytes
         )));
     }
@@ -1512,32 +2025,82 @@ fn release_if_large(buffer: &mut Vec<u8>) {
     }
 }
 
+/// True when the peer has closed its socket entirely (not just its sending
+/// side): nobody will read replies any more. Detects a Unix-socket peer
+/// that closed, and a TCP peer that reset; a TCP peer's plain close shows
+/// up at the next failed reply write instead.
+fn peer_gone(stream: &Stream) -> bool {
+    let mut poll_fd = libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: libc::POLLIN | libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, zero timeout.
+    let ready = unsafe { libc::poll(&mut poll_fd, 1, 0) };
+    ready > 0 && poll_fd.revents & (libc::POLLHUP | libc::POLLERR) != 0
+}
+
 /// Transmission with requests executed on the reading thread; replies are
 /// written when no further whole request is buffered (or much is waiting).
+/// Reply bytes waiting in `out` are charged to the server-wide budget; a
+/// request that does not fit waits, with earlier replies written first so
+/// this connection holds nothing while it waits.
 fn transmit_inline(
     shared: &Shared,
     session: &Session,
     input: &mut InputBuffer,
     stream: &mut Stream,
+    stopping: &AtomicBool,
 ) -> Result<(), ConnectionEnd> {
     let batch_bytes = shared.config.reply_batch_bytes.max(1);
+    let connection_limit_bytes = shared.config.max_in_flight_bytes_per_connection;
     let mut out: Vec<u8> = Vec::with_capacity(batch_bytes.min(RETAINED_BUFFER_BYTES) + 64 * 1024);
     let mut payload: Vec<u8> = Vec::new();
+    // Charged for the replies in `out`; given back once they are written.
+    let mut held = Charge::none();
+    let give_up = || stopping.load(Ordering::SeqCst);
     let result = loop {
         if !out.is_empty() && (out.len() >= batch_bytes || !input.has_complete_request()) {
             stream.write_all(&out)?;
             out.clear();
             release_if_large(&mut out);
+            held = Charge::none();
         }
         let header = match next_header(input, stream) {
             Ok(Some(header)) => header,
             Ok(None) => break Ok(()),
             Err(end) => break Err(end),
         };
+        let charge = charge_bytes(shared, &header);
+        if charge > 0 {
+            let fits =
+                held.bytes + charge <= connection_limit_bytes && shared.budget.try_acquire(charge);
+            if fits {
+                held.budgets[0] = Some(&shared.budget);
+                held.bytes += charge;
+            } else {
+                if !out.is_empty() {
+                    stream.write_all(&out)?;
+                    out.clear();
+                    release_if_large(&mut out);
+                }
+                held = Charge::none();
+                if !shared.budget.acquire(charge, &give_up) {
+                    // Stopping: the request is dropped with the connection.
+                    break Ok(());
+                }
+                held = Charge {
+                    budgets: [Some(&shared.budget), None],
+                    bytes: charge,
+                };
+            }
+        }
         let mut data: &[u8] = &[];
         if header.has_payload() {
-            if header.length_bytes > MAX_PAYLOAD_BYTES {
-                if let Err(end) = discard_oversized_payload(input, stream, &header) {
+            if header.length_bytes > session.max_request_bytes {
+                if let Err(end) =
+                    discard_oversized_payload(input, stream, &header, session.max_request_bytes)
+                {
                     break Err(end);
                 }
             } else {
@@ -1561,45 +2124,80 @@ fn transmit_inline(
     if !out.is_empty() {
         stream.write_all(&out)?;
     }
+    drop(held);
     result
 }
 
-struct Job {
+struct Job<'a> {
     header: RequestHeader,
     payload: Vec<u8>,
+    /// Given back when the job is dropped: after its reply is written, or
+    /// unexecuted when its client is gone.
+    charge: Charge<'a>,
 }
 
 /// Transmission with a bounded queue feeding worker threads; each worker
-/// writes its reply whole under the writer lock.
+/// writes its reply whole under the writer lock. Each request takes its
+/// bytes from this connection's budget and the server's before the reader
+/// reads its payload or queues it; the reader waits (reading nothing more)
+/// while either is exhausted.
 fn transmit_with_workers(
     shared: &Shared,
     session: &Session,
     input: &mut InputBuffer,
     stream: &mut Stream,
+    stopping: &AtomicBool,
+    id: u64,
 ) -> Result<(), ConnectionEnd> {
     let writer = Mutex::new(stream.try_clone()?);
-    let write_failed = AtomicBool::new(false);
+    // Set when a reply cannot be written or the client is gone: queued
+    // requests are then dropped unexecuted.
+    let cancelled = AtomicBool::new(false);
     let pool: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
-    let pool_limit =
-        shared.config.queue_depth_per_connection + shared.config.workers_per_connection;
-    let (sender, receiver) = sync_channel::<Job>(shared.config.queue_depth_per_connection);
+    let connection_budget = ByteBudget::new(shared.config.max_in_flight_bytes_per_connection);
+    let (sender, receiver) = sync_channel::<Job<'_>>(shared.config.queue_depth_per_connection);
     let receiver = Mutex::new(receiver);
+    let give_up = || cancelled.load(Ordering::SeqCst) || stopping.load(Ordering::SeqCst);
 
     let send_reply = |bytes: &[u8]| {
         let mut writer = writer.lock();
-        if writer.write_all(bytes).is_err() && !write_failed.swap(true, Ordering::SeqCst) {
+        if writer.write_all(bytes).is_err() && !cancelled.swap(true, Ordering::SeqCst) {
             // Unblock the reader: nobody will get replies any more.
             let _ = writer.shutdown(Shutdown::Both);
         }
     };
 
     std::thread::scope(|scope| {
-        for _ in 0..shared.config.workers_per_connection {
-            scope.spawn(|| worker_loop(shared, session, &receiver, &pool, pool_limit, &send_reply));
+        let workers = shared.config.workers_per_connection;
+        for index in 0..workers {
+            let mut builder = std::thread::Builder::new().name(format!("nbd-conn-{id}-worker"));
+            if let Some(stack_bytes) = shared.config.worker_stack_bytes {
+                builder = builder.stack_size(stack_bytes);
+            }
+            let spawned = builder.spawn_scoped(scope, || {
+                worker_loop(shared, session, &receiver, &pool, &cancelled, &send_reply)
+            });
+            if let Err(error) = spawned {
+                shared
+                    .counters
+                    .connections_refused
+                    .fetch_add(1, Ordering::Relaxed);
+                shared.log(
+                    LogLevel::Error,
+                    &format!(
+                        "connection {id}: refused: cannot start worker thread {} of {workers} (workers_per_connection): {error}",
+                        index + 1
+                    ),
+                );
+                // The workers already started see the queue closed and end.
+                drop(sender);
+                return Ok(());
+            }
         }
         let mut error_reply = Vec::new();
+        let mut disconnect_requested = false;
         let result = loop {
-            if write_failed.load(Ordering::SeqCst) {
+            if cancelled.load(Ordering::SeqCst) {
                 break Ok(());
             }
             let header = match next_header(input, stream) {
@@ -1607,14 +2205,28 @@ fn transmit_with_workers(
                 Ok(None) => break Ok(()),
                 Err(end) => break Err(end),
             };
-            let mut payload = if header.has_payload() && header.length_bytes <= MAX_PAYLOAD_BYTES {
+            let charge = match Charge::acquire(
+                &connection_budget,
+                &shared.budget,
+                charge_bytes(shared, &header),
+                &give_up,
+            ) {
+                Some(charge) => charge,
+                // Stopping, or the client is gone: the request is dropped
+                // with the connection.
+                None => break Ok(()),
+            };
+            let fits = header.length_bytes <= session.max_request_bytes;
+            let mut payload = if header.has_payload() && fits {
                 pool.lock().pop().unwrap_or_default()
             } else {
                 Vec::new()
             };
             if header.has_payload() {
-                if header.length_bytes > MAX_PAYLOAD_BYTES {
-                    if let Err(end) = discard_oversized_payload(input, stream, &header) {
+                if !fits {
+                    if let Err(end) =
+                        discard_oversized_payload(input, stream, &header, session.max_request_bytes)
+                    {
                         break Err(end);
                     }
                     error_reply.clear();
@@ -1630,14 +2242,29 @@ fn transmit_with_workers(
             if header.command == NBD_CMD_DISC {
                 shared.counters.requests[command_slot(NBD_CMD_DISC)]
                     .fetch_add(1, Ordering::Relaxed);
+                // The spec: every outstanding request is still handled.
+                disconnect_requested = true;
                 break Ok(());
             }
             // Blocks while the queue is full: back-pressure on the client.
-            if sender.send(Job { header, payload }).is_err() {
+            let job = Job {
+                header,
+                payload,
+                charge,
+            };
+            if sender.send(job).is_err() {
                 break Ok(());
             }
         };
-        // Workers finish the queued requests, then see the channel closed.
+        // A client that closed its socket without DISC will read no
+        // replies: drop what is queued instead of executing it. (After
+        // DISC, or when only its sending side is closed, the queued
+        // requests are answered.)
+        if !disconnect_requested && peer_gone(stream) {
+            cancelled.store(true, Ordering::SeqCst);
+        }
+        // Workers finish (or drop) the queued requests, then see the
+        // channel closed.
         drop(sender);
         result
     })
@@ -1646,9 +2273,9 @@ fn transmit_with_workers(
 fn worker_loop(
     shared: &Shared,
     session: &Session,
-    receiver: &Mutex<Receiver<Job>>,
+    receiver: &Mutex<Receiver<Job<'_>>>,
     pool: &Mutex<Vec<Vec<u8>>>,
-    pool_limit: usize,
+    cancelled: &AtomicBool,
     send_reply: &(dyn Fn(&[u8]) + Sync),
 ) {
     let mut out = Vec::with_capacity(64 * 1024);
@@ -1660,15 +2287,29 @@ fn worker_loop(
                 Err(_) => return,
             }
         };
+        if cancelled.load(Ordering::SeqCst) {
+            shared
+                .counters
+                .requests_cancelled
+                .fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
         out.clear();
         handle_request(shared, session, &job.header, &job.payload, &mut out);
         send_reply(&out);
         release_if_large(&mut out);
-        let mut payload = job.payload;
-        if payload.capacity() > 0 && payload.capacity() <= RETAINED_BUFFER_BYTES {
+        let Job {
+            mut payload,
+            charge,
+            ..
+        } = job;
+        drop(charge);
+        let capacity = payload.capacity();
+        if capacity > 0 && capacity <= RETAINED_BUFFER_BYTES {
             payload.clear();
             let mut pool = pool.lock();
-            if pool.len() < pool_limit {
+            let pooled_bytes: usize = pool.iter().map(Vec::capacity).sum();
+            if pooled_bytes + capacity <= POOLED_BUFFER_BYTES {
                 pool.push(payload);
             }
         }
@@ -1680,4 +2321,41 @@ pub(crate) fn connect_tcp(address: impl ToSocketAddrs) -> io::Result<Stream> {
     let stream = TcpStream::connect(address)?;
     stream.set_nodelay(true)?;
     Ok(Stream::Tcp(stream))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request that does not fit waits until bytes are given back, gives
+    /// up when asked, and the peak is what was held at once.
+    #[test]
+    fn byte_budget_waits_for_releases_and_gives_up_when_told() {
+        let budget = ByteBudget::new(10);
+        assert!(budget.try_acquire(6));
+        assert!(!budget.try_acquire(5));
+        assert!(!budget.acquire(5, &|| true), "gives up at once");
+        let done = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let waiter = scope.spawn(|| {
+                let acquired = budget.acquire(8, &|| false);
+                done.store(true, Ordering::SeqCst);
+                acquired
+            });
+            assert!(budget.try_acquire(4), "the rest still fits");
+            assert!(!done.load(Ordering::SeqCst));
+            budget.release(6);
+            budget.release(4);
+            assert!(waiter.join().unwrap());
+        });
+        assert_eq!(budget.usage(), (8, 10));
+        {
+            let both = Charge::acquire(&budget, &budget, 1, &|| true);
+            assert!(both.is_some());
+            assert_eq!(budget.usage().0, 10);
+        }
+        assert_eq!(budget.usage().0, 8, "a dropped charge gives both back");
+        assert!(Charge::acquire(&budget, &budget, 2, &|| true).is_none());
+        assert_eq!(budget.usage().0, 8, "a failed charge holds nothing");
+    }
 }

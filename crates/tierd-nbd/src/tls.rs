@@ -139,6 +139,16 @@ impl TlsServer {
                 files.key.display()
             ))
         })?;
+        // Loaded here first, so a key the provider refuses is reported as
+        // such (rustls would say "failed to parse private key", which reads
+        // like a wrong file or a key that does not match the certificate).
+        if let Err(error) = provider.key_provider.load_private_key(key.clone_key()) {
+            return Err(tls_error(format!(
+                "{}: {}",
+                files.key.display(),
+                explain_unusable_key(&key, &error.to_string())
+            )));
+        }
         let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|error| tls_error(format!("TLS protocol setup failed: {error}")))?;
@@ -223,6 +233,248 @@ fn start_relay(
             }
         })?;
     Ok((Stream::Unix(outer), thread))
+}
+
+/// How to make a key the provider loads; ends every key refusal.
+const KEY_ADVICE: &str = "make a new key and a certificate for it, e.g. `openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out key.pem` or an ECDSA P-256 key with `openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out key.pem`";
+
+/// What the crypto provider accepts, for key refusals.
+const KEY_RULES: &str = "the TLS library (rustls with the ring crypto provider) loads two-prime RSA keys of 2048, 3072 or 4096 bits whose primes are each half the modulus and a multiple of 512 bits (public exponent 65537 or more, at most 33 bits), ECDSA keys on P-256 or P-384, and Ed25519 keys";
+
+/// Why the crypto provider refused `key`, in terms an operator can act on:
+/// for RSA, which of ring's rules the key breaks (some tools, GnuTLS's
+/// certtool among them, make keys of odd sizes whose primes are not a
+/// multiple of 512 bits); for ECDSA, the curve; then how to make a key that
+/// works.
+fn explain_unusable_key(key: &PrivateKeyDer<'_>, provider_error: &str) -> String {
+    let described = match key {
+        PrivateKeyDer::Pkcs1(der) => der::rsa_key(der.secret_pkcs1_der()).map(KeyKind::Rsa),
+        PrivateKeyDer::Sec1(der) => der::sec1_curve(der.secret_sec1_der()).map(KeyKind::Ec),
+        PrivateKeyDer::Pkcs8(der) => der::pkcs8_key(der.secret_pkcs8_der()),
+        _ => None,
+    };
+    match described {
+        Some(KeyKind::Rsa(rsa)) => {
+            let mut problems = Vec::new();
+            if rsa.version != 0 {
+                problems.push("it has more than two primes (multi-prime RSA)".to_string());
+            }
+            if rsa.modulus_bits < 2048 {
+                problems.push(format!(
+                    "its modulus is {} bits, under the 2048-bit minimum",
+                    rsa.modulus_bits
+                ));
+            }
+            if rsa.modulus_bits > 4096 {
+                problems.push(format!(
+                    "its modulus is {} bits, over the 4096-bit maximum",
+                    rsa.modulus_bits
+                ));
+            }
+            let half = rsa.modulus_bits.div_ceil(2);
+            if rsa.prime_bits.iter().any(|bits| *bits != half) {
+                problems.push(format!(
+                    "its primes are {} and {} bits, not both half of the {}-bit modulus",
+                    rsa.prime_bits[0], rsa.prime_bits[1], rsa.modulus_bits
+                ));
+            } else if rsa.prime_bits.iter().any(|bits| bits % 512 != 0) {
+                problems.push(format!(
+                    "its primes are {} bits, not a multiple of 512 bits (its modulus is {} bits)",
+                    rsa.prime_bits[0], rsa.modulus_bits
+                ));
+            }
+            if rsa.exponent_bits > 33 || rsa.exponent.is_some_and(|exponent| exponent < 65537) {
+                problems.push(match rsa.exponent {
+                    Some(exponent) => format!("its public exponent is {exponent}"),
+                    None => format!("its public exponent is {} bits long", rsa.exponent_bits),
+                });
+            }
+            if problems.is_empty() {
+                problems.push(format!("the provider says: {provider_error}"));
+            }
+            format!(
+                "this RSA private key cannot be used: {}. {KEY_RULES}; {KEY_ADVICE}",
+                problems.join("; ")
+            )
+        }
+        Some(KeyKind::Ec(curve)) => format!(
+            "this ECDSA private key is on {curve}, which cannot be used. {KEY_RULES}; {KEY_ADVICE}"
+        ),
+        Some(KeyKind::Other(algorithm)) => format!(
+            "this {algorithm} private key cannot be used. {KEY_RULES}; {KEY_ADVICE}"
+        ),
+        None => format!(
+            "the private key cannot be used (the provider says: {provider_error}). {KEY_RULES}; {KEY_ADVICE}"
+        ),
+    }
+}
+
+/// A private key as far as the refusal message needs it.
+enum KeyKind {
+    Rsa(der::RsaKey),
+    /// An ECDSA key's curve, by name.
+    Ec(String),
+    /// Another algorithm, by name.
+    Other(String),
+}
+
+/// The little DER reading the key refusal message needs: RSA sizes and
+/// ECDSA curves from PKCS#1, SEC1 and PKCS#8. Never panics on any input.
+mod der {
+    use super::KeyKind;
+
+    const SEQUENCE: u8 = 0x30;
+    const INTEGER: u8 = 0x02;
+    const OCTET_STRING: u8 = 0x04;
+    const OID: u8 = 0x06;
+    const RSA_ENCRYPTION: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];
+    const RSA_PSS: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0a];
+    const EC_PUBLIC_KEY: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
+    const ED25519: &[u8] = &[0x2b, 0x65, 0x70];
+    const ED448: &[u8] = &[0x2b, 0x65, 0x71];
+
+    /// The sizes of an RSA key.
+    pub struct RsaKey {
+        /// 0: two primes; 1: multi-prime.
+        pub version: u64,
+        pub modulus_bits: u64,
+        pub prime_bits: [u64; 2],
+        pub exponent_bits: u64,
+        /// The public exponent when it fits in 64 bits.
+        pub exponent: Option<u64>,
+    }
+
+    /// One tag-length-value from the front of `input`.
+    fn next<'a>(input: &mut &'a [u8]) -> Option<(u8, &'a [u8])> {
+        let (&tag, rest) = input.split_first()?;
+        let (&first, mut rest) = rest.split_first()?;
+        let length = if first < 0x80 {
+            usize::from(first)
+        } else {
+            let count = usize::from(first & 0x7f);
+            if count == 0 || count > 4 || rest.len() < count {
+                return None;
+            }
+            let mut length = 0usize;
+            for byte in &rest[..count] {
+                length = (length << 8) | usize::from(*byte);
+            }
+            rest = &rest[count..];
+            length
+        };
+        if rest.len() < length {
+            return None;
+        }
+        let (value, after) = rest.split_at(length);
+        *input = after;
+        Some((tag, value))
+    }
+
+    fn expect<'a>(input: &mut &'a [u8], tag: u8) -> Option<&'a [u8]> {
+        match next(input)? {
+            (found, value) if found == tag => Some(value),
+            _ => None,
+        }
+    }
+
+    /// Bits of an unsigned big-endian INTEGER value.
+    fn bits(value: &[u8]) -> u64 {
+        let start = value
+            .iter()
+            .position(|byte| *byte != 0)
+            .unwrap_or(value.len());
+        let value = &value[start..];
+        match value.first() {
+            None => 0,
+            Some(first) => (value.len() as u64 - 1) * 8 + u64::from(8 - first.leading_zeros()),
+        }
+    }
+
+    fn small(value: &[u8]) -> Option<u64> {
+        let start = value
+            .iter()
+            .position(|byte| *byte != 0)
+            .unwrap_or(value.len());
+        let value = &value[start..];
+        if value.len() > 8 {
+            return None;
+        }
+        Some(
+            value
+                .iter()
+                .fold(0u64, |acc, byte| (acc << 8) | u64::from(*byte)),
+        )
+    }
+
+    /// PKCS#1 RSAPrivateKey: version, n, e, d, p, q, ...
+    pub fn rsa_key(der: &[u8]) -> Option<RsaKey> {
+        let mut outer = der;
+        let mut fields = expect(&mut outer, SEQUENCE)?;
+        let version = small(expect(&mut fields, INTEGER)?)?;
+        let modulus = expect(&mut fields, INTEGER)?;
+        let exponent = expect(&mut fields, INTEGER)?;
+        let _private_exponent = expect(&mut fields, INTEGER)?;
+        let first_prime = expect(&mut fields, INTEGER)?;
+        let second_prime = expect(&mut fields, INTEGER)?;
+        Some(RsaKey {
+            version,
+            modulus_bits: bits(modulus),
+            prime_bits: [bits(first_prime), bits(second_prime)],
+            exponent_bits: bits(exponent),
+            exponent: small(exponent),
+        })
+    }
+
+    fn curve_name(oid: &[u8]) -> String {
+        match oid {
+            [0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07] => "P-256".into(),
+            [0x2b, 0x81, 0x04, 0x00, 0x22] => "P-384".into(),
+            [0x2b, 0x81, 0x04, 0x00, 0x23] => "P-521".into(),
+            [0x2b, 0x81, 0x04, 0x00, 0x0a] => "secp256k1".into(),
+            other => format!(
+                "the curve with OID bytes {}",
+                other
+                    .iter()
+                    .map(|byte| format!("{byte:02x}"))
+                    .collect::<String>()
+            ),
+        }
+    }
+
+    /// SEC1 ECPrivateKey: version, key, [0] curve OID.
+    pub fn sec1_curve(der: &[u8]) -> Option<String> {
+        let mut outer = der;
+        let mut fields = expect(&mut outer, SEQUENCE)?;
+        expect(&mut fields, INTEGER)?;
+        expect(&mut fields, OCTET_STRING)?;
+        let mut parameters = expect(&mut fields, 0xa0)?;
+        Some(curve_name(expect(&mut parameters, OID)?))
+    }
+
+    /// PKCS#8 PrivateKeyInfo: version, algorithm, key.
+    pub fn pkcs8_key(der: &[u8]) -> Option<KeyKind> {
+        let mut outer = der;
+        let mut fields = expect(&mut outer, SEQUENCE)?;
+        expect(&mut fields, INTEGER)?;
+        let mut algorithm = expect(&mut fields, SEQUENCE)?;
+        let oid = expect(&mut algorithm, OID)?;
+        let key = expect(&mut fields, OCTET_STRING)?;
+        if oid == RSA_ENCRYPTION {
+            return rsa_key(key).map(KeyKind::Rsa);
+        }
+        if oid == EC_PUBLIC_KEY {
+            return Some(KeyKind::Ec(curve_name(expect(&mut algorithm, OID)?)));
+        }
+        Some(KeyKind::Other(
+            match oid {
+                RSA_PSS => "RSA-PSS (RSASSA-PSS algorithm identifier)",
+                ED448 => "Ed448",
+                ED25519 => "Ed25519",
+                _ => "unrecognised-algorithm",
+            }
+            .to_string(),
+        ))
+    }
 }
 
 /// The client side of TLS, as libnbd's URIs give it: a directory with the

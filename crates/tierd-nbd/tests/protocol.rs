@@ -8,6 +8,7 @@ use std::sync::{Arc, Barrier};
 use common::{pattern, MemoryExport, TestServer, BLOCK_BYTES};
 use tierd_nbd::client::{ConnectOptions, Negotiation};
 use tierd_nbd::proto::*;
+use tierd_nbd::server::DEFAULT_MAX_IN_FLIGHT_BYTES_PER_CONNECTION;
 use tierd_nbd::{Client, ClientError, Export, ExportResult, Extent, Server, ServerConfig};
 
 const SIZE_BYTES: usize = 1 << 20;
@@ -213,11 +214,11 @@ fn out_of_range_requests_fail_and_the_connection_continues() {
 
 #[test]
 fn oversized_lengths_fail_with_einval_and_the_stream_stays_in_step() {
-    let server = TestServer::start(64 << 20);
+    let server = TestServer::start(128 << 20);
     let mut client = server.connect();
-    let mut big = vec![0u8; MAX_PAYLOAD_BYTES as usize + 4096];
+    let mut big = vec![0u8; MAX_REQUEST_BYTES as usize + 4096];
     expect_request_error(client.read(0, &mut big), NBD_EINVAL);
-    // The server reads and drops the 32 MiB + 4 KiB payload.
+    // The server reads and drops the 64 MiB + 4 KiB payload.
     big.fill(5);
     expect_request_error(client.write(0, &big, false), NBD_EINVAL);
     assert_eq!(
@@ -230,8 +231,97 @@ fn oversized_lengths_fail_with_einval_and_the_stream_stays_in_step() {
     client.read(0, &mut back).unwrap();
     assert_eq!(back, [3; 8]);
     // Exactly the maximum is fine.
-    let mut max = vec![0u8; MAX_PAYLOAD_BYTES as usize];
+    let mut max = vec![0u8; MAX_REQUEST_BYTES as usize];
     client.read(0, &mut max).unwrap();
+}
+
+/// Clients that never negotiate block sizes (NBD_OPT_EXPORT_NAME, as the
+/// kernel client and old qemu do) send requests above 32 MiB; the
+/// reference server and nbdkit serve them, and so does tierd up to 64 MiB.
+/// NBD_OPT_GO still advertises 32 MiB as the maximum.
+fn requests_up_to_64_mib_are_served(config: ServerConfig) {
+    let server = TestServer::start_with(MemoryExport::new(128 << 20), config);
+    let mut client = Negotiation::start(&server.target())
+        .unwrap()
+        .export_name("mem")
+        .unwrap();
+    let data = common::pattern(64, MAX_REQUEST_BYTES as usize);
+    client.write(4096, &data, false).unwrap();
+    let mut back = vec![0u8; data.len()];
+    client.read(4096, &mut back).unwrap();
+    assert!(back == data, "the 64 MiB read returned other bytes");
+    let mut odd = vec![0u8; 48 << 20];
+    client.read(4096, &mut odd).unwrap();
+    assert!(odd[..] == data[..48 << 20]);
+    // Both big requests were charged and given back (a worker gives its
+    // charge back just after writing the reply).
+    let held = wait_until(
+        || server.server.stats().in_flight_bytes == 0,
+        || server.server.stats().in_flight_bytes,
+    );
+    assert_eq!(held, 0);
+    let stats = server.server.stats();
+    assert!(stats.in_flight_bytes_max >= u64::from(MAX_REQUEST_BYTES));
+    assert!(stats.in_flight_bytes_max <= DEFAULT_MAX_IN_FLIGHT_BYTES_PER_CONNECTION + (1 << 20));
+
+    let go = server.connect();
+    let sizes = go.info().block_sizes.expect("NBD_INFO_BLOCK_SIZE with GO");
+    assert_eq!(sizes.maximum_payload_bytes, MAX_PAYLOAD_BYTES);
+    assert_eq!(server.server.max_request_bytes(), MAX_REQUEST_BYTES);
+}
+
+#[test]
+fn requests_up_to_64_mib_are_served_inline() {
+    requests_up_to_64_mib_are_served(ServerConfig::default());
+}
+
+#[test]
+fn requests_up_to_64_mib_are_served_with_workers() {
+    requests_up_to_64_mib_are_served(ServerConfig {
+        workers_per_connection: 2,
+        ..ServerConfig::default()
+    });
+}
+
+/// A per-connection memory bound below 64 MiB lowers the request limit and
+/// the advertised maximum with it.
+#[test]
+fn a_small_connection_budget_lowers_the_request_limit() {
+    let server = TestServer::start_with(
+        MemoryExport::new(32 << 20),
+        ServerConfig {
+            max_in_flight_bytes_per_connection: 8 << 20,
+            ..ServerConfig::default()
+        },
+    );
+    let mut client = server.connect();
+    assert_eq!(
+        client.info().block_sizes.unwrap().maximum_payload_bytes,
+        8 << 20
+    );
+    let mut buffer = vec![0u8; 8 << 20];
+    client.read(0, &mut buffer).unwrap();
+    let mut larger = vec![0u8; (8 << 20) + 4096];
+    expect_request_error(client.read(0, &mut larger), NBD_EINVAL);
+    client.read(0, &mut buffer).unwrap();
+}
+
+/// `Export::is_rotational` becomes NBD_FLAG_ROTATIONAL, with GO and with
+/// EXPORT_NAME.
+#[test]
+fn rotational_exports_are_flagged() {
+    let plain = TestServer::start(1 << 20);
+    assert!(!plain.connect().info().has_flag(NBD_FLAG_ROTATIONAL));
+    let disk = TestServer::start_with(
+        MemoryExport::new(1 << 20).rotational(),
+        ServerConfig::default(),
+    );
+    assert!(disk.connect().info().has_flag(NBD_FLAG_ROTATIONAL));
+    let old_style = Negotiation::start(&disk.target())
+        .unwrap()
+        .export_name("mem")
+        .unwrap();
+    assert!(old_style.info().has_flag(NBD_FLAG_ROTATIONAL));
 }
 
 #[test]

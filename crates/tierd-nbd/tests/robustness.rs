@@ -9,8 +9,10 @@ use std::net::Shutdown;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use common::{count_panics, go_data, option_bytes as option, MemoryExport, TestServer, PANICS};
+use tierd_common::clock::{Clock, SystemClock};
 use tierd_common::rng::{Rng, SeededRng};
 use tierd_nbd::proto::*;
 use tierd_nbd::{Client, ServerConfig};
@@ -480,4 +482,368 @@ fn a_client_that_never_reads_replies_stalls_only_itself_with_workers() {
         queue_depth_per_connection: 4,
         ..ServerConfig::default()
     });
+}
+
+/// Polls `done` every 10 ms for at most 20 s; panics with `what` after.
+fn wait_for(what: &str, done: impl Fn() -> bool) {
+    let clock = SystemClock::new();
+    let deadline_ns = clock.now_ns() + 20_000_000_000;
+    while !done() {
+        assert!(clock.now_ns() < deadline_ns, "waited 20 s for {what}");
+        clock.sleep_ns(10_000_000);
+    }
+}
+
+/// 256 sockets that never send a byte (max_connections is 256) do not
+/// lock a well-behaved client out: a new connection closes the oldest one
+/// still in its handshake.
+#[test]
+fn idle_sockets_cannot_take_every_slot() {
+    let server = TestServer::start(1 << 20);
+    let idle: Vec<UnixStream> = (0..256)
+        .map(|_| UnixStream::connect(&server.socket).unwrap())
+        .collect();
+    wait_for("the idle sockets to be accepted", || {
+        server.server.stats().connections_accepted >= 256
+    });
+    let mut client = server.connect();
+    client.write(0, b"served", false).unwrap();
+    let mut back = [0u8; 6];
+    client.read(0, &mut back).unwrap();
+    assert_eq!(&back, b"served");
+    let stats = server.server.stats();
+    assert_eq!(stats.connections_refused, 0);
+    assert!(
+        stats.connections_evicted >= 256 - 64,
+        "only {} idle connections were closed",
+        stats.connections_evicted
+    );
+    // The closed ones see EOF after the greeting.
+    let closed = idle
+        .into_iter()
+        .filter_map(|mut stream| {
+            stream
+                .set_read_timeout(Some(std::time::Duration::from_millis(50)))
+                .unwrap();
+            let mut bytes = Vec::new();
+            stream.read_to_end(&mut bytes).ok().map(|_| bytes.len())
+        })
+        .count();
+    assert!(closed >= 256 - 64, "{closed} idle sockets were closed");
+}
+
+/// A connection that does not finish its handshake within the timeout is
+/// closed: silent, and sending one byte at a time.
+#[test]
+fn handshakes_that_take_too_long_are_closed() {
+    let server = TestServer::start_with(
+        MemoryExport::new(1 << 20),
+        ServerConfig {
+            handshake_timeout_ms: 300,
+            ..ServerConfig::default()
+        },
+    );
+    let clock = SystemClock::new();
+    let started_ns = clock.now_ns();
+    let mut silent = UnixStream::connect(&server.socket).unwrap();
+    let mut trickle = UnixStream::connect(&server.socket).unwrap();
+    let mut greeting = [0u8; 18];
+    trickle.read_exact(&mut greeting).unwrap();
+    let handshake = valid_handshake(false);
+    for byte in &handshake[..handshake.len() - 1] {
+        if trickle.write_all(&[*byte]).is_err() {
+            break;
+        }
+        clock.sleep_ns(50_000_000);
+        if clock.now_ns() - started_ns > 2_000_000_000 {
+            break;
+        }
+    }
+    silent
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut bytes = Vec::new();
+    silent.read_to_end(&mut bytes).unwrap();
+    assert_eq!(bytes.len(), 18, "the greeting, then EOF");
+    assert_closed(&mut trickle);
+    let elapsed_ms = (clock.now_ns() - started_ns) / 1_000_000;
+    assert!(elapsed_ms < 5_000, "closed after {elapsed_ms} ms");
+    wait_for("both handshakes to count as timed out", || {
+        server.server.stats().handshakes_timed_out == 2
+    });
+    // A client that negotiates at once is not affected, and keeps its
+    // connection past the timeout.
+    let mut client = server.connect();
+    clock.sleep_ns(600_000_000);
+    client.flush().unwrap();
+}
+
+/// Reads at one offset, each sleeping `delay_ns`, counting executions.
+struct SlowExport {
+    inner: MemoryExport,
+    delay_ns: u64,
+    reads: std::sync::atomic::AtomicU64,
+}
+
+impl tierd_nbd::Export for SlowExport {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> tierd_nbd::ExportResult<()> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        SystemClock::new().sleep_ns(self.delay_ns);
+        self.inner.read(offset_bytes, buf)
+    }
+    fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> tierd_nbd::ExportResult<()> {
+        self.inner.write(offset_bytes, data, fua)
+    }
+    fn flush(&self) -> tierd_nbd::ExportResult<()> {
+        self.inner.flush()
+    }
+    fn trim(&self, offset_bytes: u64, length_bytes: u64, fua: bool) -> tierd_nbd::ExportResult<()> {
+        self.inner.trim(offset_bytes, length_bytes, fua)
+    }
+    fn write_zeroes(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+        fua: bool,
+        may_trim: bool,
+        fast_only: bool,
+    ) -> tierd_nbd::ExportResult<()> {
+        self.inner
+            .write_zeroes(offset_bytes, length_bytes, fua, may_trim, fast_only)
+    }
+}
+
+/// A server over a [`SlowExport`], with the test's own listener.
+fn slow_server(
+    delay_ns: u64,
+    config: ServerConfig,
+) -> (
+    Arc<SlowExport>,
+    tierd_nbd::Server,
+    tierd_nbd::ServerHandle,
+    tempfile::TempDir,
+) {
+    let export = Arc::new(SlowExport {
+        inner: MemoryExport::new(128 << 20),
+        delay_ns,
+        reads: Default::default(),
+    });
+    let served: Arc<dyn tierd_nbd::Export> = export.clone();
+    let server = tierd_nbd::Server::new(vec![("mem".into(), served)], config).unwrap();
+    let directory = tempfile::tempdir().unwrap();
+    let handle = server
+        .serve_unix(directory.path().join("nbd.sock"))
+        .unwrap();
+    (export, server, handle, directory)
+}
+
+fn raw_transmission_at(socket: &std::path::Path) -> UnixStream {
+    let mut stream = UnixStream::connect(socket).unwrap();
+    let mut greeting = [0u8; 18];
+    stream.read_exact(&mut greeting).unwrap();
+    stream.write_all(&valid_handshake(false)).unwrap();
+    skip_option_replies(&mut stream);
+    stream
+}
+
+/// A client that pipelines 200 reads of 32 MiB and never reads a reply
+/// holds at most `max_in_flight_bytes_per_connection` (64 MiB) of replies
+/// in the server, whatever the mode; other clients are served meanwhile,
+/// and a shutdown with it attached takes about the grace period.
+fn pipelined_big_reads_stay_bounded(config: ServerConfig) {
+    let grace_ms = config.shutdown_grace_ms;
+    let (_export, server, handle, directory) = slow_server(0, config);
+    let socket = directory.path().join("nbd.sock");
+    let stream = raw_transmission_at(&socket);
+    let mut writer = stream.try_clone().unwrap();
+    let writing = std::thread::spawn(move || {
+        for cookie in 0..200u64 {
+            let offset = (cookie % 2) * (32 << 20);
+            if writer
+                .write_all(&request(NBD_CMD_READ, 0, cookie, offset, 32 << 20))
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    wait_for("the server to stall on the first reply", || {
+        server.stats().requests_of(NBD_CMD_READ) >= 1
+    });
+    SystemClock::new().sleep_ns(500_000_000);
+    let stats = server.stats();
+    assert!(
+        stats.in_flight_bytes_max <= 64 << 20,
+        "{} bytes were in flight at once",
+        stats.in_flight_bytes_max
+    );
+    assert!(
+        stats.requests_of(NBD_CMD_READ) <= 4,
+        "the server executed {} reads nobody collects",
+        stats.requests_of(NBD_CMD_READ)
+    );
+    // Someone else is served meanwhile.
+    let mut other =
+        Client::connect_uri(&format!("nbd+unix:///mem?socket={}", socket.display())).unwrap();
+    other.write(4096, b"other", false).unwrap();
+    let mut back = [0u8; 5];
+    other.read(4096, &mut back).unwrap();
+    assert_eq!(&back, b"other");
+    drop(other);
+    let clock = SystemClock::new();
+    let started_ns = clock.now_ns();
+    handle.shutdown();
+    let stop_ms = (clock.now_ns() - started_ns) / 1_000_000;
+    assert!(
+        stop_ms < grace_ms + 2_000,
+        "shutdown took {stop_ms} ms with a grace of {grace_ms} ms"
+    );
+    assert_eq!(
+        server.stats().in_flight_bytes,
+        0,
+        "every charge was given back"
+    );
+    drop(stream);
+    writing.join().unwrap();
+}
+
+#[test]
+fn pipelined_big_reads_never_read_stay_bounded_inline() {
+    pipelined_big_reads_stay_bounded(ServerConfig {
+        shutdown_grace_ms: 300,
+        ..ServerConfig::default()
+    });
+}
+
+#[test]
+fn pipelined_big_reads_never_read_stay_bounded_with_workers() {
+    pipelined_big_reads_stay_bounded(ServerConfig {
+        shutdown_grace_ms: 300,
+        workers_per_connection: 16,
+        ..ServerConfig::default()
+    });
+}
+
+/// The server-wide bound holds across connections: three clients that
+/// never read replies, with 64 MiB allowed in all, hold at most 64 MiB.
+#[test]
+fn the_server_wide_in_flight_bound_holds_across_connections() {
+    let (_export, server, handle, directory) = slow_server(
+        0,
+        ServerConfig {
+            workers_per_connection: 4,
+            max_in_flight_bytes_per_connection: 32 << 20,
+            max_in_flight_bytes: 64 << 20,
+            shutdown_grace_ms: 100,
+            ..ServerConfig::default()
+        },
+    );
+    let socket = directory.path().join("nbd.sock");
+    let streams: Vec<UnixStream> = (0..3)
+        .map(|_| {
+            let mut stream = raw_transmission_at(&socket);
+            for cookie in 0..8u64 {
+                stream
+                    .write_all(&request(NBD_CMD_READ, 0, cookie, 0, 16 << 20))
+                    .unwrap();
+            }
+            stream
+        })
+        .collect();
+    wait_for("the server to stall", || {
+        server.stats().requests_of(NBD_CMD_READ) >= 4
+    });
+    SystemClock::new().sleep_ns(500_000_000);
+    let stats = server.stats();
+    assert!(
+        stats.in_flight_bytes_max <= 64 << 20,
+        "{} bytes in flight at once",
+        stats.in_flight_bytes_max
+    );
+    handle.shutdown();
+    drop(streams);
+}
+
+/// When a client goes away, its queued requests are dropped, not executed
+/// one by one against a slow export.
+#[test]
+fn queued_requests_of_a_client_that_left_are_cancelled() {
+    let (export, server, handle, directory) = slow_server(
+        100_000_000,
+        ServerConfig {
+            workers_per_connection: 1,
+            queue_depth_per_connection: 64,
+            ..ServerConfig::default()
+        },
+    );
+    let mut stream = raw_transmission_at(&directory.path().join("nbd.sock"));
+    let mut batch = Vec::new();
+    for cookie in 0..64u64 {
+        batch.extend(request(NBD_CMD_READ, 0, cookie, 0, 4096));
+    }
+    stream.write_all(&batch).unwrap();
+    wait_for("the first read", || {
+        export.reads.load(Ordering::SeqCst) >= 1
+    });
+    drop(stream);
+    wait_for("the connection to end", || {
+        server.stats().connections_active == 0
+    });
+    let reads = export.reads.load(Ordering::SeqCst);
+    assert!(
+        reads <= 4,
+        "{reads} of 64 reads executed for a client that left"
+    );
+    assert!(server.stats().requests_cancelled >= 60);
+    handle.shutdown();
+}
+
+/// A thread that cannot be started (here: a stack no machine has) refuses
+/// that connection with a log line; the server does not panic and goes on.
+#[test]
+fn failed_thread_spawns_refuse_the_connection() {
+    for (config, expected) in [
+        (
+            ServerConfig {
+                connection_stack_bytes: Some(1 << 60),
+                ..ServerConfig::default()
+            },
+            "cannot start its thread",
+        ),
+        (
+            ServerConfig {
+                workers_per_connection: 4,
+                worker_stack_bytes: Some(1 << 60),
+                ..ServerConfig::default()
+            },
+            "cannot start worker thread 1 of 4",
+        ),
+    ] {
+        count_panics();
+        let panics = PANICS.load(Ordering::SeqCst);
+        let server = TestServer::start_with(MemoryExport::new(1 << 20), config);
+        for _ in 0..3 {
+            let connected =
+                Client::connect_uri(&server.uri()).and_then(|mut client| client.flush());
+            assert!(connected.is_err(), "the connection was served");
+        }
+        let logged = || {
+            server
+                .logs
+                .lines
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(level, line)| {
+                    *level == tierd_nbd::LogLevel::Error && line.contains(expected)
+                })
+                .count()
+        };
+        wait_for("three refusals logged", || logged() == 3);
+        assert_eq!(server.server.stats().connections_refused, 3);
+        assert_eq!(PANICS.load(Ordering::SeqCst), panics);
+    }
 }

@@ -622,3 +622,148 @@ fn garbage_after_starttls_ends_only_that_connection() {
         );
     }
 }
+
+/// Loads `key` with the certificate `certificate` and returns the error.
+fn key_refusal(certificate: PathBuf, key: PathBuf) -> String {
+    let files = TlsFiles {
+        certificate,
+        key,
+        client_ca: None,
+    };
+    TlsServer::load(&files, TlsMode::Require)
+        .unwrap_err()
+        .to_string()
+}
+
+/// Says which rule of the crypto provider the key breaks and how to make one
+/// that works, instead of rustls' "failed to parse private key" followed by
+/// our "(does the key belong to the certificate?)".
+fn assert_explains_rsa_refusal(message: &str, key_name: &str, expected: &[&str]) {
+    for text in [
+        key_name,
+        "RSA private key cannot be used",
+        "openssl genpkey",
+        "P-256",
+    ]
+    .iter()
+    .chain(expected)
+    {
+        assert!(message.contains(text), "{text:?} missing in: {message}");
+    }
+    assert!(
+        !message.contains("does the key belong to the certificate"),
+        "blames the certificate: {message}"
+    );
+}
+
+/// A committed 2056-bit RSA key (primes of 1028 bits, as `openssl genrsa
+/// 2056` and GnuTLS's certtool with odd sizes make them) and a self-signed
+/// certificate for it: ring refuses primes that are not a multiple of 512
+/// bits.
+#[test]
+fn an_rsa_key_ring_refuses_is_explained_with_how_to_make_one() {
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let message = key_refusal(
+        fixtures.join("rsa-2056-cert.pem"),
+        fixtures.join("rsa-2056-key.pem"),
+    );
+    assert_explains_rsa_refusal(
+        &message,
+        "rsa-2056-key.pem",
+        &[
+            "primes are 1028 bits, not a multiple of 512 bits",
+            "2056 bits",
+        ],
+    );
+}
+
+/// The same for keys made right here with openssl (when installed): an odd
+/// size, and one under ring's 2048-bit minimum, in PKCS#1 and PKCS#8.
+#[test]
+fn odd_sized_rsa_keys_made_by_openssl_are_explained() {
+    if !common::tool_available("openssl") {
+        return;
+    }
+    let directory = tempfile::tempdir().unwrap();
+    let openssl = |args: &[&str]| {
+        let output = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(directory.path())
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    let cases: [(&str, &[&str], &[&str]); 3] = [
+        (
+            "2600",
+            &[],
+            &["primes are 1300 bits, not a multiple of 512 bits"],
+        ),
+        (
+            "1536",
+            &[],
+            &["modulus is 1536 bits, under the 2048-bit minimum"],
+        ),
+        (
+            "3000",
+            &["-traditional"],
+            &["primes are 1500 bits, not a multiple of 512 bits"],
+        ),
+    ];
+    for (bits, format, expected) in cases {
+        let key = format!("rsa-{bits}.pem");
+        let cert = format!("rsa-{bits}-cert.pem");
+        let mut args = vec!["genrsa"];
+        args.extend_from_slice(format);
+        args.extend_from_slice(&["-out", &key, bits]);
+        openssl(&args);
+        openssl(&[
+            "req",
+            "-new",
+            "-x509",
+            "-key",
+            &key,
+            "-subj",
+            "/CN=localhost",
+            "-days",
+            "2",
+            "-out",
+            &cert,
+        ]);
+        let message = key_refusal(directory.path().join(&cert), directory.path().join(&key));
+        assert_explains_rsa_refusal(&message, &key, expected);
+    }
+    // The advice works: a key made as the message says loads.
+    openssl(&[
+        "genpkey",
+        "-algorithm",
+        "RSA",
+        "-pkeyopt",
+        "rsa_keygen_bits:2048",
+        "-out",
+        "good.pem",
+    ]);
+    openssl(&[
+        "req",
+        "-new",
+        "-x509",
+        "-key",
+        "good.pem",
+        "-subj",
+        "/CN=localhost",
+        "-days",
+        "2",
+        "-out",
+        "good-cert.pem",
+    ]);
+    let files = TlsFiles {
+        certificate: directory.path().join("good-cert.pem"),
+        key: directory.path().join("good.pem"),
+        client_ca: None,
+    };
+    TlsServer::load(&files, TlsMode::Require).unwrap();
+}

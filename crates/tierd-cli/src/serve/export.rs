@@ -15,8 +15,11 @@
 //! skip pre-zeroing. Without `FAST_ZERO` the zeroes are written (the device
 //! may deallocate the range).
 
+use std::os::unix::fs::FileTypeExt;
+use std::path::Path;
 use std::sync::Arc;
 
+use tierd_engine::config::{Backend, Config};
 use tierd_engine::volume::{Volume, VolumeError};
 use tierd_nbd::{Export, ExportError, ExportResult};
 
@@ -24,10 +27,66 @@ use tierd_nbd::{Export, ExportError, ExportResult};
 pub struct VolumeExport {
     volume: Arc<Volume>,
     description: String,
+    rotational: bool,
+}
+
+/// Whether the volume `name`'s home tier (the last of its stack, which
+/// holds every segment) is a spinning disk: its `model` names an HDD or SMR
+/// preset, or, without a model, its `path` is a block device whose queue
+/// says `rotational` = 1 in sysfs. Clients are told with
+/// `NBD_FLAG_ROTATIONAL` (the kernel client then marks the device
+/// rotational, and I/O schedulers favour sequential access). A regular file
+/// is never reported rotational: what lies under its file system is not
+/// known.
+pub fn home_is_rotational(config: &Config, name: &str) -> bool {
+    let home = config
+        .volumes
+        .iter()
+        .find(|volume| volume.name == name)
+        .and_then(|volume| volume.tiers.last())
+        .and_then(|home| config.tiers.iter().find(|tier| &tier.name == home));
+    let Some(home) = home else {
+        return false;
+    };
+    if let Some(model) = home.model {
+        return model.is_rotational();
+    }
+    match (&home.backend, &home.path) {
+        (Backend::File, Some(path)) => block_device_is_rotational(Path::new("/sys"), path),
+        _ => false,
+    }
+}
+
+/// `SYS/dev/block/MAJ:MIN/queue/rotational` of the block device at `path`
+/// (for a partition, its disk's queue, one directory up); false for
+/// anything that is not a block device or has no such attribute.
+fn block_device_is_rotational(sys: &Path, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(metadata) = std::fs::metadata(path) else {
+        return false;
+    };
+    if !metadata.file_type().is_block_device() {
+        return false;
+    }
+    let device = metadata.rdev();
+    rotational_attribute(sys, libc::major(device), libc::minor(device))
+}
+
+fn rotational_attribute(sys: &Path, major: u32, minor: u32) -> bool {
+    let device = sys.join(format!("dev/block/{major}:{minor}"));
+    [
+        device.join("queue/rotational"),
+        device.join("../queue/rotational"),
+    ]
+    .iter()
+    .find_map(|attribute| std::fs::read_to_string(attribute).ok())
+    .is_some_and(|text| text.trim() == "1")
 }
 
 impl VolumeExport {
-    pub fn new(volume: Arc<Volume>) -> VolumeExport {
+    /// `rotational`: advertise the volume as a spinning disk
+    /// ([`home_is_rotational`]).
+    pub fn new(volume: Arc<Volume>, rotational: bool) -> VolumeExport {
         let description = describe(&DescribedVolume {
             name: volume.name().to_string(),
             size_bytes: volume.size_bytes(),
@@ -37,6 +96,7 @@ impl VolumeExport {
         VolumeExport {
             volume,
             description,
+            rotational,
         }
     }
 }
@@ -95,6 +155,10 @@ impl Export for VolumeExport {
 
     fn description(&self) -> Option<String> {
         Some(self.description.clone())
+    }
+
+    fn is_rotational(&self) -> bool {
+        self.rotational
     }
 
     fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> ExportResult<()> {
@@ -165,5 +229,32 @@ mod tests {
         assert_eq!(parse_description(&text), Some(volume));
         assert_eq!(parse_description("nbdkit memory plugin"), None);
         assert_eq!(parse_description("tierd volume x (big)"), None);
+    }
+
+    /// The sysfs attribute, for a whole disk and for a partition (whose
+    /// queue is its disk's), read from a fake sysfs tree.
+    #[test]
+    fn the_rotational_attribute_is_read_for_disks_and_partitions() {
+        let sys = tempfile::tempdir().unwrap();
+        let disk = sys.path().join("devices/sda");
+        std::fs::create_dir_all(disk.join("queue")).unwrap();
+        std::fs::create_dir_all(disk.join("sda1")).unwrap();
+        std::fs::write(disk.join("queue/rotational"), "1\n").unwrap();
+        let ssd = sys.path().join("devices/nvme0n1");
+        std::fs::create_dir_all(ssd.join("queue")).unwrap();
+        std::fs::write(ssd.join("queue/rotational"), "0\n").unwrap();
+        let block = sys.path().join("dev/block");
+        std::fs::create_dir_all(&block).unwrap();
+        std::os::unix::fs::symlink(&disk, block.join("8:0")).unwrap();
+        std::os::unix::fs::symlink(disk.join("sda1"), block.join("8:1")).unwrap();
+        std::os::unix::fs::symlink(&ssd, block.join("259:0")).unwrap();
+        assert!(rotational_attribute(sys.path(), 8, 0));
+        assert!(rotational_attribute(sys.path(), 8, 1));
+        assert!(!rotational_attribute(sys.path(), 259, 0));
+        assert!(!rotational_attribute(sys.path(), 7, 7), "no such device");
+        // A regular file is not a block device.
+        let file = sys.path().join("disk.img");
+        std::fs::write(&file, b"").unwrap();
+        assert!(!block_device_is_rotational(sys.path(), &file));
     }
 }

@@ -386,8 +386,38 @@ fn render_statuses(statuses: &[VolumeStatus], nbd: &ServerStats) -> String {
         (
             "tierd_nbd_connections_refused_total",
             "counter",
-            "NBD connections closed at once because too many were open.",
+            "NBD connections closed at once because too many were open or their thread could not start.",
             nbd.connections_refused,
+        ),
+        (
+            "tierd_nbd_connections_evicted_total",
+            "counter",
+            "NBD connections closed in their handshake to make room for a new one.",
+            nbd.connections_evicted,
+        ),
+        (
+            "tierd_nbd_handshakes_timed_out_total",
+            "counter",
+            "NBD connections closed because their handshake took longer than server.handshake_timeout.",
+            nbd.handshakes_timed_out,
+        ),
+        (
+            "tierd_nbd_requests_cancelled_total",
+            "counter",
+            "Queued NBD requests dropped unexecuted because their client went away.",
+            nbd.requests_cancelled,
+        ),
+        (
+            "tierd_nbd_in_flight_bytes",
+            "gauge",
+            "Bytes of NBD read replies and write payloads held now (bounded by server.max_in_flight_bytes).",
+            nbd.in_flight_bytes,
+        ),
+        (
+            "tierd_nbd_in_flight_bytes_max",
+            "gauge",
+            "Most bytes of NBD read replies and write payloads held at once since start.",
+            nbd.in_flight_bytes_max,
         ),
         (
             "tierd_nbd_handshakes_failed_total",

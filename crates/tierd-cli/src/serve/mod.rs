@@ -323,13 +323,22 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let exports: Vec<(String, Arc<dyn Export>)> = volumes
         .iter()
         .map(|volume| {
-            let export: Arc<dyn Export> = Arc::new(export::VolumeExport::new(volume.clone()));
+            let rotational = export::home_is_rotational(&config, volume.name());
+            let export: Arc<dyn Export> =
+                Arc::new(export::VolumeExport::new(volume.clone(), rotational));
             (volume.name().to_string(), export)
         })
         .collect();
     let server_config = ServerConfig {
         allow_list: config.server.allow_list,
         workers_per_connection: workers_per_connection(&config),
+        max_connections: config.server.max_connections,
+        max_unnegotiated_connections: config.server.max_unnegotiated_connections,
+        handshake_timeout_ms: config.server.handshake_timeout.0 / 1_000_000,
+        max_in_flight_bytes_per_connection: config.server.max_in_flight_bytes_per_connection.0,
+        max_in_flight_bytes: config.server.max_in_flight_bytes.0,
+        shutdown_grace_ms: config.server.shutdown_grace.0 / 1_000_000,
+        clock: clock.clone(),
         tls: tls.clone(),
         logger: nbd_logger(&logger),
         ..ServerConfig::default()
@@ -398,10 +407,22 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         metrics.stop();
     }
     // Stop accepting and let in-flight requests finish before the engine
-    // flushes and checkpoints.
-    for listener in listeners {
-        listener.shutdown();
-    }
+    // flushes and checkpoints. Every listener at once, so the stop takes
+    // one shutdown_grace, not one per listener.
+    std::thread::scope(|scope| {
+        for listener in listeners {
+            let stopping = std::thread::Builder::new()
+                .name("nbd-stop".into())
+                .spawn_scoped(scope, move || listener.shutdown());
+            if let Err(error) = stopping {
+                // The listener came back with the error: stop it here.
+                logger.warn(
+                    "cannot start a thread to stop a listener; stopping it in turn",
+                    &[("error", &error.to_string())],
+                );
+            }
+        }
+    });
     let mut engine = engine.lock();
     engine
         .shutdown()

@@ -168,6 +168,18 @@ impl DevicePreset {
         }
     }
 
+    /// True for spinning disks (the HDD presets and the drive-managed SMR
+    /// one): seeks cost, so NBD clients are told (`NBD_FLAG_ROTATIONAL`).
+    pub fn is_rotational(self) -> bool {
+        match self {
+            DevicePreset::Savvio10k4
+            | DevicePreset::Cheetah15k7
+            | DevicePreset::Constellation2
+            | DevicePreset::Archive8tb => true,
+            DevicePreset::X25e | DevicePreset::P3700 | DevicePreset::Memory => false,
+        }
+    }
+
     /// One line for listings.
     pub fn description(self) -> &'static str {
         match self {
