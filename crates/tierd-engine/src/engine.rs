@@ -15,7 +15,6 @@ use crate::device::memory::MemoryDevice;
 use crate::device::stats::StatsDevice;
 use crate::device::BlockDevice;
 use crate::identity::{MetaAtStart, TierAtStart, TierSuperblock, VolumeIdentity};
-use crate::log::Logger;
 use crate::meta::MetaStore;
 use crate::runner::{Pacing, VolumeRunner};
 use crate::volume::{TierSpec, Volume, VolumeError, VolumeOptions};
@@ -422,7 +421,6 @@ pub struct Engine {
     pub volumes: Vec<Arc<Volume>>,
     pub tiers: Vec<BuiltTier>,
     runners: Vec<VolumeRunner>,
-    logger: Logger,
     /// Held for the engine's lifetime: the metadata directories' locks.
     _meta_locks: Vec<std::fs::File>,
 }
@@ -430,12 +428,8 @@ pub struct Engine {
 impl Engine {
     /// Opens every tier and volume of `config` (recovering placement and
     /// policy state) without starting threads.
-    pub fn open(
-        config: &Config,
-        clock: Arc<dyn Clock>,
-        logger: Logger,
-    ) -> Result<Engine, EngineError> {
-        Self::open_accepting(config, clock, logger, &[])
+    pub fn open(config: &Config, clock: Arc<dyn Clock>) -> Result<Engine, EngineError> {
+        Self::open_accepting(config, clock, &[])
     }
 
     /// [`Engine::open`], accepting the loss of the tiers named in
@@ -445,7 +439,6 @@ impl Engine {
     pub fn open_accepting(
         config: &Config,
         clock: Arc<dyn Clock>,
-        logger: Logger,
         accept_reset: &[String],
     ) -> Result<Engine, EngineError> {
         for name in accept_reset {
@@ -478,9 +471,9 @@ impl Engine {
             }
             length_before.push(length);
             if tier.unsafe_volatile {
-                logger.warn(
-                    "unsafe_volatile: writes to segments on this memory tier are acknowledged before they reach home and are lost if the process ends",
-                    &[("tier", &tier.name)],
+                tracing::warn!(
+                    tier = %tier.name,
+                    "unsafe_volatile: writes to segments on this memory tier are acknowledged before they reach home and are lost if the process ends"
                 );
             }
             // Tiers of a volume whose metadata stamped them are opened as
@@ -645,36 +638,28 @@ impl Engine {
                             volume: volume_config.name.clone(),
                             source,
                         })?;
-                logger.warn(
-                    "accept-reset: tier identity did not match; starting anyway as the operator asked",
-                    &[
-                        ("volume", &volume_config.name),
-                        ("tier", tier),
-                        ("path", &problem.path.display().to_string()),
-                        ("difference", &problem.what),
-                        ("lost", &report),
-                        ("segments_placed_on_home_again", &forgotten.len().to_string()),
-                    ],
+                tracing::warn!(
+                    volume = %volume_config.name,
+                    tier = %tier,
+                    path = %problem.path.display(),
+                    difference = %problem.what,
+                    lost = %report,
+                    segments_placed_on_home_again = forgotten.len(),
+                    "accept-reset: tier identity did not match; starting anyway as the operator asked"
                 );
             }
             if identity.is_none() && metadata_existed {
-                logger.info(
-                    "identity: metadata from before tier identities; stamping its tier files now",
-                    &[("volume", &volume_config.name)],
+                tracing::info!(
+                    volume = %volume_config.name,
+                    "identity: metadata from before tier identities; stamping its tier files now"
                 );
             }
             stamp_identity(volume_config, &meta_dir, identity, &volume_tiers)?;
             for note in notes {
-                logger.info(
-                    "recovery",
-                    &[("volume", &volume_config.name), ("note", &note)],
-                );
+                tracing::info!(volume = %volume_config.name, note = %note, "recovery");
             }
             for warning in volume.status().warnings {
-                logger.warn(
-                    "recovery",
-                    &[("volume", &volume_config.name), ("warning", &warning)],
-                );
+                tracing::warn!(volume = %volume_config.name, warning = %warning, "recovery");
             }
             volumes.push(Arc::new(volume));
         }
@@ -682,7 +667,6 @@ impl Engine {
             volumes,
             tiers,
             runners: Vec::new(),
-            logger,
             _meta_locks: meta_locks,
         })
     }
@@ -694,12 +678,8 @@ impl Engine {
                 share: volume_config.migration_share,
                 max_rate_bytes_per_sec: volume_config.migration_max_rate.map(|rate| rate.0),
             };
-            self.runners.push(VolumeRunner::start(
-                volume.clone(),
-                clock.clone(),
-                pacing,
-                self.logger.clone(),
-            ));
+            self.runners
+                .push(VolumeRunner::start(volume.clone(), clock.clone(), pacing));
         }
     }
 
@@ -723,10 +703,7 @@ impl Engine {
         let mut first_error = None;
         for volume in &self.volumes {
             if let Err(error) = volume.flush().and_then(|()| volume.checkpoint()) {
-                self.logger.error(
-                    "shutdown",
-                    &[("volume", volume.name()), ("error", &error.to_string())],
-                );
+                tracing::error!(volume = %volume.name(), error = %error, "shutdown");
                 first_error.get_or_insert(error);
             }
         }

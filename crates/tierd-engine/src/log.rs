@@ -1,11 +1,27 @@
-//! Structured logs: one line per event, logfmt (`ts=… level=info msg="…"
-//! key=value`) or JSON, to stderr. Timestamps are the engine clock's
-//! seconds since start (the engine never reads wall time itself).
+//! The binary's one log path: every crate emits `tracing` events (the
+//! engine, the NBD server, the CLI), and [`LineLayer`] writes each as one
+//! line, logfmt (`ts=… level=info msg="…" key=value`) or JSON, to stderr.
+//! An event's line carries the fields of the spans it happened in, outermost
+//! first (`volume=vol0` for a volume's threads, `segment`, `from`, `to` for a
+//! move, `conn` for an NBD connection), then its own. Timestamps are seconds
+//! since start on the injected clock (the engine never reads wall time).
+//!
+//! `tracing` and `tracing-subscriber`'s registry are the ecosystem's
+//! structured-logging core (spans across threads, zero cost when off); the
+//! line format is ours because scripts already parse it and
+//! `tracing-subscriber`'s own formatter has no logfmt.
 
+use std::fmt::{self, Write as _};
 use std::io::Write;
 use std::sync::Arc;
 
 use tierd_common::clock::Clock;
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Metadata, Subscriber};
+use tracing_subscriber::layer::Context;
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::Layer;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
@@ -34,36 +50,44 @@ impl Level {
             Level::Debug => "debug",
         }
     }
+
+    fn of(level: &tracing::Level) -> Level {
+        match *level {
+            tracing::Level::ERROR => Level::Error,
+            tracing::Level::WARN => Level::Warn,
+            tracing::Level::INFO => Level::Info,
+            _ => Level::Debug,
+        }
+    }
 }
 
 type Sink = dyn Fn(&str) + Send + Sync;
 
-/// A cheap-to-clone logger.
-#[derive(Clone)]
-pub struct Logger {
+/// Writes every event at `level` or above as one line.
+pub struct LineLayer {
     level: Level,
     json: bool,
     clock: Arc<dyn Clock>,
     sink: Arc<Sink>,
 }
 
-impl Logger {
-    /// Logs at `level` and above to stderr.
-    pub fn stderr(level: Level, json: bool, clock: Arc<dyn Clock>) -> Logger {
-        Logger {
+impl LineLayer {
+    /// Lines to stderr.
+    pub fn stderr(level: Level, json: bool, clock: Arc<dyn Clock>) -> LineLayer {
+        Self::to_sink(
             level,
             json,
             clock,
-            sink: Arc::new(|line: &str| {
+            Arc::new(|line: &str| {
                 let mut stderr = std::io::stderr().lock();
                 let _ = writeln!(stderr, "{line}");
             }),
-        }
+        )
     }
 
-    /// Logs into `sink` (tests).
-    pub fn to_sink(level: Level, json: bool, clock: Arc<dyn Clock>, sink: Arc<Sink>) -> Logger {
-        Logger {
+    /// Lines into `sink` (tests).
+    pub fn to_sink(level: Level, json: bool, clock: Arc<dyn Clock>, sink: Arc<Sink>) -> LineLayer {
+        LineLayer {
             level,
             json,
             clock,
@@ -71,16 +95,9 @@ impl Logger {
         }
     }
 
-    pub fn enabled(&self, level: Level) -> bool {
-        level <= self.level
-    }
-
-    pub fn log(&self, level: Level, message: &str, fields: &[(&str, &str)]) {
-        if !self.enabled(level) {
-            return;
-        }
+    fn line(&self, level: Level, message: &str, fields: &[(&'static str, String)]) -> String {
         let seconds = self.clock.now_ns() as f64 / 1e9;
-        let line = if self.json {
+        if self.json {
             let mut object = serde_json::Map::new();
             object.insert(
                 "ts".into(),
@@ -89,7 +106,7 @@ impl Logger {
             object.insert("level".into(), level.name().into());
             object.insert("msg".into(), message.into());
             for (key, value) in fields {
-                object.insert((*key).to_string(), (*value).into());
+                object.insert((*key).to_string(), value.clone().into());
             }
             serde_json::Value::Object(object).to_string()
         } else {
@@ -99,31 +116,97 @@ impl Logger {
                 quote(message)
             );
             for (key, value) in fields {
-                line.push(' ');
-                line.push_str(key);
-                line.push('=');
-                line.push_str(&quote(value));
+                let _ = write!(line, " {key}={}", quote(value));
             }
             line
-        };
-        (self.sink)(&line);
+        }
+    }
+}
+
+/// A span's fields, kept in its extensions.
+struct SpanFields(Vec<(&'static str, String)>);
+
+/// Collects an event's or span's fields as text.
+#[derive(Default)]
+struct Collect {
+    message: Option<String>,
+    fields: Vec<(&'static str, String)>,
+}
+
+impl Collect {
+    fn push(&mut self, field: &Field, value: String) {
+        if field.name() == "message" {
+            self.message = Some(value);
+        } else {
+            self.fields.push((field.name(), value));
+        }
+    }
+}
+
+impl Visit for Collect {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.push(field, value.to_string());
     }
 
-    pub fn error(&self, message: &str, fields: &[(&str, &str)]) {
-        self.log(Level::Error, message, fields);
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.push(field, format!("{value:?}"));
+    }
+}
+
+impl<S> Layer<S> for LineLayer
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn enabled(&self, metadata: &Metadata<'_>, _: Context<'_, S>) -> bool {
+        // Spans are always kept (their fields go on the lines of the events
+        // inside them); events below the level are not.
+        metadata.is_span() || Level::of(metadata.level()) <= self.level
     }
 
-    pub fn warn(&self, message: &str, fields: &[(&str, &str)]) {
-        self.log(Level::Warn, message, fields);
+    fn on_new_span(&self, attributes: &Attributes<'_>, id: &Id, context: Context<'_, S>) {
+        let mut collect = Collect::default();
+        attributes.record(&mut collect);
+        if let Some(span) = context.span(id) {
+            span.extensions_mut().insert(SpanFields(collect.fields));
+        }
     }
 
-    pub fn info(&self, message: &str, fields: &[(&str, &str)]) {
-        self.log(Level::Info, message, fields);
+    fn on_record(&self, id: &Id, values: &Record<'_>, context: Context<'_, S>) {
+        let mut collect = Collect::default();
+        values.record(&mut collect);
+        if let Some(span) = context.span(id) {
+            if let Some(fields) = span.extensions_mut().get_mut::<SpanFields>() {
+                fields.0.extend(collect.fields);
+            }
+        }
     }
 
-    pub fn debug(&self, message: &str, fields: &[(&str, &str)]) {
-        self.log(Level::Debug, message, fields);
+    fn on_event(&self, event: &Event<'_>, context: Context<'_, S>) {
+        let level = Level::of(event.metadata().level());
+        if level > self.level {
+            return;
+        }
+        let mut collect = Collect::default();
+        event.record(&mut collect);
+        let mut fields = Vec::new();
+        if let Some(scope) = context.event_scope(event) {
+            for span in scope.from_root() {
+                if let Some(span_fields) = span.extensions().get::<SpanFields>() {
+                    fields.extend(span_fields.0.iter().cloned());
+                }
+            }
+        }
+        fields.extend(collect.fields);
+        let message = collect.message.unwrap_or_default();
+        (self.sink)(&self.line(level, &message, &fields));
     }
+}
+
+/// Installs `layer` as the process's log path (once; later calls keep the
+/// first). Returns false when one was installed already.
+pub fn install(layer: LineLayer) -> bool {
+    use tracing_subscriber::layer::SubscriberExt;
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer)).is_ok()
 }
 
 fn quote(value: &str) -> String {
@@ -143,29 +226,53 @@ mod tests {
     use super::*;
     use parking_lot::Mutex;
     use tierd_common::clock::ManualClock;
+    use tracing_subscriber::layer::SubscriberExt;
 
-    #[test]
-    fn logfmt_and_json_lines() {
+    fn capture(level: Level, json: bool, action: impl FnOnce()) -> Vec<String> {
         let lines = Arc::new(Mutex::new(Vec::new()));
         let captured = lines.clone();
         let sink: Arc<Sink> = Arc::new(move |line: &str| captured.lock().push(line.to_string()));
         let clock = Arc::new(ManualClock::new(1_500_000_000));
-        let text = Logger::to_sink(Level::Info, false, clock.clone(), sink.clone());
-        text.info(
-            "move finished",
-            &[("volume", "vol0"), ("detail", "util 0.9 > 0.7")],
-        );
-        text.debug("hidden", &[]);
-        let json = Logger::to_sink(Level::Info, true, clock, sink);
-        json.warn("x", &[("k", "v")]);
-        let lines = lines.lock();
-        assert_eq!(lines.len(), 2);
+        let layer = LineLayer::to_sink(level, json, clock, sink);
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), action);
+        let lines = lines.lock().clone();
+        lines
+    }
+
+    #[test]
+    fn logfmt_lines_carry_span_fields_outermost_first() {
+        let lines = capture(Level::Info, false, || {
+            let volume = tracing::info_span!("volume", volume = "vol0");
+            let _volume = volume.enter();
+            let moving = tracing::info_span!("move", segment = 7u32, from = "disk", to = "mem");
+            let _moving = moving.enter();
+            tracing::info!(
+                detail = "util 0.9 > 0.7",
+                bytes = 1048576u64,
+                "move finished"
+            );
+            tracing::debug!("hidden");
+        });
         assert_eq!(
-            lines[0],
-            "ts=1.500000 level=info msg=\"move finished\" volume=vol0 detail=\"util 0.9 > 0.7\""
+            lines,
+            ["ts=1.500000 level=info msg=\"move finished\" volume=vol0 segment=7 from=disk to=mem detail=\"util 0.9 > 0.7\" bytes=1048576"]
         );
-        let parsed: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
+    }
+
+    #[test]
+    fn json_lines_parse_and_hold_every_field() {
+        let lines = capture(Level::Warn, true, || {
+            let connection = tracing::info_span!("connection", conn = 3u64);
+            let _connection = connection.enter();
+            tracing::warn!(k = "v", "x \"quoted\"");
+            tracing::info!("below the level");
+        });
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        let parsed: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
         assert_eq!(parsed["level"], "warn");
+        assert_eq!(parsed["msg"], "x \"quoted\"");
+        assert_eq!(parsed["conn"], "3");
         assert_eq!(parsed["k"], "v");
+        assert_eq!(parsed["ts"], 1.5);
     }
 }

@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use tierd_common::clock::Clock;
 
-use crate::log::Logger;
 use crate::volume::{StepOutcome, Volume};
 
 /// How the copier paces itself.
@@ -63,33 +62,45 @@ const BACKING_CHECK_NS: u64 = 1_000_000_000;
 
 /// One complete line for a move that ended: segment, from, to, rule and
 /// its numbers, bytes copied, duration and outcome.
-fn log_move(logger: &Logger, volume: &Volume, segment: u32, message: &str) {
+fn log_move(volume: &Volume, segment: u32, finished: bool) {
     let record = volume
         .status()
         .recent_moves
         .into_iter()
         .rev()
         .find(|record| record.segment == segment);
-    let segment = segment.to_string();
-    let mut fields: Vec<(&str, String)> = vec![("segment", segment)];
-    if let Some(record) = record {
-        let duration_ms = record.finished_ns.saturating_sub(record.started_ns) as f64 / 1e6;
-        fields.extend([
-            ("from", record.from),
-            ("to", record.to),
-            ("rule", record.rule),
-            ("detail", record.detail),
-            ("bytes", record.bytes_copied.to_string()),
-            ("duration_ms", format!("{duration_ms:.1}")),
-            ("outcome", record.outcome),
-        ]);
-    }
-    let mut pairs: Vec<(&str, &str)> = vec![("volume", volume.name())];
-    pairs.extend(fields.iter().map(|(key, value)| (*key, value.as_str())));
-    if message == "move finished" {
-        logger.info(message, &pairs);
+    let Some(record) = record else {
+        tracing::warn!(segment, "move ended; its record is gone");
+        return;
+    };
+    let duration_ms = format!(
+        "{:.1}",
+        record.finished_ns.saturating_sub(record.started_ns) as f64 / 1e6
+    );
+    if finished {
+        tracing::info!(
+            segment,
+            from = %record.from,
+            to = %record.to,
+            rule = %record.rule,
+            detail = %record.detail,
+            bytes = record.bytes_copied,
+            duration_ms = %duration_ms,
+            outcome = %record.outcome,
+            "move finished"
+        );
     } else {
-        logger.warn(message, &pairs);
+        tracing::warn!(
+            segment,
+            from = %record.from,
+            to = %record.to,
+            rule = %record.rule,
+            detail = %record.detail,
+            bytes = record.bytes_copied,
+            duration_ms = %duration_ms,
+            outcome = %record.outcome,
+            "move failed; segment stays where it was"
+        );
     }
 }
 
@@ -100,12 +111,7 @@ pub struct VolumeRunner {
 }
 
 impl VolumeRunner {
-    pub fn start(
-        volume: Arc<Volume>,
-        clock: Arc<dyn Clock>,
-        pacing: Pacing,
-        logger: Logger,
-    ) -> VolumeRunner {
+    pub fn start(volume: Arc<Volume>, clock: Arc<dyn Clock>, pacing: Pacing) -> VolumeRunner {
         let signal = Arc::new(Signal {
             stopped: Mutex::new(false),
             wake: Condvar::new(),
@@ -114,43 +120,40 @@ impl VolumeRunner {
         {
             let volume = volume.clone();
             let signal = signal.clone();
-            let logger = logger.clone();
             let clock = clock.clone();
             let mut last_check_ns = 0u64;
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("tick-{}", volume.name()))
-                    .spawn(move || loop {
-                        // Check often enough to close periods on time and to
-                        // stop promptly.
-                        let wait_ns = (volume.period_ns() / 4).clamp(1_000_000, 100_000_000);
-                        if signal.wait(wait_ns) {
-                            break;
-                        }
-                        // About once a second: has a tier's file been
-                        // truncated, deleted or replaced under us?
-                        let now_ns = clock.now_ns();
-                        if now_ns.saturating_sub(last_check_ns) >= BACKING_CHECK_NS {
-                            last_check_ns = now_ns;
-                            for (tier, reason) in volume.check_backings() {
-                                logger.error(
-                                    "tier backing changed under the server",
-                                    &[
-                                        ("volume", volume.name()),
-                                        ("tier", &tier),
-                                        ("reason", &reason),
-                                    ],
-                                );
+                    .spawn(move || {
+                        let _volume =
+                            tracing::info_span!("volume", volume = %volume.name()).entered();
+                        loop {
+                            // Check often enough to close periods on time and to
+                            // stop promptly.
+                            let wait_ns = (volume.period_ns() / 4).clamp(1_000_000, 100_000_000);
+                            if signal.wait(wait_ns) {
+                                break;
                             }
-                        }
-                        if let Err(error) = volume.tick() {
-                            logger.error(
-                                "policy period failed",
-                                &[("volume", volume.name()), ("error", &error.to_string())],
-                            );
-                        }
-                        for event in volume.take_events() {
-                            logger.info("pin", &[("volume", volume.name()), ("event", &event)]);
+                            // About once a second: has a tier's file been
+                            // truncated, deleted or replaced under us?
+                            let now_ns = clock.now_ns();
+                            if now_ns.saturating_sub(last_check_ns) >= BACKING_CHECK_NS {
+                                last_check_ns = now_ns;
+                                for (tier, reason) in volume.check_backings() {
+                                    tracing::error!(
+                                        tier = %tier,
+                                        reason = %reason,
+                                        "tier backing changed under the server"
+                                    );
+                                }
+                            }
+                            if let Err(error) = volume.tick() {
+                                tracing::error!(error = %error, "policy period failed");
+                            }
+                            for event in volume.take_events() {
+                                tracing::info!(event = %event, "pin");
+                            }
                         }
                     })
                     .expect("spawn tick thread"),
@@ -161,34 +164,44 @@ impl VolumeRunner {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("copy-{}", volume.name()))
-                    .spawn(move || loop {
-                        let started_ns = clock.now_ns();
-                        let outcome = volume.copy_step();
-                        let pause_ns = match outcome {
-                            StepOutcome::Idle => 20_000_000,
-                            StepOutcome::Copied { bytes } => {
-                                pacing.pause_ns(bytes, clock.now_ns().saturating_sub(started_ns))
-                            }
-                            StepOutcome::Finished { segment } => {
-                                log_move(&logger, &volume, segment, "move finished");
-                                0
-                            }
-                            StepOutcome::Failed { segment } => {
-                                log_move(
-                                    &logger,
-                                    &volume,
-                                    segment,
-                                    "move failed; segment stays where it was",
-                                );
-                                0
-                            }
-                        };
-                        if pause_ns > 0 {
-                            if signal.wait(pause_ns) {
+                    .spawn(move || {
+                        let _volume =
+                            tracing::info_span!("volume", volume = %volume.name()).entered();
+                        loop {
+                            let started_ns = clock.now_ns();
+                            // Each step runs in its move's span (segment, from, to).
+                            let _move = volume.active_move().map(|active| {
+                                tracing::info_span!(
+                                    "move",
+                                    segment = active.segment,
+                                    from = %active.from,
+                                    to = %active.to
+                                )
+                                .entered()
+                            });
+                            let outcome = volume.copy_step();
+                            // The line for a move that ended names it whole.
+                            drop(_move);
+                            let pause_ns = match outcome {
+                                StepOutcome::Idle => 20_000_000,
+                                StepOutcome::Copied { bytes } => pacing
+                                    .pause_ns(bytes, clock.now_ns().saturating_sub(started_ns)),
+                                StepOutcome::Finished { segment } => {
+                                    log_move(&volume, segment, true);
+                                    0
+                                }
+                                StepOutcome::Failed { segment } => {
+                                    log_move(&volume, segment, false);
+                                    0
+                                }
+                            };
+                            if pause_ns > 0 {
+                                if signal.wait(pause_ns) {
+                                    break;
+                                }
+                            } else if *signal.stopped.lock() {
                                 break;
                             }
-                        } else if *signal.stopped.lock() {
-                            break;
                         }
                     })
                     .expect("spawn copy thread"),

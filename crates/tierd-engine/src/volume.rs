@@ -1425,6 +1425,19 @@ impl Volume {
         planner.recent.push_back(record);
     }
 
+    /// The move being copied now, if any.
+    pub fn active_move(&self) -> Option<InFlightMove> {
+        self.active.read().as_ref().map(|active| InFlightMove {
+            segment: active.segment,
+            from: self.tiers[active.from.tier as usize].name.clone(),
+            to: self.tiers[active.to.tier as usize].name.clone(),
+            rule: active.reason.rule.clone(),
+            detail: active.reason.detail.clone(),
+            copied_bytes: active.copied_bytes.load(Ordering::Relaxed),
+            total_bytes: self.options.segment_bytes,
+        })
+    }
+
     /// Everything `tierd status` shows.
     pub fn status(&self) -> VolumeStatus {
         let placement = self.placement();

@@ -21,6 +21,7 @@ pub use client::{parse_nbd_uri, Client, ClientError, ConnectOptions, NbdTarget, 
 pub use export::{Export, ExportError, ExportResult, Extent};
 pub use memory::MemoryExport;
 pub use server::{
-    ListenAddress, LogLevel, Logger, Server, ServerConfig, ServerError, ServerHandle, ServerStats,
+    stderr_logger, tracing_logger, ListenAddress, LogLevel, Logger, Server, ServerConfig,
+    ServerError, ServerHandle, ServerStats,
 };
 pub use tls::{ClientTls, TlsError, TlsFiles, TlsMode, TlsServer};

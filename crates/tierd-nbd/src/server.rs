@@ -63,7 +63,21 @@ impl LogLevel {
 /// from connection threads.
 pub type Logger = Arc<dyn Fn(LogLevel, &str) + Send + Sync>;
 
-/// The default logger: warnings and errors to stderr.
+/// The default logger: every line becomes a `tracing` event (target
+/// `tierd_nbd`), inside the `connection` span (field `conn`) of the
+/// connection it concerns, so it reaches whatever subscriber the program
+/// installed (`tierd serve`'s one log path). Without a subscriber nothing is
+/// printed; use [`stderr_logger`] then.
+pub fn tracing_logger() -> Logger {
+    Arc::new(|level, message| match level {
+        LogLevel::Error => tracing::error!("{message}"),
+        LogLevel::Warn => tracing::warn!("{message}"),
+        LogLevel::Info => tracing::info!("{message}"),
+        LogLevel::Debug => tracing::debug!("{message}"),
+    })
+}
+
+/// Warnings and errors to stderr (programs without a `tracing` subscriber).
 pub fn stderr_logger() -> Logger {
     Arc::new(|level, message| {
         if level <= LogLevel::Warn {
@@ -1114,6 +1128,7 @@ impl From<io::Error> for ConnectionEnd {
 }
 
 fn run_connection(shared: &Shared, state: &ListenerState, stream: Stream, id: u64) {
+    let _span = tracing::info_span!("connection", conn = id).entered();
     let mut tls_relay: Option<JoinHandle<()>> = None;
     serve_connection(shared, state, stream, id, &mut tls_relay);
     if let Some(relay) = tls_relay {
@@ -2174,8 +2189,13 @@ fn transmit_with_workers(
             if let Some(stack_bytes) = shared.config.worker_stack_bytes {
                 builder = builder.stack_size(stack_bytes);
             }
-            let spawned = builder.spawn_scoped(scope, || {
-                worker_loop(shared, session, &receiver, &pool, &cancelled, &send_reply)
+            // Workers log inside their connection's span.
+            let span = tracing::Span::current();
+            let (receiver, pool, cancelled, send_reply) =
+                (&receiver, &pool, &cancelled, &send_reply);
+            let spawned = builder.spawn_scoped(scope, move || {
+                let _span = span.entered();
+                worker_loop(shared, session, receiver, pool, cancelled, send_reply)
             });
             if let Err(error) = spawned {
                 shared

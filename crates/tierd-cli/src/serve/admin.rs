@@ -33,7 +33,6 @@ use tierd_engine::admin_proto::{
     FaultRequest, MoveRequest, PinRequest, RequestLine, UnpinRequest, VolumeShape,
 };
 use tierd_engine::engine::Engine;
-use tierd_engine::log::Logger;
 use tierd_engine::volume::Volume;
 
 /// Admin connections served at once; more get an error reply and are closed.
@@ -46,7 +45,6 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
 struct Context {
     volumes: Vec<Arc<Volume>>,
     engine: Arc<Mutex<Engine>>,
-    logger: Logger,
     connections: AtomicUsize,
     stopping: AtomicBool,
 }
@@ -66,7 +64,6 @@ impl AdminServer {
         path: &Path,
         volumes: Vec<Arc<Volume>>,
         engine: Arc<Mutex<Engine>>,
-        logger: Logger,
     ) -> io::Result<AdminServer> {
         tierd_nbd::io::remove_stale_socket(path)?;
         let listener = tierd_nbd::io::bind_unix_private(path, 16)?;
@@ -74,7 +71,6 @@ impl AdminServer {
         let context = Arc::new(Context {
             volumes,
             engine,
-            logger,
             connections: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
         });
@@ -127,10 +123,7 @@ fn accept_loop(listener: UnixListener, context: Arc<Context>) {
         let stream = match accepted {
             Ok((stream, _)) => stream,
             Err(error) => {
-                context.logger.warn(
-                    "admin socket accept failed",
-                    &[("error", &error.to_string())],
-                );
+                tracing::warn!(error = %error, "admin socket accept failed");
                 // Do not spin on a persistent error (EMFILE).
                 let clock = tierd_common::clock::SystemClock::new();
                 tierd_common::clock::Clock::sleep_ns(&clock, 100_000_000);
@@ -259,15 +252,13 @@ fn pin(request: &PinRequest, context: &Context) -> Result<Value, String> {
         || "unpin".to_string(),
         tierd_common::units::format_rfc3339_utc,
     );
-    context.logger.info(
-        "operator pin",
-        &[
-            ("volume", &request.volume),
-            ("segment", &request.segment.to_string()),
-            ("tier", &request.tier),
-            ("until", &until),
-            ("move_queued", if moving { "true" } else { "false" }),
-        ],
+    tracing::info!(
+        volume = %request.volume,
+        segment = request.segment,
+        tier = %request.tier,
+        until = %until,
+        move_queued = moving,
+        "operator pin"
     );
     if moving {
         context.engine.lock().wake();
@@ -285,13 +276,11 @@ fn unpin(request: &UnpinRequest, context: &Context) -> Result<Value, String> {
         .get(pin.tier as usize)
         .cloned()
         .unwrap_or_default();
-    context.logger.info(
-        "operator unpin",
-        &[
-            ("volume", &request.volume),
-            ("segment", &request.segment.to_string()),
-            ("tier", &tier),
-        ],
+    tracing::info!(
+        volume = %request.volume,
+        segment = request.segment,
+        tier = %tier,
+        "operator unpin"
     );
     Ok(json!({ "ok": true, "tier": tier }))
 }
@@ -308,13 +297,11 @@ fn queue_move(request: &MoveRequest, context: &Context) -> Result<(), String> {
     volume
         .request_move(request.segment, tier as u8, "requested with tierd move")
         .map_err(|error| error.to_string())?;
-    context.logger.info(
-        "operator move queued",
-        &[
-            ("volume", &request.volume),
-            ("segment", &request.segment.to_string()),
-            ("to", &request.to),
-        ],
+    tracing::info!(
+        volume = %request.volume,
+        segment = request.segment,
+        to = %request.to,
+        "operator move queued"
     );
     context.engine.lock().wake();
     Ok(())
@@ -357,10 +344,7 @@ fn set_fault(request: FaultRequest, context: &Context) -> Result<Value, String> 
         "config": serde_json::to_value(faults.config()).unwrap_or(Value::Null),
         "counters": serde_json::to_value(faults.counters()).unwrap_or(Value::Null),
     });
-    context.logger.warn(
-        "fault drill",
-        &[("tier", name), ("state", &state.to_string())],
-    );
+    tracing::warn!(tier = %name, state = %state, "fault drill");
     Ok(state)
 }
 

@@ -29,7 +29,7 @@ use clap::Args;
 use tierd_common::clock::{Clock, SystemClock};
 use tierd_engine::config::{Config, ListenTarget, EMBEDDED_DEFAULT};
 use tierd_engine::engine::Engine;
-use tierd_engine::log::{Level, Logger};
+use tierd_engine::log::{Level, LineLayer};
 use tierd_nbd::{Export, Server, ServerConfig, ServerHandle, TlsFiles, TlsMode, TlsServer};
 
 use crate::CliError;
@@ -277,20 +277,6 @@ fn workers_per_connection(config: &Config) -> usize {
     }
 }
 
-/// NBD server log lines go through the engine's structured logger.
-fn nbd_logger(logger: &Logger) -> tierd_nbd::Logger {
-    let logger = logger.clone();
-    Arc::new(move |level: tierd_nbd::LogLevel, message: &str| {
-        let level = match level {
-            tierd_nbd::LogLevel::Error => Level::Error,
-            tierd_nbd::LogLevel::Warn => Level::Warn,
-            tierd_nbd::LogLevel::Info => Level::Info,
-            tierd_nbd::LogLevel::Debug => Level::Debug,
-        };
-        logger.log(level, message, &[("component", "nbd")]);
-    })
-}
-
 /// Prints one line to stdout and flushes it (the line is how scripts and
 /// tests learn the socket path). A closed stdout is not an error.
 fn announce(line: &str) {
@@ -313,12 +299,17 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let _lock = lock_data_dir(&config)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let level = Level::parse(&config.log.level).unwrap_or(Level::Info);
-    let logger = Logger::stderr(level, config.log.format == "json", clock.clone());
+    // One log path for the whole process: the engine's, the NBD server's
+    // and this command's events all become lines of this layer.
+    tierd_engine::log::install(LineLayer::stderr(
+        level,
+        config.log.format == "json",
+        clock.clone(),
+    ));
 
     // Before the engine opens: a TLS mistake should not cost a recovery.
-    let tls = load_tls(&config, &logger)?;
-    let engine =
-        Engine::open_accepting(&config, clock.clone(), logger.clone(), &args.accept_reset)?;
+    let tls = load_tls(&config)?;
+    let engine = Engine::open_accepting(&config, clock.clone(), &args.accept_reset)?;
     let volumes = engine.volumes.clone();
     let exports: Vec<(String, Arc<dyn Export>)> = volumes
         .iter()
@@ -340,7 +331,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         shutdown_grace_ms: config.server.shutdown_grace.0 / 1_000_000,
         clock: clock.clone(),
         tls: tls.clone(),
-        logger: nbd_logger(&logger),
+        logger: tierd_nbd::tracing_logger(),
         ..ServerConfig::default()
     };
     let server = Server::new(exports, server_config)?;
@@ -354,11 +345,8 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     }
     let admin_path = admin_socket_path(&config);
     let engine = Arc::new(Mutex::new(engine));
-    let admin =
-        admin::AdminServer::start(&admin_path, volumes.clone(), engine.clone(), logger.clone())
-            .map_err(|error| {
-                CliError(format!("{}: cannot listen: {error}", admin_path.display()))
-            })?;
+    let admin = admin::AdminServer::start(&admin_path, volumes.clone(), engine.clone())
+        .map_err(|error| CliError(format!("{}: cannot listen: {error}", admin_path.display())))?;
     let metrics = match &config.metrics.listen {
         Some(address) => Some(
             metrics::MetricsServer::start(address, volumes.clone(), server.clone())
@@ -392,16 +380,14 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
             metrics.address()
         ));
     }
-    logger.info(
-        "serving",
-        &[
-            ("data_dir", &config.data_dir.display().to_string()),
-            ("pid", &std::process::id().to_string()),
-        ],
+    tracing::info!(
+        data_dir = %config.data_dir.display(),
+        pid = std::process::id(),
+        "serving"
     );
 
     let signal = wait_for_stop_signal(&stop_signals);
-    logger.info("stopping", &[("signal", signal)]);
+    tracing::info!(signal, "stopping");
     admin.stop();
     if let Some(metrics) = metrics {
         metrics.stop();
@@ -416,9 +402,9 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
                 .spawn_scoped(scope, move || listener.shutdown());
             if let Err(error) = stopping {
                 // The listener came back with the error: stop it here.
-                logger.warn(
-                    "cannot start a thread to stop a listener; stopping it in turn",
-                    &[("error", &error.to_string())],
+                tracing::warn!(
+                    error = %error,
+                    "cannot start a thread to stop a listener; stopping it in turn"
                 );
             }
         }
@@ -427,7 +413,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     engine
         .shutdown()
         .map_err(|error| CliError(format!("clean stop failed: {error}")))?;
-    logger.info("stopped", &[]);
+    tracing::info!("stopped");
     Ok(())
 }
 
@@ -442,7 +428,7 @@ fn volume_uri(address: &tierd_nbd::ListenAddress, name: &str, tls: Option<&TlsSe
 
 /// Loads `[server.tls]`, if any. Errors name the key and the file; a
 /// private key others can read is logged as a warning.
-fn load_tls(config: &Config, logger: &Logger) -> Result<Option<TlsServer>, CliError> {
+fn load_tls(config: &Config) -> Result<Option<TlsServer>, CliError> {
     let Some(tls) = &config.server.tls else {
         return Ok(None);
     };
@@ -461,25 +447,20 @@ fn load_tls(config: &Config, logger: &Logger) -> Result<Option<TlsServer>, CliEr
     if let Ok(metadata) = std::fs::metadata(&tls.key) {
         use std::os::unix::fs::PermissionsExt;
         if metadata.permissions().mode() & 0o077 != 0 {
-            logger.warn(
-                "the TLS private key is readable by other users; chmod 600 it",
-                &[("path", &tls.key.display().to_string())],
+            tracing::warn!(
+                path = %tls.key.display(),
+                "the TLS private key is readable by other users; chmod 600 it"
             );
         }
     }
-    logger.info(
-        "TLS enabled",
-        &[
-            ("mode", mode.as_str()),
-            (
-                "client_certificates",
-                if server.verifies_clients {
-                    "required"
-                } else {
-                    "not checked"
-                },
-            ),
-        ],
+    tracing::info!(
+        mode = mode.as_str(),
+        client_certificates = if server.verifies_clients {
+            "required"
+        } else {
+            "not checked"
+        },
+        "TLS enabled"
     );
     Ok(Some(server))
 }
