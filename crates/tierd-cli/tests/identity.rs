@@ -355,3 +355,24 @@ fn a_tier_file_truncated_under_the_server_fails_with_eio_not_zeroes() {
     assert!(String::from_utf8_lossy(&text.stdout).contains("FAILED: "));
     server.stop();
 }
+
+#[test]
+fn a_torn_last_journal_record_is_repaired_and_logged_as_a_warning() {
+    let dir = setup();
+    let dir = dir.path();
+    let pattern = populate(dir);
+    // Half of a record header at the end: a crash during an append.
+    let journal = data(dir, "meta/vol0/journal");
+    let mut bytes = std::fs::read(&journal).unwrap();
+    bytes.extend_from_slice(&[40, 0, 0, 0, 1, 2]);
+    std::fs::write(&journal, bytes).unwrap();
+    let mut server = serve(dir);
+    let warned = server.stderr().lines().any(|line| {
+        line.contains("level=warn") && line.contains("dropped a torn record header of 6 bytes")
+    });
+    assert!(warned, "{}", server.stderr());
+    assert_eq!(read_all(&mut server, 4 * MIB), pattern);
+    let output = tierd_in(dir, &["status", "--config", "config.toml"]);
+    assert!(String::from_utf8_lossy(&output.stdout).contains("dropped a torn record"));
+    server.stop();
+}

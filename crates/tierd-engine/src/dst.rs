@@ -719,6 +719,8 @@ impl Run {
             }
         }
         let (volume, notes) = self.open()?;
+        // A repaired torn tail is a warning of the volume (log and status).
+        let notes: Vec<String> = notes.into_iter().chain(volume.status().warnings).collect();
         let dropped_tail = notes
             .iter()
             .any(|note| note.contains("journal") && note.contains("dropped"));

@@ -181,8 +181,11 @@ pub struct Recovered {
     pub checkpoint: Option<Checkpoint>,
     /// Journal records after the checkpoint, in order.
     pub records: Vec<Record>,
-    /// Things recovery repaired on its own (a torn tail), for the log.
+    /// Things recovery noticed that need no attention, for the log.
     pub notes: Vec<String>,
+    /// What recovery repaired on its own: a torn last journal record (a
+    /// crash during its append) that was dropped, with where and how much.
+    pub repaired: Vec<String>,
 }
 
 /// A fault for the next journal append (see [`MetaFaults`]).
@@ -564,9 +567,10 @@ impl MetaStore {
             if decoded.generation == generation {
                 recovered.records = decoded.records;
                 if let Some(note) = decoded.torn_tail {
-                    recovered
-                        .notes
-                        .push(format!("{}: {note}", journal_path.display()));
+                    recovered.repaired.push(format!(
+                        "{}: {note}; the change it recorded never took effect (a crash during its append)",
+                        journal_path.display()
+                    ));
                 }
                 journal_bytes = decoded.valid_bytes;
                 rewrite_journal = false;
@@ -854,7 +858,7 @@ mod tests {
         fs::write(&path, &full[..full.len() - 5]).unwrap();
         let (mut store, recovered) = MetaStore::open(dir.path()).unwrap();
         assert_eq!(recovered.records, vec![place(1, 0, 0)]);
-        assert_eq!(recovered.notes.len(), 1, "{:?}", recovered.notes);
+        assert_eq!(recovered.repaired.len(), 1, "{:?}", recovered.repaired);
         // Appends continue after the last good record.
         store.append(&place(7, 0, 3)).unwrap();
         drop(store);
@@ -929,11 +933,11 @@ mod tests {
         let (_, recovered) = MetaStore::open(dir.path()).unwrap();
         assert!(recovered.checkpoint.is_none());
         assert_eq!(recovered.records, vec![place(1, 0, 0)]);
-        assert_eq!(recovered.notes.len(), 1, "{:?}", recovered.notes);
+        assert_eq!(recovered.repaired.len(), 1, "{:?}", recovered.repaired);
         assert!(
-            recovered.notes[0].contains("dropped"),
+            recovered.repaired[0].contains("dropped"),
             "{:?}",
-            recovered.notes
+            recovered.repaired
         );
     }
 

@@ -598,7 +598,9 @@ impl Volume {
             }),
             meta: Mutex::new(meta),
             clock,
-            warnings: Mutex::new(Vec::new()),
+            // A repaired torn journal tail is reported as a warning (log
+            // and status), not silently.
+            warnings: Mutex::new(recovered.repaired.clone()),
             max_chunk_hold_ns: AtomicU64::new(0),
             max_switch_over_ns: AtomicU64::new(0),
             unavailable_tiers: (0..tier_count).map(|_| AtomicBool::new(false)).collect(),
