@@ -474,7 +474,11 @@ impl<'a> Charge<'a> {
 
 impl Drop for Charge<'_> {
     fn drop(&mut self) {
-        for budget in self.budgets.iter().flatten() {
+        // In the reverse order of taking: the server-wide bytes are back
+        // before the connection's, so a connection's next request can never
+        // hold server-wide bytes beside the ones it is giving back (the
+        // server-wide peak of one connection stays within its own limit).
+        for budget in self.budgets.iter().rev().flatten() {
             budget.release(self.bytes);
         }
     }
