@@ -112,6 +112,34 @@ pub struct LastPlan {
     pub summary: String,
 }
 
+impl Record {
+    /// Applies a `Pin` or `Unpin` record to the pins it changes (recovery
+    /// and the offline status replay the journal the same way); other
+    /// records change no pin.
+    pub fn apply_to_pins(&self, pins: &mut std::collections::BTreeMap<SegmentId, Pin>) {
+        match self {
+            Record::Pin {
+                segment,
+                tier,
+                until_unix_ns,
+            } => {
+                pins.insert(
+                    *segment,
+                    Pin {
+                        segment: *segment,
+                        tier: *tier,
+                        until_unix_ns: *until_unix_ns,
+                    },
+                );
+            }
+            Record::Unpin { segment } => {
+                pins.remove(segment);
+            }
+            Record::Place { .. } => {}
+        }
+    }
+}
+
 /// A move as `tierd status` lists it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MoveRecord {

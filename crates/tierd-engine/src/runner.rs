@@ -77,30 +77,25 @@ fn log_move(volume: &Volume, segment: u32, finished: bool) {
         "{:.1}",
         record.finished_ns.saturating_sub(record.started_ns) as f64 / 1e6
     );
+    macro_rules! move_line {
+        ($level:ident, $message:literal) => {
+            tracing::$level!(
+                segment,
+                from = %record.from,
+                to = %record.to,
+                rule = %record.rule,
+                detail = %record.detail,
+                bytes = record.bytes_copied,
+                duration_ms = %duration_ms,
+                outcome = %record.outcome,
+                $message
+            )
+        };
+    }
     if finished {
-        tracing::info!(
-            segment,
-            from = %record.from,
-            to = %record.to,
-            rule = %record.rule,
-            detail = %record.detail,
-            bytes = record.bytes_copied,
-            duration_ms = %duration_ms,
-            outcome = %record.outcome,
-            "move finished"
-        );
+        move_line!(info, "move finished");
     } else {
-        tracing::warn!(
-            segment,
-            from = %record.from,
-            to = %record.to,
-            rule = %record.rule,
-            detail = %record.detail,
-            bytes = record.bytes_copied,
-            duration_ms = %duration_ms,
-            outcome = %record.outcome,
-            "move failed; segment stays where it was"
-        );
+        move_line!(warn, "move failed; segment stays where it was");
     }
 }
 

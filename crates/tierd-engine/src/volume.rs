@@ -461,23 +461,7 @@ impl Volume {
         }
         for record in &recovered.records {
             match record {
-                Record::Pin {
-                    segment,
-                    tier,
-                    until_unix_ns,
-                } => {
-                    pins.insert(
-                        *segment,
-                        Pin {
-                            segment: *segment,
-                            tier: *tier,
-                            until_unix_ns: *until_unix_ns,
-                        },
-                    );
-                }
-                Record::Unpin { segment } => {
-                    pins.remove(segment);
-                }
+                Record::Pin { .. } | Record::Unpin { .. } => record.apply_to_pins(&mut pins),
                 Record::Place {
                     segment,
                     location,

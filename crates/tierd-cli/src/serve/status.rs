@@ -129,23 +129,7 @@ fn offline_volume(config: &Config, volume: &VolumeConfig) -> Result<VolumeStatus
                             }
                         }
                     }
-                    Record::Pin {
-                        segment,
-                        tier,
-                        until_unix_ns,
-                    } => {
-                        pins.insert(
-                            *segment,
-                            Pin {
-                                segment: *segment,
-                                tier: *tier,
-                                until_unix_ns: *until_unix_ns,
-                            },
-                        );
-                    }
-                    Record::Unpin { segment } => {
-                        pins.remove(segment);
-                    }
+                    Record::Pin { .. } | Record::Unpin { .. } => record.apply_to_pins(&mut pins),
                 }
             }
             if let Some(note) = decoded.torn_tail {
