@@ -28,9 +28,9 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use tierd_common::op::Op;
 use tierd_common::rng::{Rng, SeededRng};
 use tierd_device::{Completion, DeviceIo, DeviceModel, DevicePreset};
-use tierd_trace::Op;
 
 /// Whether criterion was started by `cargo bench` rather than `cargo test`.
 fn full_size() -> bool {

@@ -2,11 +2,11 @@
 //! presets by name, clamping, and the queue orders and SMR cache rules that
 //! the validation figures rest on.
 
+use tierd_common::op::Op;
 use tierd_common::rng::{Rng, SeededRng};
 use tierd_device::model::hdd::{Hdd, HddConfig, QueueOrder};
 use tierd_device::model::smr::{Smr, SmrConfig};
 use tierd_device::{Completion, DeviceIo, DeviceModel, DevicePreset};
-use tierd_trace::Op;
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;

@@ -7,13 +7,13 @@
 //! request at the completion time. Offsets come from a seeded generator.
 //! Run with `--nocapture` to see the measured figures.
 
+use tierd_common::op::Op;
 use tierd_common::rng::{Rng, SeededRng};
 use tierd_device::model::hdd::{Hdd, HddConfig, QueueOrder};
 use tierd_device::model::memory::{Memory, MemoryConfig};
 use tierd_device::model::smr::{Smr, SmrConfig};
 use tierd_device::model::ssd::{Ssd, SsdConfig};
 use tierd_device::{Completion, DeviceIo, DeviceModel};
-use tierd_trace::Op;
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;

@@ -2,18 +2,9 @@
 
 use tierd_common::hash::FastMap;
 
-/// Direction of a block request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Op {
-    Read,
-    Write,
-}
-
-impl Op {
-    pub fn is_write(self) -> bool {
-        self == Op::Write
-    }
-}
+/// Direction of a block request; defined in `tierd-common` so crates that
+/// need only the direction do not depend on the trace readers.
+pub use tierd_common::op::Op;
 
 /// Index of a volume in a reader's [`VolumeTable`].
 pub type VolumeId = u32;

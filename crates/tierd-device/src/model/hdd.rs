@@ -24,8 +24,8 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, VecDeque};
 
 use serde::{Deserialize, Serialize};
+use tierd_common::op::Op;
 use tierd_common::rng::{Rng, SeededRng};
-use tierd_trace::Op;
 
 use super::{Completion, DeviceCounters, DeviceIo, DeviceModel, DevicePreset};
 

@@ -12,7 +12,7 @@
 //! < 100 ns. [`MemoryConfig::pmem_raw`] is persistent memory used directly
 //! (DAX, no block layer): ~300 ns per random access.
 
-use tierd_trace::Op;
+use tierd_common::op::Op;
 
 use super::hdd::{clamp_io, non_negative, positive, settings, ConfigError};
 use super::ssd::{CompletionQueue, ParallelUnits};

@@ -20,7 +20,7 @@ pub mod smr;
 pub mod ssd;
 
 use serde::{Deserialize, Serialize};
-use tierd_trace::Op;
+use tierd_common::op::Op;
 
 /// One IO as a device sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -34,7 +34,7 @@
 use std::collections::VecDeque;
 
 use tierd_common::hash::FastMap;
-use tierd_trace::Op;
+use tierd_common::op::Op;
 
 use super::hdd::{
     build_mechanics, clamp_io, count_completion, ms_to_ns, non_negative, ns_per_byte, positive,

@@ -26,7 +26,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use tierd_trace::Op;
+use tierd_common::op::Op;
 
 use super::hdd::{clamp_io, count_completion, positive, settings, ConfigError, Timed};
 use super::{Completion, DeviceCounters, DeviceIo, DeviceModel, DevicePreset};

@@ -52,8 +52,8 @@ use std::time::Duration;
 
 use tierd_common::clock::Clock;
 use tierd_common::hash::FastMap;
+use tierd_common::op::Op;
 use tierd_device::model::{Completion, DeviceCounters, DeviceIo, DeviceModel};
-use tierd_trace::Op;
 
 use super::{check_range, BlockDevice, DeviceResult, DeviceStats};
 
