@@ -5,7 +5,6 @@
 //! fixed multiply-rotate hasher (the FxHash construction), which is also several
 //! times faster than SipHash on integer keys such as block numbers.
 
-use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// A fixed-seed hasher for integer-heavy keys. Not DoS resistant: do not key
@@ -74,8 +73,13 @@ impl Hasher for FixedHasher {
 }
 
 pub type FixedState = BuildHasherDefault<FixedHasher>;
-pub type FastMap<K, V> = HashMap<K, V, FixedState>;
-pub type FastSet<K> = HashSet<K, FixedState>;
+/// std's `HashMap` with the fixed hasher; use it wherever a hash map is needed
+/// (`clippy.toml` bans the std type, whose default state is OS-seeded).
+#[allow(clippy::disallowed_types)] // the one sanctioned spelling of std's map
+pub type FastMap<K, V> = std::collections::HashMap<K, V, FixedState>;
+/// std's `HashSet` with the fixed hasher.
+#[allow(clippy::disallowed_types)] // the one sanctioned spelling of std's set
+pub type FastSet<K> = std::collections::HashSet<K, FixedState>;
 
 #[cfg(test)]
 mod tests {
