@@ -325,10 +325,8 @@ impl Pass {
         // Cells of the period, sorted by segment: totals, spikes, matrix column.
         let mut cells: Vec<MatrixCell> = Vec::with_capacity(self.period_cells.len());
         self.scratch_cells.clear();
-        let mut period_io = 0u64;
         let mut period_cells = std::mem::take(&mut self.period_cells);
         for (segment, count) in period_cells.drain() {
-            period_io += count.io;
             self.scratch_cells.push(SegmentIo {
                 segment,
                 io: count.io,
@@ -368,7 +366,7 @@ impl Pass {
             .observe_regions(&mut self.scratch_chunks, self.granularity_bytes);
 
         // Concentrations.
-        let groups = select_groups(&mut self.scratch_cells, period_io, &self.selection);
+        let groups = select_groups(&mut self.scratch_cells, &self.selection);
         self.tracker.observe(period, &groups);
     }
 }
