@@ -11,7 +11,6 @@
 //! [`tierd_trace::TraceReader`]: no printing, no clock, no randomness.
 
 pub mod analyze;
-pub mod fifo;
 pub mod heatmap;
 pub mod matrix;
 pub mod stats;

@@ -8,9 +8,11 @@
 //! measured device figures, current placement — never the future of a trace.
 //!
 //! Page caches ([`cache`]) are the classic per-request baselines (FIFO, LRU,
-//! ARC, S3-FIFO) at 4 KiB pages.
+//! ARC, S3-FIFO) at 4 KiB pages. [`concentration`] is ATSMF's per-period
+//! IO concentration detection, also used offline by `tierd-analysis`.
 
 pub mod cache;
+pub mod concentration;
 pub mod monitor;
 pub mod policies;
 pub mod view;

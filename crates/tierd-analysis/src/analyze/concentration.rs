@@ -1,96 +1,15 @@
-//! IO concentrations: per-period selection (ATSMF 002 §4.2, Fig. 4) and
-//! tracking across periods (Fig. 5), with the duration prediction table
-//! (Table 2). Definitions: `docs/analysis.md`, "IO concentrations".
-
-use std::cmp::Reverse;
+//! IO concentrations: tracking across periods (ATSMF 002 Fig. 5) of the
+//! groups that [`select_groups`] finds in each period (Fig. 4), with the
+//! duration prediction table (Table 2). Definitions: `docs/analysis.md`,
+//! "IO concentrations".
+//!
+//! The per-period selection is `tierd_policy::concentration`, the code the
+//! ATSMF policy runs online, so this analysis reports what the policy sees.
 
 use serde::Serialize;
 use tierd_common::hash::FastSet;
 
-/// IO of one segment in one period, the input of [`select_groups`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SegmentIo {
-    pub segment: u64,
-    pub io: u64,
-    pub writes: u64,
-}
-
-/// A run of adjacent kept segments ("sub-LUN group"), inclusive range.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Group {
-    pub first_segment: u64,
-    pub last_segment: u64,
-    pub io: u64,
-    pub writes: u64,
-}
-
-impl Group {
-    pub fn segments(&self) -> u64 {
-        self.last_segment - self.first_segment + 1
-    }
-}
-
-/// Settings of the selection step.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Selection {
-    /// N: segments kept after sorting by IO.
-    pub top_n: usize,
-    /// M: stop taking groups once they hold this percentage of the period's IO.
-    pub share_percent: f64,
-    /// With fewer than M% in all groups, select nothing instead of everything.
-    pub require_share: bool,
-}
-
-/// The concentrations of one period, in the order they were taken (IO
-/// descending). `cells` are the period's segments with IO, in any order;
-/// `period_io` is the IO of all of them. `cells` is reordered.
-pub fn select_groups(cells: &mut [SegmentIo], period_io: u64, selection: &Selection) -> Vec<Group> {
-    // Step 2: sort by IO descending (ties: lower segment first), keep N.
-    cells.sort_unstable_by_key(|cell| (Reverse(cell.io), cell.segment));
-    let kept_count = cells
-        .iter()
-        .take(selection.top_n)
-        .take_while(|cell| cell.io > 0)
-        .count();
-    let kept = &mut cells[..kept_count];
-    // Step 3: merge adjacent kept segments into groups.
-    kept.sort_unstable_by_key(|cell| cell.segment);
-    let mut groups: Vec<Group> = Vec::new();
-    for cell in kept.iter() {
-        match groups.last_mut() {
-            Some(group) if group.last_segment.checked_add(1) == Some(cell.segment) => {
-                group.last_segment = cell.segment;
-                group.io += cell.io;
-                group.writes += cell.writes;
-            }
-            _ => groups.push(Group {
-                first_segment: cell.segment,
-                last_segment: cell.segment,
-                io: cell.io,
-                writes: cell.writes,
-            }),
-        }
-    }
-    // Step 4: take groups by IO until they hold ≥ M% of the period's IO.
-    groups.sort_unstable_by_key(|group| (Reverse(group.io), group.first_segment));
-    let target = selection.share_percent * period_io as f64;
-    let mut taken_io = 0u64;
-    let mut taken = 0;
-    let mut reached = false;
-    for group in &groups {
-        taken += 1;
-        taken_io += group.io;
-        if taken_io as f64 * 100.0 >= target {
-            reached = true;
-            break;
-        }
-    }
-    if !reached && selection.require_share {
-        return Vec::new();
-    }
-    groups.truncate(taken);
-    groups
-}
+pub use tierd_policy::concentration::{select_groups, Group, SegmentIo, Selection};
 
 /// One IO concentration over its life. JSON keys are the field names.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -319,14 +238,6 @@ pub fn prediction_table(
 mod tests {
     use super::*;
 
-    fn cell(segment: u64, io: u64) -> SegmentIo {
-        SegmentIo {
-            segment,
-            io,
-            writes: 0,
-        }
-    }
-
     fn group(first_segment: u64, last_segment: u64) -> Group {
         Group {
             first_segment,
@@ -334,68 +245,6 @@ mod tests {
             io: 10,
             writes: 0,
         }
-    }
-
-    const SELECTION: Selection = Selection {
-        top_n: 3,
-        share_percent: 60.0,
-        require_share: false,
-    };
-
-    #[test]
-    fn selection_keeps_top_n_merges_neighbours_and_stops_at_m_percent() {
-        // Period IO = 100. Top 3 by IO: segment 5 (30), 6 (25), 9 (20); 2 (15) and 0 (10) cut.
-        // Groups: [5,6] = 55, [9] = 20. 55 < 60, 55 + 20 = 75 ≥ 60 → both taken.
-        let mut cells = vec![
-            cell(0, 10),
-            cell(2, 15),
-            cell(5, 30),
-            cell(6, 25),
-            cell(9, 20),
-        ];
-        let groups = select_groups(&mut cells, 100, &SELECTION);
-        assert_eq!(
-            groups
-                .iter()
-                .map(|g| (g.first_segment, g.last_segment, g.io))
-                .collect::<Vec<_>>(),
-            [(5, 6, 55), (9, 9, 20)]
-        );
-        // With M = 50, [5,6] alone (55 ≥ 50) is enough.
-        let mut cells = vec![
-            cell(0, 10),
-            cell(2, 15),
-            cell(5, 30),
-            cell(6, 25),
-            cell(9, 20),
-        ];
-        let half = Selection {
-            share_percent: 50.0,
-            ..SELECTION
-        };
-        assert_eq!(select_groups(&mut cells, 100, &half).len(), 1);
-    }
-
-    #[test]
-    fn spread_io_takes_all_groups_unless_share_is_required() {
-        // Period IO = 100 over 10 segments of 10: top 3 = segments 0,1,2 (ties → lower index),
-        // one group [0,2] of 30 < 60.
-        let mut cells: Vec<SegmentIo> = (0..10).map(|segment| cell(segment, 10)).collect();
-        let groups = select_groups(&mut cells, 100, &SELECTION);
-        assert_eq!(groups.len(), 1);
-        assert_eq!(
-            (
-                groups[0].first_segment,
-                groups[0].last_segment,
-                groups[0].io
-            ),
-            (0, 2, 30)
-        );
-        let strict = Selection {
-            require_share: true,
-            ..SELECTION
-        };
-        assert!(select_groups(&mut cells, 100, &strict).is_empty());
     }
 
     #[test]

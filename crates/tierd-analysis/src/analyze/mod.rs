@@ -17,9 +17,10 @@ use tierd_common::hash::FastMap;
 use tierd_common::units::NS_PER_SECOND;
 use tierd_trace::{Op, TraceError, TraceReader, VolumeId};
 
-use crate::fifo::FifoCache;
 use crate::matrix::{IoMatrix, MatrixCell, MatrixColumn};
 use crate::touch::{is_clamped, touched_units, touched_units_at_least_one, BLOCK_BYTES};
+use tierd_policy::cache::fifo::Fifo;
+use tierd_policy::cache::{PageCache, MAX_CAPACITY_PAGES};
 
 pub use concentration::{Concentration, PredictionRow};
 pub use render::render_text;
@@ -27,6 +28,10 @@ pub use spike::{DurationBucket, RegionSummary, SpikeSummary};
 
 use concentration::{select_groups, SegmentIo, Selection, Tracker};
 use spike::SpikeTracker;
+
+// The FIFO is fed the analysis's 4 KiB block numbers: the same pages as the
+// simulator's page caches.
+const _: () = assert!(BLOCK_BYTES == tierd_policy::cache::PAGE_BYTES);
 
 /// Settings of [`analyze`]. Defaults follow the papers (see each field).
 #[derive(Clone, Debug, PartialEq)]
@@ -250,7 +255,12 @@ struct Pass {
     columns: Vec<MatrixColumn>,
     spikes: SpikeTracker,
     tracker: Tracker,
-    fifo: FifoCache,
+    /// flashcache's FIFO, the policy crate's (the simulator's `fifo` cache);
+    /// hits and misses do not depend on reads vs writes, so every access is
+    /// given as a read.
+    fifo: Fifo,
+    fifo_accesses: u64,
+    fifo_hits: u64,
 
     // Scratch buffers reused every period.
     scratch_cells: Vec<SegmentIo>,
@@ -304,7 +314,8 @@ impl Pass {
         }
         if let Some((first, last)) = touched_units(request, BLOCK_BYTES) {
             for page in first..=last {
-                self.fifo.access(page);
+                self.fifo_accesses += 1;
+                self.fifo_hits += u64::from(self.fifo.access(page, false).hit);
             }
         }
     }
@@ -325,10 +336,8 @@ impl Pass {
         // Cells of the period, sorted by segment: totals, spikes, matrix column.
         let mut cells: Vec<MatrixCell> = Vec::with_capacity(self.period_cells.len());
         self.scratch_cells.clear();
-        let mut period_io = 0u64;
         let mut period_cells = std::mem::take(&mut self.period_cells);
         for (segment, count) in period_cells.drain() {
-            period_io += count.io;
             self.scratch_cells.push(SegmentIo {
                 segment,
                 io: count.io,
@@ -368,7 +377,7 @@ impl Pass {
             .observe_regions(&mut self.scratch_chunks, self.granularity_bytes);
 
         // Concentrations.
-        let groups = select_groups(&mut self.scratch_cells, period_io, &self.selection);
+        let groups = select_groups(&mut self.scratch_cells, &self.selection);
         self.tracker.observe(period, &groups);
     }
 }
@@ -389,6 +398,7 @@ pub fn analyze(
     let cache_bytes = options
         .cache_bytes
         .unwrap_or_else(|| (top_n as u64).saturating_mul(segment_bytes));
+    let cache_pages = cache_bytes / BLOCK_BYTES;
     let timed = !reader.format().is_block_only();
     let mut pass = Pass {
         segment_bytes,
@@ -420,7 +430,9 @@ pub fn analyze(
         columns: Vec::new(),
         spikes: SpikeTracker::default(),
         tracker: Tracker::default(),
-        fifo: FifoCache::new(cache_bytes / BLOCK_BYTES),
+        fifo: Fifo::new(cache_pages.min(MAX_CAPACITY_PAGES)),
+        fifo_accesses: 0,
+        fifo_hits: 0,
         scratch_cells: Vec::new(),
         scratch_chunks: Vec::new(),
     };
@@ -456,6 +468,13 @@ pub fn analyze(
             "{} requests are longer than 1 GiB; only their first 1 GiB was counted in segments, \
              regions and the cache",
             pass.clamped_requests
+        ));
+    }
+    if cache_pages > MAX_CAPACITY_PAGES {
+        warnings.push(format!(
+            "the FIFO cache of {cache_bytes} bytes is larger than the page caches' maximum of \
+             {MAX_CAPACITY_PAGES} pages of {BLOCK_BYTES} bytes; that maximum was simulated \
+             (the hit ratio differs only if the trace touches more distinct pages)"
         ));
     }
 
@@ -624,9 +643,9 @@ pub fn analyze(
         concentrations,
         prediction_table,
         fifo_cache_bytes: cache_bytes,
-        fifo_accesses: pass.fifo.accesses(),
-        fifo_hits: pass.fifo.hits(),
-        fifo_hit_ratio: pass.fifo.hit_ratio(),
+        fifo_accesses: pass.fifo_accesses,
+        fifo_hits: pass.fifo_hits,
+        fifo_hit_ratio: ratio(pass.fifo_hits, pass.fifo_accesses),
         segment_table,
         clamped_requests: pass.clamped_requests,
         warnings,

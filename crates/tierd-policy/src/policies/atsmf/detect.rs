@@ -1,77 +1,23 @@
-//! IO concentrations as ATSMF finds them: per-period selection (002 §4.2,
-//! Fig. 4) and tracking across periods (Fig. 5).
+//! IO concentrations as ATSMF follows them: tracking across periods (002
+//! Fig. 5) of the groups that [`crate::concentration::select_groups`] finds
+//! in each period (Fig. 4) — the same selection `tierd trace analyze` runs
+//! offline.
 //!
-//! The definitions are those of `docs/analysis.md` ("IO concentrations"), so
-//! `tierd trace analyze` reports what this policy would see; the code is
-//! written again here because `tierd-policy` sits below `tierd-analysis`.
-
-use std::cmp::Reverse;
+//! The continuation rule is that of `docs/analysis.md` ("IO
+//! concentrations"); what is recorded about a concentration differs (see
+//! `docs/policies/atsmf.md`): here "moving" means it has been entirely
+//! outside its first range, and a concentration cut by a gap in the periods
+//! is dropped without being reported as ended.
 
 use serde::{Deserialize, Serialize};
 
+use crate::concentration::Group;
 use crate::view::SegmentId;
 
-/// A run of adjacent kept segments ("sub-LUN group"), inclusive range.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Group {
-    pub first_segment: SegmentId,
-    pub last_segment: SegmentId,
-    pub ios: u64,
-}
-
-/// Fig. 4 steps 2–4 on one period. `cells` are (segment, IO count) of the
-/// period's segments with IO, in any order (reordered here). Keeps the
-/// `top_n` busiest (ties: lower segment first), merges adjacent kept
-/// segments into groups, and takes groups by IO, most first, until they hold
-/// at least `share_percent` of the period's IO. When all groups together hold
-/// less, all are taken, or none when `require_share`.
-pub fn select_groups(
-    cells: &mut [(SegmentId, u64)],
-    top_n: usize,
-    share_percent: f64,
-    require_share: bool,
-) -> Vec<Group> {
-    let period_ios: u64 = cells.iter().map(|cell| cell.1).sum();
-    cells.sort_unstable_by_key(|&(segment, ios)| (Reverse(ios), segment));
-    let kept_count = cells
-        .iter()
-        .take(top_n)
-        .take_while(|cell| cell.1 > 0)
-        .count();
-    let kept = &mut cells[..kept_count];
-    kept.sort_unstable_by_key(|cell| cell.0);
-    let mut groups: Vec<Group> = Vec::new();
-    for &(segment, ios) in kept.iter() {
-        match groups.last_mut() {
-            Some(group) if group.last_segment.checked_add(1) == Some(segment) => {
-                group.last_segment = segment;
-                group.ios += ios;
-            }
-            _ => groups.push(Group {
-                first_segment: segment,
-                last_segment: segment,
-                ios,
-            }),
-        }
-    }
-    groups.sort_unstable_by_key(|group| (Reverse(group.ios), group.first_segment));
-    let target = share_percent * period_ios as f64;
-    let mut taken_ios = 0u64;
-    let mut taken = 0;
-    let mut reached = false;
-    for group in &groups {
-        taken += 1;
-        taken_ios += group.ios;
-        if taken_ios as f64 * 100.0 >= target {
-            reached = true;
-            break;
-        }
-    }
-    if !reached && require_share {
-        return Vec::new();
-    }
-    groups.truncate(taken);
-    groups
+/// `segment` of a group, which [`crate::concentration::select_groups`] built
+/// from the policy's `SegmentId` cells, so it fits.
+fn segment_id(segment: u64) -> SegmentId {
+    SegmentId::try_from(segment).expect("groups are built from SegmentId cells")
 }
 
 /// Where a concentration was in one period.
@@ -189,9 +135,13 @@ impl Tracker {
                 .enumerate()
                 .filter(|(index, alive)| {
                     let position = alive.current();
+                    let (first, last) = (
+                        segment_id(group.first_segment),
+                        segment_id(group.last_segment),
+                    );
                     !claimed[*index]
-                        && group.first_segment <= position.last_segment.saturating_add(1)
-                        && position.first_segment <= group.last_segment.saturating_add(1)
+                        && first <= position.last_segment.saturating_add(1)
+                        && position.first_segment <= last.saturating_add(1)
                 })
                 .min_by_key(|(_, alive)| (alive.start_period, alive.current().first_segment))
                 .map(|(index, _)| index);
@@ -200,16 +150,17 @@ impl Tracker {
                     claimed[index] = true;
                     let mut concentration = previous[index].clone();
                     concentration.periods += 1;
-                    concentration.ios = group.ios;
+                    concentration.ios = group.io;
                     let (first, last) = concentration.first_range;
-                    if group.last_segment < first || group.first_segment > last {
+                    let position = Position {
+                        period,
+                        first_segment: segment_id(group.first_segment),
+                        last_segment: segment_id(group.last_segment),
+                    };
+                    if position.last_segment < first || position.first_segment > last {
                         concentration.moving = true;
                     }
-                    concentration.positions.push(Position {
-                        period,
-                        first_segment: group.first_segment,
-                        last_segment: group.last_segment,
-                    });
+                    concentration.positions.push(position);
                     let excess = concentration
                         .positions
                         .len()
@@ -243,18 +194,19 @@ impl Tracker {
     fn new_concentration(&mut self, period: u64, group: &Group) -> Concentration {
         let id = self.next_id;
         self.next_id += 1;
+        let position = Position {
+            period,
+            first_segment: segment_id(group.first_segment),
+            last_segment: segment_id(group.last_segment),
+        };
         Concentration {
             id,
             start_period: period,
             periods: 1,
-            first_range: (group.first_segment, group.last_segment),
+            first_range: (position.first_segment, position.last_segment),
             moving: false,
-            ios: group.ios,
-            positions: vec![Position {
-                period,
-                first_segment: group.first_segment,
-                last_segment: group.last_segment,
-            }],
+            ios: group.io,
+            positions: vec![position],
         }
     }
 }
@@ -263,30 +215,13 @@ impl Tracker {
 mod tests {
     use super::*;
 
-    fn group(first_segment: SegmentId, last_segment: SegmentId) -> Group {
+    fn group(first_segment: u64, last_segment: u64) -> Group {
         Group {
             first_segment,
             last_segment,
-            ios: 10,
+            io: 10,
+            writes: 0,
         }
-    }
-
-    #[test]
-    fn selection_keeps_top_n_merges_neighbours_and_stops_at_m_percent() {
-        // IO 100: top 3 = 5 (30), 6 (25), 9 (20); groups [5,6] = 55 < 60, + [9] = 75 ≥ 60.
-        let mut cells = vec![(0, 10), (2, 15), (5, 30), (6, 25), (9, 20)];
-        let groups = select_groups(&mut cells, 3, 60.0, false);
-        let ranges: Vec<_> = groups
-            .iter()
-            .map(|g| (g.first_segment, g.last_segment, g.ios))
-            .collect();
-        assert_eq!(ranges, [(5, 6, 55), (9, 9, 20)]);
-        let mut cells = vec![(0, 10), (2, 15), (5, 30), (6, 25), (9, 20)];
-        assert_eq!(select_groups(&mut cells, 3, 50.0, false).len(), 1);
-        // Spread IO: the one group of the top 3 holds 30 % < 60 %.
-        let mut spread: Vec<(SegmentId, u64)> = (0..10).map(|segment| (segment, 10)).collect();
-        assert_eq!(select_groups(&mut spread, 3, 60.0, false).len(), 1);
-        assert!(select_groups(&mut spread, 3, 60.0, true).is_empty());
     }
 
     #[test]
@@ -321,7 +256,7 @@ mod tests {
     fn positions_are_bounded_and_speed_spans_the_whole_life() {
         let mut tracker = Tracker::default();
         for period in 0..6u64 {
-            let segment = (period as SegmentId) * 2;
+            let segment = period * 2;
             tracker.observe(period, &[group(segment, segment + 1)], 3);
         }
         let walker = &tracker.alive[0];

@@ -28,6 +28,7 @@ pub mod predict;
 use serde::{Deserialize, Serialize};
 use tierd_common::hash::FastSet;
 
+use crate::concentration::{select_groups, SegmentIo, Selection};
 use crate::policies::Policy;
 use crate::view::{Move, MoveReason, PeriodStats, Plan, SegmentId, TierId, View};
 
@@ -385,7 +386,12 @@ impl Atsmf {
             self.state.tracker.alive_period = None;
         }
         let keep_positions = self.config.speed_window_periods.max(1) as usize + 1;
-        let mut cells: Vec<(SegmentId, u64)> = Vec::new();
+        let selection = Selection {
+            top_n: self.config.top_n_segments as usize,
+            share_percent: self.config.share_percent,
+            require_share: self.config.require_share,
+        };
+        let mut cells: Vec<SegmentIo> = Vec::new();
         for period in history {
             if self
                 .state
@@ -400,14 +406,13 @@ impl Atsmf {
                     .segments
                     .iter()
                     .filter(|stats| stats.ios() > 0)
-                    .map(|stats| (stats.segment, u64::from(stats.ios()))),
+                    .map(|stats| SegmentIo {
+                        segment: u64::from(stats.segment),
+                        io: u64::from(stats.ios()),
+                        writes: u64::from(stats.writes),
+                    }),
             );
-            let groups = detect::select_groups(
-                &mut cells,
-                self.config.top_n_segments as usize,
-                self.config.share_percent,
-                self.config.require_share,
-            );
+            let groups = select_groups(&mut cells, &selection);
             for ended in self
                 .state
                 .tracker
