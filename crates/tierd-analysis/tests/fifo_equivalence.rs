@@ -20,7 +20,7 @@ use tierd_trace::{open_trace, Format, IteratorReader, Op, OpenOptions, Request};
 struct FormerFifo {
     capacity_pages: u64,
     order: std::collections::VecDeque<u64>,
-    resident: std::collections::HashSet<u64>,
+    resident: tierd_common::hash::FastSet<u64>,
     accesses: u64,
     hits: u64,
 }
