@@ -1,5 +1,6 @@
 //! Shared foundations of tierd: injected time ([`clock`]), injected randomness
-//! ([`rng`]), human units ([`units`]) and deterministic hashing ([`hash`]).
+//! ([`rng`]), human units ([`units`]), deterministic hashing ([`hash`]) and
+//! the latency histogram ([`histogram`]).
 //!
 //! Every other crate depends on this one and on nothing above it. Engine,
 //! policy, simulator and analysis code take a [`clock::Clock`] and a
@@ -8,6 +9,7 @@
 
 pub mod clock;
 pub mod hash;
+pub mod histogram;
 pub mod rng;
 pub mod testing;
 pub mod units;
