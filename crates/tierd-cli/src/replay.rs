@@ -20,11 +20,12 @@ use clap::Args;
 use serde::Serialize;
 use tierd_common::clock::{Clock, SystemClock};
 use tierd_common::hash::FastMap;
+use tierd_common::histogram::Histogram;
 use tierd_common::units::{parse_duration_ns, Bytes, Duration, NS_PER_SECOND, PAGE_BYTES};
 use tierd_nbd::client::{ClientReceiver, ClientSender, Completion};
 use tierd_nbd::{parse_nbd_uri, Client, ClientError};
 use tierd_sim::result::{PeriodRecord, RunResult, RunSettings, SimReport};
-use tierd_sim::{LogHistogram, Replay, Window};
+use tierd_sim::{Replay, Window};
 use tierd_trace::{open_trace, Format, Op, OpenOptions, Request, TraceReader, VolumeId};
 
 use crate::progress::ProgressLine;
@@ -456,9 +457,9 @@ struct Completions {
     first_hour: u64,
     last_done_ns: u64,
     /// From the actual issue (the simulator's response).
-    response: LogHistogram,
+    response: Histogram,
     /// From the due time.
-    response_from_due: LogHistogram,
+    response_from_due: Histogram,
     /// Per period of completion: (requests, response ns summed).
     periods: Vec<(u64, u128)>,
     errors: u64,
@@ -476,8 +477,8 @@ impl Completions {
             bytes: 0,
             first_hour: 0,
             last_done_ns: 0,
-            response: LogHistogram::new(),
-            response_from_due: LogHistogram::new(),
+            response: Histogram::new(),
+            response_from_due: Histogram::new(),
             periods: Vec::new(),
             errors: 0,
             errors_by_name: FastMap::default(),
@@ -660,7 +661,7 @@ struct Issuing {
     late_ns_total: u128,
     late_ns_max: u64,
     /// Issue time − due time, every request.
-    issue_lag: LogHistogram,
+    issue_lag: Histogram,
     last_issue_ns: u64,
     /// Why issuing stopped early.
     failure: Option<String>,
@@ -682,7 +683,7 @@ fn issue_all(
         late_issues: 0,
         late_ns_total: 0,
         late_ns_max: 0,
-        issue_lag: LogHistogram::new(),
+        issue_lag: Histogram::new(),
         last_issue_ns: 0,
         failure: None,
     };
@@ -1020,7 +1021,7 @@ struct LiveRun {
     response_from_due_p95_us: f64,
     response_from_due_p99_us: f64,
     response_from_due_max_us: f64,
-    response_from_due: LogHistogram,
+    response_from_due: Histogram,
     /// Requests in the window that were not issued (the replay stopped early).
     not_issued: u64,
 }

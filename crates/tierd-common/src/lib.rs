@@ -1,6 +1,7 @@
 //! Shared foundations of tierd: injected time ([`clock`]), injected randomness
-//! ([`rng`]), human units ([`units`]), deterministic hashing ([`hash`]) and the
-//! direction of a block request ([`op::Op`]).
+//! ([`rng`]), human units ([`units`]), deterministic hashing ([`hash`]), the
+//! direction of a block request ([`op::Op`]) and the latency histogram
+//! ([`histogram`]).
 //!
 //! Every other crate depends on this one and on nothing above it. Engine,
 //! policy, simulator and analysis code take a [`clock::Clock`] and a
@@ -9,6 +10,7 @@
 
 pub mod clock;
 pub mod hash;
+pub mod histogram;
 pub mod op;
 pub mod rng;
 pub mod testing;

@@ -9,7 +9,7 @@ use tierd_engine::device::fault::{FaultConfig, FaultDevice};
 use tierd_engine::device::file::FileDevice;
 use tierd_engine::device::latency::{LatencyDevice, TimeMode};
 use tierd_engine::device::memory::MemoryDevice;
-use tierd_engine::device::stats::{latency_bucket, StatsDevice};
+use tierd_engine::device::stats::StatsDevice;
 use tierd_engine::device::{BlockDevice, DeviceErrorKind};
 
 const SIZE_BYTES: u64 = 16 << 20;
@@ -68,9 +68,10 @@ fn stats_see_the_emulated_latency_of_a_file_backend() {
     assert!(write_ns > 100_000, "{write_ns} ns");
     let stats = device.stats().unwrap();
     assert_eq!((stats.reads, stats.writes, stats.flushes), (1, 1, 1));
-    assert_eq!(stats.write_latency_ns_total, write_ns);
-    assert_eq!(stats.read_latency_ns_total, read_ns);
-    assert_eq!(stats.write_latency_buckets[latency_bucket(write_ns)], 1);
+    assert_eq!(stats.write_latency.sum_ns(), u128::from(write_ns));
+    assert_eq!(stats.read_latency.sum_ns(), u128::from(read_ns));
+    // One sample: every percentile is exact.
+    assert_eq!(stats.write_latency.quantile_ns(0.5), Some(write_ns));
     assert_eq!(stats.busy_ns, write_ns + read_ns);
     let model = stack.latency.model_counters();
     assert_eq!((model.reads, model.writes), (1, 1));

@@ -24,10 +24,10 @@ use tierd_trace::{Op, Request, TraceReader, VolumeId};
 
 use crate::config::{Replay, SimConfig};
 use crate::error::SimError;
-use crate::histogram::LogHistogram;
 use crate::result::{
     CacheResult, MoveRecord, PeriodRecord, RunResult, RunSettings, TierPeriod, TierResult,
 };
+use tierd_common::histogram::Histogram;
 
 /// What decides placement in a run.
 pub enum Controller {
@@ -359,8 +359,8 @@ struct Engine<'run> {
 
     // Measurements.
     monitor: Monitor,
-    response: LogHistogram,
-    tier_response: Vec<LogHistogram>,
+    response: Histogram,
+    tier_response: Vec<Histogram>,
     tier_bytes: Vec<u64>,
     completed: u64,
     completed_first_hour: u64,
@@ -547,8 +547,8 @@ impl<'run> Engine<'run> {
             fast_device_pages,
             cache_counters: CacheCounters::default(),
             monitor: Monitor::new(config.period_ns, tiers, 0, config.history_periods),
-            response: LogHistogram::new(),
-            tier_response: (0..tiers).map(|_| LogHistogram::new()).collect(),
+            response: Histogram::new(),
+            tier_response: (0..tiers).map(|_| Histogram::new()).collect(),
             tier_bytes: vec![0; tiers],
             completed: 0,
             completed_first_hour: 0,
@@ -1838,7 +1838,7 @@ impl<'run> Engine<'run> {
             0.0
         };
         let tiers = self.devices.len();
-        let user_pieces: u64 = self.tier_response.iter().map(LogHistogram::count).sum();
+        let user_pieces: u64 = self.tier_response.iter().map(Histogram::count).sum();
         let mut tier_results = Vec::with_capacity(tiers);
         for tier in 0..tiers {
             let counters = self.devices[tier].counters();

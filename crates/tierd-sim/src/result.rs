@@ -9,7 +9,7 @@
 use serde::Serialize;
 use tierd_device::DeviceCounters;
 
-use crate::histogram::LogHistogram;
+use tierd_common::histogram::Histogram;
 
 /// All runs over one trace and tier stack.
 #[derive(Clone, Debug, Serialize)]
@@ -127,14 +127,14 @@ pub struct RunResult {
     /// Issue time of the last request (open loop: the trace's span / speed,
     /// later when the replay fell behind).
     pub last_arrival_ns: u64,
-    /// Response time percentiles, µs (bucket upper bounds, ≤ 6.25 % high).
+    /// Response time percentiles, µs (bucket upper bounds, < 3.125 % high).
     pub response_p50_us: f64,
     pub response_p90_us: f64,
     pub response_p99_us: f64,
     pub response_p999_us: f64,
     pub response_max_us: f64,
     /// Response time of every request.
-    pub response: LogHistogram,
+    pub response: Histogram,
     /// Home (last) tier over the run: iostat svctm (busy / IOs) and %util/100.
     pub home_svctm_ms: f64,
     pub home_util: f64,
@@ -200,7 +200,7 @@ pub struct TierResult {
     /// user_ios / all user pieces.
     pub io_share: f64,
     /// Response of user pieces served here (from their request's arrival).
-    pub response: LogHistogram,
+    pub response: Histogram,
     pub avg_response_us: f64,
     /// The device's own counters (user and background IOs).
     pub counters: DeviceCounters,

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use tierd_common::histogram::Histogram;
 use tierd_engine::device::DeviceStats;
 use tierd_engine::volume::{Volume, VolumeStatus};
 use tierd_nbd::{Server, ServerStats};
@@ -18,11 +19,13 @@ use tierd_nbd::{Server, ServerStats};
 /// Longest request head read.
 const MAX_REQUEST_BYTES: usize = 8 * 1024;
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Latency histogram buckets exported: `le` = 2^(i+1) ns for these `i`
-/// (1.024 µs to about 68.7 s); the device's finer and coarser buckets fold
-/// into the first bucket and `+Inf`.
-const FIRST_BUCKET: usize = 9;
-const LAST_BUCKET: usize = 35;
+/// Latency histogram buckets exported: `le` = 2^k ns for these `k` (1.024 µs
+/// to about 68.7 s); faster ops fall in the first bucket, slower ones only in
+/// `+Inf`. Each counts the ops faster than 2^k ns, which the device's
+/// log-linear histogram knows exactly (a power of two is one of its bucket
+/// boundaries).
+const FIRST_BUCKET_POWER: u32 = 10;
+const LAST_BUCKET_POWER: u32 = 36;
 
 /// The running metrics listener.
 pub struct MetricsServer {
@@ -191,21 +194,22 @@ fn seconds(nanoseconds: u64) -> String {
     format!("{}", nanoseconds as f64 / 1e9)
 }
 
-fn add_histogram(family: &mut Family<'_>, labels: &str, buckets: &[u64], count: u64, sum_ns: u64) {
-    let mut cumulative = 0u64;
-    for (index, bucket) in buckets.iter().enumerate() {
-        cumulative += bucket;
-        if (FIRST_BUCKET..=LAST_BUCKET).contains(&index) {
-            let upper_ns = 1u64 << (index + 1);
-            family.add_suffixed(
-                "_bucket",
-                &format!("{labels},le=\"{}\"", seconds(upper_ns)),
-                cumulative,
-            );
-        }
+fn add_histogram(family: &mut Family<'_>, labels: &str, histogram: &Histogram) {
+    for power in FIRST_BUCKET_POWER..=LAST_BUCKET_POWER {
+        let upper_ns = 1u64 << power;
+        family.add_suffixed(
+            "_bucket",
+            &format!("{labels},le=\"{}\"", seconds(upper_ns)),
+            histogram.count_below_ns(upper_ns),
+        );
     }
+    let count = histogram.count();
     family.add_suffixed("_bucket", &format!("{labels},le=\"+Inf\""), count);
-    family.add_suffixed("_sum", labels, seconds(sum_ns));
+    family.add_suffixed(
+        "_sum",
+        labels,
+        format!("{}", histogram.sum_ns() as f64 / 1e9),
+    );
     family.add_suffixed("_count", labels, count);
 }
 
@@ -327,20 +331,8 @@ fn render_statuses(statuses: &[VolumeStatus], nbd: &ServerStats) -> String {
             discards.add(&labels, stats.discards);
             errors.add(&labels, stats.errors);
             busy.add(&labels, seconds(stats.busy_ns));
-            add_histogram(
-                &mut read_latency,
-                &labels,
-                &stats.read_latency_buckets,
-                stats.reads,
-                stats.read_latency_ns_total,
-            );
-            add_histogram(
-                &mut write_latency,
-                &labels,
-                &stats.write_latency_buckets,
-                stats.writes,
-                stats.write_latency_ns_total,
-            );
+            add_histogram(&mut read_latency, &labels, &stats.read_latency);
+            add_histogram(&mut write_latency, &labels, &stats.write_latency);
         }
     }
     let mut requests = Family::new(
@@ -473,31 +465,38 @@ mod tests {
     #[test]
     fn histogram_buckets_are_cumulative_and_end_at_the_count() {
         let mut family = Family::new("x_seconds", "histogram", "h");
-        let mut buckets = vec![0u64; 40];
-        buckets[0] = 1; // < 2 ns: folds into the first exported bucket
-        buckets[12] = 3; // [4096, 8192) ns
-        buckets[39] = 2; // beyond the last exported bucket: only in +Inf
-        add_histogram(&mut family, "tier=\"a\"", &buckets, 6, 1_000_000_000);
+        let mut histogram = Histogram::new();
+        histogram.record(1); // below the first exported bound: in every bucket
+        histogram.record_n(4096, 3);
+        histogram.record(8191); // below 8192 ns
+        histogram.record(8192); // not below 8192 ns: from the next bucket on
+        histogram.record(1 << 40); // beyond the last exported bucket: only in +Inf
+        add_histogram(&mut family, "tier=\"a\"", &histogram);
         let mut out = String::new();
         family.write(&mut out);
+        for expected in [
+            "x_seconds_bucket{tier=\"a\",le=\"0.000001024\"} 1\n",
+            "x_seconds_bucket{tier=\"a\",le=\"0.000004096\"} 1\n",
+            "x_seconds_bucket{tier=\"a\",le=\"0.000008192\"} 5\n",
+            "x_seconds_bucket{tier=\"a\",le=\"0.000016384\"} 6\n",
+            "x_seconds_bucket{tier=\"a\",le=\"68.719476736\"} 6\n",
+            "x_seconds_bucket{tier=\"a\",le=\"+Inf\"} 7\n",
+            "x_seconds_sum{tier=\"a\"} 1099.511656448\n",
+            "x_seconds_count{tier=\"a\"} 7\n",
+        ] {
+            assert!(out.contains(expected), "{expected:?} missing:\n{out}");
+        }
+        // Cumulative: never decreasing, 27 bounds and +Inf.
+        let counts: Vec<u64> = out
+            .lines()
+            .filter(|line| line.starts_with("x_seconds_bucket"))
+            .map(|line| line.rsplit(' ').next().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(counts.len(), 28);
         assert!(
-            out.contains("x_seconds_bucket{tier=\"a\",le=\"0.000001024\"} 1\n"),
-            "{out}"
+            counts.windows(2).all(|pair| pair[0] <= pair[1]),
+            "{counts:?}"
         );
-        assert!(
-            out.contains("x_seconds_bucket{tier=\"a\",le=\"0.000008192\"} 4\n"),
-            "{out}"
-        );
-        assert!(
-            out.contains("x_seconds_bucket{tier=\"a\",le=\"68.719476736\"} 4\n"),
-            "{out}"
-        );
-        assert!(
-            out.contains("x_seconds_bucket{tier=\"a\",le=\"+Inf\"} 6\n"),
-            "{out}"
-        );
-        assert!(out.contains("x_seconds_sum{tier=\"a\"} 1\n"), "{out}");
-        assert!(out.contains("x_seconds_count{tier=\"a\"} 6\n"), "{out}");
     }
 
     #[test]

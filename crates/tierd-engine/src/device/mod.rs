@@ -21,6 +21,8 @@ pub mod stats;
 
 use std::fmt;
 
+use tierd_common::histogram::Histogram;
+
 /// What went wrong with one device operation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DeviceErrorKind {
@@ -80,13 +82,11 @@ pub struct DeviceStats {
     pub errors: u64,
     /// Time with at least one operation outstanding (iostat's %util × time).
     pub busy_ns: u64,
-    /// Sum of operation latencies (await × ops) per direction.
-    pub read_latency_ns_total: u64,
-    pub write_latency_ns_total: u64,
-    /// Latency histograms: bucket `i` counts ops with latency in
-    /// `[2^i, 2^(i+1))` ns (bucket 0 also holds 0 ns). 40 buckets.
-    pub read_latency_buckets: Vec<u64>,
-    pub write_latency_buckets: Vec<u64>,
+    /// Latency of each successful read / write: count (= `reads` /
+    /// `writes`), exact sum (await × ops), min, max, and percentiles within
+    /// 3.125 % ([`tierd_common::histogram`]).
+    pub read_latency: Histogram,
+    pub write_latency: Histogram,
 }
 
 /// A block device shared by the engine's threads.

@@ -2,9 +2,9 @@
 //! bytes, errors and latency, and the time the device was busy.
 //!
 //! Counting rules:
-//! - a read or write that succeeds adds one op, its bytes, its latency to the
-//!   direction's sum and one to the latency bucket `floor(log2(latency_ns))`
-//!   (bucket 0 also holds 0 ns, the last bucket everything beyond);
+//! - a read or write that succeeds adds its bytes and its latency to the
+//!   direction's latency histogram ([`AtomicHistogram`], which also counts the
+//!   op and sums the latencies);
 //! - a flush adds to `flushes`; `discard` and `write_zeroes` both add to
 //!   `discards` (neither moves data from the caller);
 //! - every failed operation (including out-of-range calls) adds to `errors`
@@ -13,59 +13,35 @@
 //!   flight; a snapshot taken while operations are in flight includes the open
 //!   interval up to the clock's now.
 //!
-//! The hot path is a handful of relaxed atomic adds and one short mutex for the
-//! busy interval. Per-period figures are differences of two snapshots.
+//! The hot path is a handful of relaxed atomic operations and one short mutex
+//! for the busy interval. Per-period figures are differences of two snapshots.
 
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tierd_common::clock::Clock;
+use tierd_common::histogram::AtomicHistogram;
 
 use super::{BlockDevice, DeviceResult, DeviceStats};
 
-/// Latency histogram buckets, as [`DeviceStats`] documents.
-pub const LATENCY_BUCKETS: usize = 40;
-
-/// Bucket of a latency: `floor(log2(ns))`, 0 for 0 ns, capped at the last.
-pub fn latency_bucket(latency_ns: u64) -> usize {
-    if latency_ns == 0 {
-        0
-    } else {
-        (63 - latency_ns.leading_zeros() as usize).min(LATENCY_BUCKETS - 1)
-    }
-}
-
 struct Direction {
-    ops: AtomicU64,
     bytes: AtomicU64,
-    latency_ns_total: AtomicU64,
-    buckets: [AtomicU64; LATENCY_BUCKETS],
+    /// Ops are its count.
+    latency: AtomicHistogram,
 }
 
 impl Direction {
     fn new() -> Self {
         Self {
-            ops: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
-            latency_ns_total: AtomicU64::new(0),
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            latency: AtomicHistogram::new(),
         }
     }
 
     fn record(&self, bytes: u64, latency_ns: u64) {
-        self.ops.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        self.latency_ns_total
-            .fetch_add(latency_ns, Ordering::Relaxed);
-        self.buckets[latency_bucket(latency_ns)].fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn buckets(&self) -> Vec<u64> {
-        self.buckets
-            .iter()
-            .map(|bucket| bucket.load(Ordering::Relaxed))
-            .collect()
+        self.latency.record(latency_ns);
     }
 }
 
@@ -121,19 +97,19 @@ impl StatsDevice {
             };
             busy.total_ns + open_ns
         };
+        let read_latency = self.read.latency.snapshot();
+        let write_latency = self.write.latency.snapshot();
         DeviceStats {
-            reads: self.read.ops.load(Ordering::Relaxed),
-            writes: self.write.ops.load(Ordering::Relaxed),
+            reads: read_latency.count(),
+            writes: write_latency.count(),
             read_bytes: self.read.bytes.load(Ordering::Relaxed),
             write_bytes: self.write.bytes.load(Ordering::Relaxed),
             flushes: self.flushes.load(Ordering::Relaxed),
             discards: self.discards.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
             busy_ns,
-            read_latency_ns_total: self.read.latency_ns_total.load(Ordering::Relaxed),
-            write_latency_ns_total: self.write.latency_ns_total.load(Ordering::Relaxed),
-            read_latency_buckets: self.read.buckets(),
-            write_latency_buckets: self.write.buckets(),
+            read_latency,
+            write_latency,
         }
     }
 
@@ -306,17 +282,6 @@ mod tests {
     }
 
     #[test]
-    fn buckets_are_floor_log2() {
-        assert_eq!(latency_bucket(0), 0);
-        assert_eq!(latency_bucket(1), 0);
-        assert_eq!(latency_bucket(2), 1);
-        assert_eq!(latency_bucket(3), 1);
-        assert_eq!(latency_bucket(1024), 10);
-        assert_eq!(latency_bucket(2047), 10);
-        assert_eq!(latency_bucket(u64::MAX), LATENCY_BUCKETS - 1);
-    }
-
-    #[test]
     fn counts_ops_bytes_latency_and_busy_time() {
         let clock = Arc::new(ManualClock::new(1_000));
         let slow = Slow {
@@ -346,13 +311,11 @@ mod tests {
         assert_eq!(stats.flushes, 1);
         assert_eq!(stats.discards, 2);
         assert_eq!(stats.errors, 1);
-        assert_eq!(stats.write_latency_ns_total, 3_000);
-        assert_eq!(stats.read_latency_ns_total, 1_500);
-        // 1500 ns falls in [1024, 2048): bucket 10.
-        assert_eq!(stats.write_latency_buckets[10], 2);
-        assert_eq!(stats.read_latency_buckets[10], 1);
-        assert_eq!(stats.read_latency_buckets.len(), LATENCY_BUCKETS);
-        assert_eq!(stats.read_latency_buckets.iter().sum::<u64>(), 1);
+        assert_eq!(stats.write_latency.sum_ns(), 3_000);
+        assert_eq!(stats.read_latency.sum_ns(), 1_500);
+        assert_eq!(stats.write_latency.count(), 2);
+        assert_eq!(stats.write_latency.quantile_ns(0.99), Some(1_500));
+        assert_eq!(stats.read_latency.max_ns(), Some(1_500));
         // Seven ops of 1500 ns each (the failed read too), back to back.
         assert_eq!(stats.busy_ns, 7 * 1_500);
     }
@@ -431,6 +394,6 @@ mod tests {
         let stats = device.snapshot();
         assert_eq!(stats.reads, 2);
         assert_eq!(stats.busy_ns, 50);
-        assert_eq!(stats.read_latency_ns_total, 30 + 40);
+        assert_eq!(stats.read_latency.sum_ns(), 30 + 40);
     }
 }

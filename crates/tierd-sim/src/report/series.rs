@@ -8,8 +8,8 @@
 
 use std::fmt::Write as _;
 
-use crate::histogram::LogHistogram;
 use crate::result::{RunResult, SimReport, TierResult};
+use tierd_common::histogram::Histogram;
 
 use super::svg::{colour, Chart, Panel, Scale, Series, TickFormat};
 use super::HeatMap;
@@ -412,17 +412,17 @@ pub fn fast_bytes(report: &SimReport) -> (Csv, Chart) {
 }
 
 /// (from, to) in µs and the cumulative fraction after each bucket.
-fn cdf(histogram: &LogHistogram) -> Vec<(f64, f64, u64, f64)> {
+fn cdf(histogram: &Histogram) -> Vec<(f64, f64, u64, f64)> {
     let total = histogram.count();
     let mut cumulative = 0u64;
     histogram
         .buckets()
-        .map(|(low_ns, high_ns, count)| {
-            cumulative += count;
+        .map(|bucket| {
+            cumulative += bucket.count;
             (
-                low_ns as f64 / 1e3,
-                high_ns as f64 / 1e3,
-                count,
+                bucket.low_ns as f64 / 1e3,
+                bucket.high_ns as f64 / 1e3,
+                bucket.count,
                 if total == 0 {
                     0.0
                 } else {
@@ -435,7 +435,7 @@ fn cdf(histogram: &LogHistogram) -> Vec<(f64, f64, u64, f64)> {
 
 /// Points of a CDF line in percent: (first bucket's low, 0), then each
 /// bucket's upper bound with the share at or below it.
-fn cdf_points(histogram: &LogHistogram) -> Vec<(f64, f64)> {
+fn cdf_points(histogram: &Histogram) -> Vec<(f64, f64)> {
     let rows = cdf(histogram);
     let mut points = Vec::with_capacity(rows.len() + 1);
     if let Some(first) = rows.first() {
@@ -509,7 +509,7 @@ pub fn response_cdf(report: &SimReport) -> (Csv, Chart) {
     }
     let chart = Chart {
         title: "Response-time CDF (as paper 002 Figs. 10-14)".to_string(),
-        subtitle: "share of requests (pieces, per tier) completing within x; log scale; buckets 6.25% wide".to_string(),
+        subtitle: "share of requests (pieces, per tier) completing within x; log scale; buckets at most 3.125% wide".to_string(),
         x_label: "response time (log scale)".to_string(),
         x_scale: Scale::Log,
         x_format: TickFormat::Microseconds,
@@ -643,7 +643,7 @@ mod tests {
 
     #[test]
     fn cdf_reaches_one() {
-        let mut histogram = LogHistogram::new();
+        let mut histogram = Histogram::new();
         for value in [1_000u64, 2_000, 2_000, 1_000_000] {
             histogram.record(value);
         }
