@@ -1428,21 +1428,7 @@ impl Volume {
     pub fn status(&self) -> VolumeStatus {
         let placement = self.placement();
         let planner = self.planner.lock();
-        let in_flight = self
-            .active
-            .read()
-            .as_ref()
-            .map(|active| InFlightMove {
-                segment: active.segment,
-                from: self.tiers[active.from.tier as usize].name.clone(),
-                to: self.tiers[active.to.tier as usize].name.clone(),
-                rule: active.reason.rule.clone(),
-                detail: active.reason.detail.clone(),
-                copied_bytes: active.copied_bytes.load(Ordering::Relaxed),
-                total_bytes: self.options.segment_bytes,
-            })
-            .into_iter()
-            .collect();
+        let in_flight = self.active_move().into_iter().collect();
         VolumeStatus {
             name: self.options.name.clone(),
             size_bytes: self.options.size_bytes,
