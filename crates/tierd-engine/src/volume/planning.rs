@@ -1,0 +1,384 @@
+//! Planning: the policy tick at each period end, the move queue, and
+//! operator pins.
+
+use std::sync::atomic::Ordering;
+
+use tierd_policy::view::{MigrationStats, TierInfo};
+use tierd_policy::{Move, MoveReason, SegmentId, TierId, View};
+
+use crate::meta::{LastPlan, Pin, Record};
+
+use super::{Planner, Volume, VolumeError};
+
+impl Volume {
+    /// Queues an operator's move (`tierd move`). Checked again when it starts.
+    pub fn request_move(
+        &self,
+        segment: SegmentId,
+        to: TierId,
+        why: &str,
+    ) -> Result<(), VolumeError> {
+        if segment >= self.segments {
+            return Err(VolumeError::Invalid(format!(
+                "segment {segment} is beyond the volume's {} segments",
+                self.segments
+            )));
+        }
+        if to as usize >= self.tiers.len() {
+            return Err(VolumeError::Invalid(format!(
+                "tier {to} does not exist (the stack has {} tiers, 0 = fastest)",
+                self.tiers.len()
+            )));
+        }
+        let mut planner = self.planner.lock();
+        if let Some(pin) = planner.pins.get(&segment) {
+            return Err(VolumeError::Invalid(format!(
+                "segment {segment} of volume {} is pinned to tier {}; `tierd unpin` it first, or pin it to the other tier",
+                self.options.name, self.tiers[pin.tier as usize].name
+            )));
+        }
+        let from = self.entry(segment).location.tier;
+        planner.pending.push_back(Move {
+            segment,
+            from,
+            to,
+            reason: MoveReason {
+                rule: "operator".to_string(),
+                detail: why.to_string(),
+            },
+        });
+        Ok(())
+    }
+
+    /// Moves waiting to start.
+    pub fn pending_moves(&self) -> usize {
+        self.planner.lock().pending.len()
+    }
+
+    /// Ends the monitor period if it is due: runs the policy and queues its
+    /// moves; writes a checkpoint every `checkpoint_every_periods`. Returns
+    /// true when a period closed.
+    pub fn tick(&self) -> Result<bool, VolumeError> {
+        let now_ns = self.clock.now_ns();
+        let busy_now: Vec<u64> = self
+            .tiers
+            .iter()
+            .map(|tier| tier.device.stats().map_or(0, |stats| stats.busy_ns))
+            .collect();
+        let mut planner = self.planner.lock();
+        let history = {
+            let mut monitor = self.monitor.lock();
+            if now_ns < monitor.period_end_ns() {
+                return Ok(false);
+            }
+            let busy: Vec<u64> = busy_now
+                .iter()
+                .zip(&planner.last_busy_ns)
+                .map(|(now, before)| now.saturating_sub(*before))
+                .collect();
+            monitor.close_period(&busy);
+            // Catch up without planning on stale periods after a long stall.
+            while monitor.period_end_ns() <= now_ns {
+                monitor.close_period(&vec![0; self.tiers.len()]);
+            }
+            monitor.history().to_vec()
+        };
+        planner.last_busy_ns = busy_now;
+        planner.periods_closed += 1;
+        self.expire_pins(&mut planner);
+        self.requeue_pinned_moves(&mut planner);
+        let placement = self.placement();
+        let mut in_flight: Vec<Move> = planner.pending.iter().cloned().collect();
+        if let Some(active) = self.active.read().as_ref() {
+            in_flight.push(Move {
+                segment: active.segment,
+                from: active.from.tier,
+                to: active.to.tier,
+                reason: active.reason.clone(),
+            });
+        }
+        let tiers: Vec<TierInfo> = self
+            .tiers
+            .iter()
+            .map(|tier| TierInfo {
+                name: tier.name.clone(),
+                capacity_segments: tier.capacity_segments,
+                used_segments: tier.used_segments.load(Ordering::Relaxed),
+            })
+            .collect();
+        let migration = MigrationStats {
+            completed_moves: planner.completed_moves,
+            mean_move_ns: planner.mean_move_ns(),
+        };
+        let pinned: Vec<SegmentId> = planner.pins.keys().copied().collect();
+        let view = View {
+            now_ns,
+            period_ns: self.options.period_ns,
+            segment_bytes: self.options.segment_bytes,
+            segments: self.segments,
+            history: &history,
+            placement: &placement,
+            in_flight: &in_flight,
+            tiers: &tiers,
+            migration,
+            pinned: &pinned,
+        };
+        let plan = planner.policy.plan(&view);
+        let proposed = plan.moves.len();
+        let mut queued = 0;
+        let mut pinned_dropped = 0;
+        for planned in plan.moves {
+            // A pinned segment is never moved by a policy (the policies
+            // see the pins in the view; this holds for any policy).
+            if planner.pins.contains_key(&planned.segment) {
+                planner.dropped_moves += 1;
+                pinned_dropped += 1;
+                continue;
+            }
+            let duplicate = planner
+                .pending
+                .iter()
+                .any(|queued| queued.segment == planned.segment)
+                || in_flight
+                    .iter()
+                    .any(|moving| moving.segment == planned.segment);
+            if duplicate
+                || planned.to as usize >= self.tiers.len()
+                || planned.segment >= self.segments
+            {
+                planner.dropped_moves += 1;
+                continue;
+            }
+            planner.pending.push_back(planned);
+            queued += 1;
+        }
+        let mut summary = plan.summary;
+        if pinned_dropped > 0 {
+            summary.push_str(&format!(
+                "; {pinned_dropped} moves of pinned segments dropped by the engine"
+            ));
+        }
+        planner.last_plan = Some(LastPlan {
+            period_end_ns: history.last().map_or(now_ns, |period| period.end_ns),
+            planned_unix_ns: self.clock.unix_now_ns(),
+            moves: proposed,
+            queued,
+            summary,
+        });
+        planner.periods_since_checkpoint += 1;
+        let due = planner.periods_since_checkpoint >= self.options.checkpoint_every_periods;
+        drop(planner);
+        if due {
+            self.checkpoint()?;
+        }
+        Ok(true)
+    }
+
+    /// Pins `segment` to tier `tier` (`tierd pin`): no policy moves it
+    /// again, until `until_unix_ns` (wall time, [`Clock::unix_now_ns`]) when
+    /// given, or until [`Volume::unpin`]. If it is elsewhere, an operator
+    /// move to `tier` is queued first in line. The pin is journaled
+    /// (fsynced) before this returns, so an acknowledged pin survives a
+    /// crash; a pin replaces an earlier pin of the segment. Refused: a
+    /// segment or tier out of range, an expiry already past, a tier with no
+    /// free slot (slots promised to other pins' queued moves count as
+    /// taken). Returns true when a move was queued.
+    ///
+    /// [`Clock::unix_now_ns`]: tierd_common::clock::Clock::unix_now_ns
+    pub fn pin(
+        &self,
+        segment: SegmentId,
+        tier: TierId,
+        until_unix_ns: Option<u64>,
+    ) -> Result<bool, VolumeError> {
+        self.check_pin_target(segment)?;
+        let Some(tier_state) = self.tiers.get(tier as usize) else {
+            return Err(VolumeError::Invalid(format!(
+                "tier {tier} does not exist (the stack has {} tiers, 0 = fastest)",
+                self.tiers.len()
+            )));
+        };
+        let now_unix_ns = self.clock.unix_now_ns();
+        if let Some(until) = until_unix_ns.filter(|until| *until <= now_unix_ns) {
+            return Err(VolumeError::Invalid(format!(
+                "the pin would end at {}, which has passed (now {})",
+                tierd_common::units::format_rfc3339_utc(until),
+                tierd_common::units::format_rfc3339_utc(now_unix_ns)
+            )));
+        }
+        let mut planner = self.planner.lock();
+        let current = self.entry(segment).location.tier;
+        let arriving = |segment: SegmentId| {
+            self.active
+                .read()
+                .as_ref()
+                .is_some_and(|active| active.segment == segment && active.to.tier == tier)
+        };
+        let needs_move = current != tier && !arriving(segment);
+        if needs_move && tier != self.home() {
+            // Slots already promised: other pins to this tier whose move has
+            // not taken its slot yet.
+            let promised = planner
+                .pins
+                .values()
+                .filter(|other| {
+                    other.segment != segment
+                        && other.tier == tier
+                        && self.entry(other.segment).location.tier != tier
+                        && !arriving(other.segment)
+                })
+                .count();
+            let free = tier_state.free_slots.lock().len();
+            if free <= promised {
+                return Err(VolumeError::Invalid(format!(
+                    "tier {} has no room to pin segment {segment} of volume {}: {free} of its {} slots are free{}; unpin or move a segment off it first",
+                    tier_state.name,
+                    self.options.name,
+                    tier_state.capacity_segments,
+                    if promised > 0 {
+                        format!(" and {promised} of them are promised to pins whose moves are queued")
+                    } else {
+                        String::new()
+                    }
+                )));
+            }
+        }
+        let pin = Pin {
+            segment,
+            tier,
+            until_unix_ns,
+        };
+        // Planner, then journal: the order `checkpoint` takes them in, so a
+        // checkpoint sees the pin if and only if it replaces this record.
+        self.meta.lock().append(&Record::Pin {
+            segment,
+            tier,
+            until_unix_ns,
+        })?;
+        planner.pins.insert(segment, pin);
+        // Moves of the segment queued before the pin would take it away.
+        let queued_before = planner.pending.len();
+        planner.pending.retain(|queued| queued.segment != segment);
+        let removed = (queued_before - planner.pending.len()) as u64;
+        planner.dropped_moves += removed;
+        if needs_move {
+            planner.pending.push_front(Move {
+                segment,
+                from: current,
+                to: tier,
+                reason: MoveReason {
+                    rule: "operator".to_string(),
+                    detail: "pinned with tierd pin".to_string(),
+                },
+            });
+        }
+        Ok(needs_move)
+    }
+
+    /// Ends the pin of `segment` (`tierd unpin`), journaled before this
+    /// returns. The segment stays where it is; policies may move it again.
+    pub fn unpin(&self, segment: SegmentId) -> Result<Pin, VolumeError> {
+        self.check_pin_target(segment)?;
+        let mut planner = self.planner.lock();
+        let Some(pin) = planner.pins.get(&segment).copied() else {
+            return Err(VolumeError::Invalid(format!(
+                "segment {segment} of volume {} is not pinned",
+                self.options.name
+            )));
+        };
+        self.meta.lock().append(&Record::Unpin { segment })?;
+        planner.pins.remove(&segment);
+        Ok(pin)
+    }
+
+    /// The operator pins, by segment.
+    pub fn pins(&self) -> Vec<Pin> {
+        self.planner.lock().pins.values().copied().collect()
+    }
+
+    /// Events for the log since the last call (an expired pin, a pin whose
+    /// move was queued again).
+    pub fn take_events(&self) -> Vec<String> {
+        std::mem::take(&mut self.planner.lock().events)
+    }
+
+    fn check_pin_target(&self, segment: SegmentId) -> Result<(), VolumeError> {
+        if segment >= self.segments {
+            return Err(VolumeError::Invalid(format!(
+                "segment {segment} is beyond volume {}'s {} segments (0 to {})",
+                self.options.name,
+                self.segments,
+                self.segments.saturating_sub(1)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Drops the pins whose time has come (at a period end), journaling
+    /// each; a failed append keeps the pin until the next period.
+    fn expire_pins(&self, planner: &mut Planner) {
+        let now_unix_ns = self.clock.unix_now_ns();
+        let expired: Vec<Pin> = planner
+            .pins
+            .values()
+            .filter(|pin| pin.until_unix_ns.is_some_and(|until| until <= now_unix_ns))
+            .copied()
+            .collect();
+        for pin in expired {
+            let tier = &self.tiers[pin.tier as usize].name;
+            let until = tierd_common::units::format_rfc3339_utc(pin.until_unix_ns.unwrap_or(0));
+            match self.meta.lock().append(&Record::Unpin {
+                segment: pin.segment,
+            }) {
+                Ok(()) => {
+                    planner.pins.remove(&pin.segment);
+                    planner.events.push(format!(
+                        "pin of segment {} to tier {tier} expired at {until}; policies may move it again",
+                        pin.segment
+                    ));
+                }
+                Err(error) => planner.events.push(format!(
+                    "pin of segment {} to tier {tier} expired at {until} but could not be journaled ({error}); kept until the next period",
+                    pin.segment
+                )),
+            }
+        }
+    }
+
+    /// A pinned segment that is not on its tier (its move failed, was
+    /// dropped, or a crash came first) gets its move queued again when
+    /// nothing moves it and the tier has a free slot.
+    fn requeue_pinned_moves(&self, planner: &mut Planner) {
+        let active_segment = self.active.read().as_ref().map(|active| active.segment);
+        let pins: Vec<Pin> = planner.pins.values().copied().collect();
+        for pin in pins {
+            let current = self.entry(pin.segment).location.tier;
+            if current == pin.tier
+                || active_segment == Some(pin.segment)
+                || planner
+                    .pending
+                    .iter()
+                    .any(|queued| queued.segment == pin.segment)
+            {
+                continue;
+            }
+            let tier = &self.tiers[pin.tier as usize];
+            if pin.tier != self.home() && tier.free_slots.lock().is_empty() {
+                continue;
+            }
+            planner.pending.push_front(Move {
+                segment: pin.segment,
+                from: current,
+                to: pin.tier,
+                reason: MoveReason {
+                    rule: "operator".to_string(),
+                    detail: "pinned with tierd pin (its move queued again)".to_string(),
+                },
+            });
+            planner.events.push(format!(
+                "segment {} is pinned to tier {} but is on {}: its move is queued again",
+                pin.segment, tier.name, self.tiers[current as usize].name
+            ));
+        }
+    }
+}

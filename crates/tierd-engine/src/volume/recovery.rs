@@ -1,0 +1,392 @@
+//! Recovery at open (checkpoint and journal replay, table checks, refill of
+//! volatile tiers), the checkpoint it starts from, and forgetting a lost
+//! tier at startup.
+
+use parking_lot::{Mutex, RwLock};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tierd_common::clock::Clock;
+use tierd_policy::monitor::{Monitor, DEFAULT_HISTORY_PERIODS};
+use tierd_policy::{build_policy, SegmentId, TierId};
+
+use crate::meta::{Checkpoint, Location, MetaStore, Pin, Record};
+
+use super::{Entry, Planner, TierSpec, TierState, Volume, VolumeError, VolumeOptions};
+
+impl Volume {
+    /// Opens a volume over `tiers` (fastest first, home last) with its
+    /// metadata in `meta_dir`: recovers placement from checkpoint + journal,
+    /// reloads warm policy state, and refills volatile tiers from home.
+    pub fn open(
+        options: VolumeOptions,
+        tiers: Vec<TierSpec>,
+        meta_dir: &std::path::Path,
+        clock: Arc<dyn Clock>,
+    ) -> Result<(Volume, Vec<String>), VolumeError> {
+        let segment_bytes = options.segment_bytes;
+        if tiers.is_empty() {
+            return Err(VolumeError::Invalid(
+                "a volume needs at least one tier".into(),
+            ));
+        }
+        let segments_u64 = options.size_bytes.div_ceil(segment_bytes);
+        let segments = u32::try_from(segments_u64)
+            .map_err(|_| VolumeError::Invalid("too many segments".into()))?;
+        let home = tiers.len() - 1;
+        let home_needed = segments_u64 * segment_bytes;
+        if tiers[home].device.size_bytes() < home_needed {
+            return Err(VolumeError::Invalid(format!(
+                "home tier {} holds {} bytes; volume {} needs {home_needed} (whole segments)",
+                tiers[home].name,
+                tiers[home].device.size_bytes(),
+                options.name
+            )));
+        }
+        let tier_states: Vec<TierState> = tiers
+            .into_iter()
+            .enumerate()
+            .map(|(index, spec)| {
+                let capacity_segments = if index == home {
+                    segments
+                } else {
+                    u32::try_from(spec.device.size_bytes() / segment_bytes).unwrap_or(u32::MAX)
+                };
+                TierState {
+                    name: spec.name,
+                    volatile: spec.volatile,
+                    write_through: spec.volatile && !spec.unsafe_volatile,
+                    capacity_segments,
+                    free_slots: Mutex::new(if index == home {
+                        Vec::new()
+                    } else {
+                        (0..capacity_segments).rev().collect()
+                    }),
+                    used_segments: AtomicU32::new(if index == home { segments } else { 0 }),
+                    device: spec.device,
+                }
+            })
+            .collect();
+        let home_id = home as TierId;
+        let mut placement: Vec<Location> = (0..segments)
+            .map(|segment| Location {
+                tier: home_id,
+                slot: segment,
+            })
+            .collect();
+
+        let (meta, recovered) = MetaStore::open(meta_dir)?;
+        let mut notes = recovered.notes.clone();
+        let mut policy = build_policy(&options.policy);
+        let mut monitor = Monitor::new(
+            options.period_ns,
+            tier_states.len(),
+            clock.now_ns(),
+            DEFAULT_HISTORY_PERIODS,
+        );
+        let mut planner_completed = 0;
+        let mut planner_timed = 0;
+        let mut planner_total_ns = 0.0;
+        let mut recent = VecDeque::new();
+        let mut pins: BTreeMap<SegmentId, Pin> = BTreeMap::new();
+        let mut last_plan = None;
+        let tier_names: Vec<String> = tier_states.iter().map(|tier| tier.name.clone()).collect();
+        if let Some(checkpoint) = &recovered.checkpoint {
+            if checkpoint.segment_bytes != segment_bytes
+                || checkpoint.placement.len() != segments as usize
+            {
+                return Err(VolumeError::Invalid(format!(
+                    "{}: the checkpoint describes {} segments of {} bytes but the configuration gives {} segments of {} bytes; changing a volume's size or segment size needs a new volume",
+                    MetaStore::checkpoint_path(meta_dir).display(),
+                    checkpoint.placement.len(),
+                    checkpoint.segment_bytes,
+                    segments,
+                    segment_bytes
+                )));
+            }
+            if checkpoint.tiers != tier_names {
+                return Err(VolumeError::Invalid(format!(
+                    "{}: the checkpoint's tier stack is {:?} but the configuration gives {:?}; tierd will not guess where segments went",
+                    MetaStore::checkpoint_path(meta_dir).display(),
+                    checkpoint.tiers,
+                    tier_names
+                )));
+            }
+            placement.clone_from(&checkpoint.placement);
+            if checkpoint.policy == policy.name() {
+                if let Err(reason) = policy.restore_state(&checkpoint.policy_state) {
+                    return Err(VolumeError::Invalid(format!(
+                        "{}: saved {} policy state does not load: {reason}",
+                        MetaStore::checkpoint_path(meta_dir).display(),
+                        checkpoint.policy
+                    )));
+                }
+                monitor.restore_history(checkpoint.history.clone());
+            } else {
+                notes.push(format!(
+                    "policy changed from {} to {}: starting the new policy cold",
+                    checkpoint.policy,
+                    policy.name()
+                ));
+            }
+            planner_completed = checkpoint.completed_moves;
+            planner_timed = checkpoint.timed_moves.unwrap_or(checkpoint.completed_moves);
+            planner_total_ns = checkpoint.mean_move_ns.unwrap_or(0.0) * planner_timed as f64;
+            recent = checkpoint.recent_moves.iter().cloned().collect();
+            pins = checkpoint
+                .pins
+                .iter()
+                .map(|pin| (pin.segment, *pin))
+                .collect();
+            last_plan.clone_from(&checkpoint.last_plan);
+        }
+        for record in &recovered.records {
+            match record {
+                Record::Pin { .. } | Record::Unpin { .. } => record.apply_to_pins(&mut pins),
+                Record::Place {
+                    segment,
+                    location,
+                    move_ns,
+                } => {
+                    // A move that finished after the checkpoint: it counts,
+                    // and so does its time when the record has it.
+                    planner_completed += 1;
+                    if let Some(move_ns) = move_ns {
+                        planner_timed += 1;
+                        planner_total_ns += *move_ns as f64;
+                    }
+                    let Some(slot) = placement.get_mut(*segment as usize) else {
+                        return Err(VolumeError::Invalid(format!(
+                            "{}: journal places segment {segment}, beyond the volume's {segments} segments",
+                            MetaStore::journal_path(meta_dir).display()
+                        )));
+                    };
+                    *slot = *location;
+                }
+            }
+        }
+        if let Some(pin) = pins
+            .values()
+            .find(|pin| pin.segment >= segments || pin.tier as usize >= tier_states.len())
+        {
+            return Err(VolumeError::Invalid(format!(
+                "{}: a pin of segment {} to tier index {} is impossible for this volume ({segments} segments, {} tiers); tierd will not guess",
+                meta_dir.display(),
+                pin.segment,
+                pin.tier,
+                tier_states.len()
+            )));
+        }
+        // Check the recovered table and rebuild the free lists from it.
+        let mut taken: Vec<Vec<bool>> = tier_states
+            .iter()
+            .map(|tier| vec![false; tier.capacity_segments as usize])
+            .collect();
+        for (segment, location) in placement.iter().enumerate() {
+            let tier = location.tier as usize;
+            let valid = tier < tier_states.len()
+                && (if tier == home {
+                    location.slot as usize == segment
+                } else {
+                    (location.slot as usize) < taken[tier].len()
+                        && !taken[tier][location.slot as usize]
+                });
+            if !valid {
+                return Err(VolumeError::Invalid(format!(
+                    "{}: recovered placement of segment {segment} ({location:?}) is impossible for this tier stack; tierd will not guess",
+                    meta_dir.display()
+                )));
+            }
+            if tier != home {
+                taken[tier][location.slot as usize] = true;
+            }
+        }
+        for (tier_index, tier) in tier_states.iter().enumerate() {
+            if tier_index == home {
+                continue;
+            }
+            let mut free = tier.free_slots.lock();
+            free.retain(|slot| !taken[tier_index][*slot as usize]);
+            let used = taken[tier_index].iter().filter(|taken| **taken).count() as u32;
+            tier.used_segments.store(used, Ordering::Relaxed);
+            tier.used_segments.fetch_add(0, Ordering::Relaxed);
+        }
+        let home_used = placement
+            .iter()
+            .filter(|location| location.tier == home_id)
+            .count();
+        tier_states[home]
+            .used_segments
+            .store(home_used as u32, Ordering::Relaxed);
+
+        let last_busy_ns = tier_states
+            .iter()
+            .map(|tier| tier.device.stats().map_or(0, |stats| stats.busy_ns))
+            .collect();
+        let tier_count = tier_states.len();
+        let volume = Volume {
+            segments,
+            entries: placement
+                .iter()
+                .map(|location| {
+                    RwLock::new(Entry {
+                        location: *location,
+                        moving: false,
+                    })
+                })
+                .collect(),
+            home_current: placement
+                .iter()
+                .map(|location| {
+                    let tier = &tier_states[location.tier as usize];
+                    AtomicBool::new(location.tier == home_id || tier.write_through)
+                })
+                .collect(),
+            tiers: tier_states,
+            active: RwLock::new(None),
+            copy_buffer: Mutex::new(Vec::new()),
+            monitor: Mutex::new(monitor),
+            planner: Mutex::new(Planner {
+                policy,
+                pending: VecDeque::new(),
+                recent,
+                completed_moves: planner_completed,
+                timed_moves: planner_timed,
+                total_move_ns: planner_total_ns,
+                dropped_moves: 0,
+                last_busy_ns,
+                periods_since_checkpoint: 0,
+                periods_closed: 0,
+                pins,
+                last_plan,
+                events: Vec::new(),
+            }),
+            meta: Mutex::new(meta),
+            clock,
+            // A repaired torn journal tail is reported as a warning (log
+            // and status), not silently.
+            warnings: Mutex::new(recovered.repaired.clone()),
+            max_chunk_hold_ns: AtomicU64::new(0),
+            max_switch_over_ns: AtomicU64::new(0),
+            unavailable_tiers: (0..tier_count).map(|_| AtomicBool::new(false)).collect(),
+            options,
+        };
+        volume.refill_volatile_tiers(&mut notes)?;
+        // Start the new generation from a checkpoint of what was recovered,
+        // so the journal stays short.
+        volume.checkpoint()?;
+        Ok((volume, notes))
+    }
+
+    /// Segments placed on volatile tiers lost their data with the last
+    /// process: copy them back from home (current by write-through).
+    fn refill_volatile_tiers(&self, notes: &mut Vec<String>) -> Result<(), VolumeError> {
+        let home = self.home();
+        let mut refilled = 0u64;
+        for segment in 0..self.segments {
+            let location = self.entry(segment).location;
+            let tier = &self.tiers[location.tier as usize];
+            if location.tier == home || !tier.volatile {
+                continue;
+            }
+            if !tier.write_through {
+                self.warnings.lock().push(format!(
+                    "segment {segment} was on unsafe_volatile tier {}: writes to it since its promotion were lost with the last process",
+                    tier.name
+                ));
+            }
+            let mut buffer = vec![0u8; self.options.chunk_bytes as usize];
+            let mut done = 0;
+            while done < self.options.segment_bytes {
+                let length = self
+                    .options
+                    .chunk_bytes
+                    .min(self.options.segment_bytes - done);
+                let piece = &mut buffer[..length as usize];
+                self.tiers[home as usize].device.read_at(
+                    u64::from(segment) * self.options.segment_bytes + done,
+                    piece,
+                )?;
+                tier.device
+                    .write_at(self.slot_offset(location) + done, piece)?;
+                done += length;
+            }
+            refilled += 1;
+        }
+        if refilled > 0 {
+            notes.push(format!(
+                "refilled {refilled} segments of volatile tiers from home (warm restart)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Writes a checkpoint of the durable placement and the policy's state.
+    pub fn checkpoint(&self) -> Result<(), VolumeError> {
+        let mut planner = self.planner.lock();
+        planner.periods_since_checkpoint = 0;
+        let history = self.monitor.lock().history().to_vec();
+        // Hold the journal lock while reading the table: a move's journal
+        // record and its flip happen together under it, so the checkpoint
+        // never misses a placement the journal had.
+        let mut meta = self.meta.lock();
+        let placement = (0..self.segments)
+            .map(|segment| self.entry(segment).location)
+            .collect();
+        let checkpoint = Checkpoint {
+            volume: self.options.name.clone(),
+            size_bytes: self.options.size_bytes,
+            segment_bytes: self.options.segment_bytes,
+            tiers: self.tier_names(),
+            placement,
+            policy: planner.policy.name().to_string(),
+            policy_state: planner.policy.save_state(),
+            history,
+            completed_moves: planner.completed_moves,
+            mean_move_ns: planner.mean_move_ns(),
+            recent_moves: planner.recent.iter().cloned().collect(),
+            timed_moves: Some(planner.timed_moves),
+            pins: planner.pins.values().copied().collect(),
+            last_plan: planner.last_plan.clone(),
+        };
+        drop(planner);
+        meta.write_checkpoint(&checkpoint)?;
+        Ok(())
+    }
+
+    /// Startup, after an operator accepted losing tier `index`'s contents
+    /// (`--accept-reset`): every segment placed on it is placed on home
+    /// again (journaled), where its home copy — possibly stale — is served.
+    /// Returns those segments. Home itself cannot be forgotten this way.
+    pub fn forget_tier(&self, index: usize) -> Result<Vec<SegmentId>, VolumeError> {
+        let home = self.home();
+        let mut forgotten = Vec::new();
+        if index >= self.tiers.len() || index == home as usize {
+            return Ok(forgotten);
+        }
+        for segment in 0..self.segments {
+            let location = self.entry(segment).location;
+            if location.tier as usize != index {
+                continue;
+            }
+            let to = Location {
+                tier: home,
+                slot: segment,
+            };
+            self.meta.lock().append(&Record::Place {
+                segment,
+                location: to,
+                move_ns: None,
+            })?;
+            self.entries[segment as usize].write().location = to;
+            self.home_current[segment as usize].store(true, Ordering::Release);
+            self.release(location, home);
+            self.tiers[home as usize]
+                .used_segments
+                .fetch_add(1, Ordering::Relaxed);
+            forgotten.push(segment);
+        }
+        Ok(forgotten)
+    }
+}
