@@ -96,7 +96,9 @@ struct TierBacking {
     identity: (u64, u64),
     /// A regular file's length must stay at least this.
     expected_length_bytes: u64,
-    failure: Mutex<Option<String>>,
+    /// Set once, never cleared; reading it is one atomic load, so every IO
+    /// can check it without a lock.
+    failure: std::sync::OnceLock<String>,
     /// Something wrong that does not stop service (the file was deleted).
     warning: Mutex<Option<String>>,
 }
@@ -382,7 +384,7 @@ impl FileDevice {
                 superblock_bytes: tail_bytes,
                 identity: backing_identity(&metadata),
                 expected_length_bytes: device_size_bytes + tail_bytes,
-                failure: Mutex::new(None),
+                failure: std::sync::OnceLock::new(),
                 warning: Mutex::new(None),
             }),
         })
@@ -391,7 +393,8 @@ impl FileDevice {
     /// Ends service: every later operation fails with EIO and `reason`.
     fn fail(&self, reason: String) {
         if let Some(tier) = &self.tier {
-            tier.failure.lock().get_or_insert(reason);
+            // The first failure is the one reported.
+            let _ = tier.failure.set(reason);
         }
     }
 
@@ -406,7 +409,7 @@ impl FileDevice {
     pub fn failure(&self) -> Option<String> {
         self.tier
             .as_ref()
-            .and_then(|tier| tier.failure.lock().clone())
+            .and_then(|tier| tier.failure.get().cloned())
     }
 
     /// Looks at the backing now: a regular file shorter than tierd made it,
@@ -509,7 +512,7 @@ impl FileDevice {
         offset_bytes: u64,
         length_bytes: u64,
     ) -> DeviceResult<()> {
-        match self.failure() {
+        match self.tier.as_ref().and_then(|tier| tier.failure.get()) {
             None => Ok(()),
             Some(reason) => Err(DeviceError {
                 device: self.name.clone(),
