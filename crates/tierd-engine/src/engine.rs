@@ -255,38 +255,17 @@ pub fn check_distinct_backings(config: &Config) -> Result<(), EngineError> {
 /// Locks a volume's metadata directory for this process (`flock` on
 /// `DIR/lock`, which holds the holder's pid).
 fn lock_meta_dir(volume: &str, meta_dir: &std::path::Path) -> Result<std::fs::File, EngineError> {
-    use std::io::{Read, Seek, Write};
-    use std::os::fd::AsRawFd;
     let fail = |message: String| EngineError::Locked(format!("volume {volume}: {message}"));
     std::fs::create_dir_all(meta_dir)
         .map_err(|error| fail(format!("cannot create {}: {error}", meta_dir.display())))?;
-    let path = meta_dir.join("lock");
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|error| fail(format!("cannot open {}: {error}", path.display())))?;
-    // SAFETY: flock takes a descriptor we own and plain flags.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let mut holder = String::new();
-        let _ = file.read_to_string(&mut holder);
-        let holder = holder.trim();
-        let holder = if holder.is_empty() {
-            "another process".to_string()
-        } else {
-            format!("process {holder}")
-        };
-        return Err(fail(format!(
-            "its metadata directory {} is in use by {holder} (another tierd, perhaps with another data_dir); two servers on one volume would overwrite each other's placement and data. Stop the other one",
-            meta_dir.display()
-        )));
-    }
-    let _ = file.set_len(0);
-    let _ = file.rewind();
-    let _ = write!(file, "{}", std::process::id());
-    Ok(file)
+    crate::pidlock::lock(&meta_dir.join("lock")).map_err(|error| match error {
+        crate::pidlock::PidLockError::Held { pid } => fail(format!(
+            "its metadata directory {} is in use by {} (another tierd, perhaps with another data_dir); two servers on one volume would overwrite each other's placement and data. Stop the other one",
+            meta_dir.display(),
+            pid.map_or_else(|| "another process".to_string(), |pid| format!("process {pid}"))
+        )),
+        crate::pidlock::PidLockError::Io(message) => fail(message),
+    })
 }
 
 /// A volume's file tiers as the identity check needs them.

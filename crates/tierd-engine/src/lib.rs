@@ -9,6 +9,7 @@
 //!   and policy state survive a clean stop or `kill -9`.
 //! - [`identity`]: tier superblocks and the metadata's identity file, checked
 //!   at every start so a file that is not what it was is never served.
+//! - [`pidlock`]: a pid lock file, one process's claim on a directory.
 //! - [`runner`]: the real-time threads that close periods and copy chunks.
 //! - [`engine`]: builds all of it from a [`config::Config`].
 //! - [`log`]: structured log lines.
@@ -23,5 +24,6 @@ pub mod engine;
 pub mod identity;
 pub mod log;
 pub mod meta;
+pub mod pidlock;
 pub mod runner;
 pub mod volume;

@@ -19,9 +19,8 @@ mod metrics;
 mod status;
 
 use parking_lot::Mutex;
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
+use std::fs::File;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -171,47 +170,21 @@ struct DataDirLock {
 
 fn lock_data_dir(config: &Config) -> Result<DataDirLock, CliError> {
     let path = lock_file_path(config);
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|error| {
-            CliError(format!(
-                "{}: cannot open the lock file: {error}",
-                path.display()
-            ))
-        })?;
-    // SAFETY: flock on a descriptor this function owns; no memory is passed.
-    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
-    if !locked {
-        let error = std::io::Error::last_os_error();
-        if error.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            let holder = holder.trim();
-            let who = if holder.is_empty() {
-                "another tierd".to_string()
-            } else {
-                format!("another tierd (pid {holder})")
-            };
-            return Err(CliError(format!(
+    match tierd_engine::pidlock::lock(&path) {
+        Ok(file) => Ok(DataDirLock { _file: file }),
+        Err(tierd_engine::pidlock::PidLockError::Held { pid }) => {
+            let who = pid.map_or_else(
+                || "another tierd".to_string(),
+                |pid| format!("another tierd (pid {pid})"),
+            );
+            Err(CliError(format!(
                 "{who} already serves {} (it holds the lock on {}); stop it first, or give this server its own data_dir",
                 config.data_dir.display(),
                 path.display()
-            )));
+            )))
         }
-        return Err(CliError(format!(
-            "{}: cannot lock: {error}",
-            path.display()
-        )));
+        Err(tierd_engine::pidlock::PidLockError::Io(message)) => Err(CliError(message)),
     }
-    let pid = format!("{}\n", std::process::id());
-    file.set_len(0)
-        .and_then(|()| file.write_all(pid.as_bytes()))
-        .map_err(|error| CliError(format!("{}: cannot write the pid: {error}", path.display())))?;
-    Ok(DataDirLock { _file: file })
 }
 
 /// A client hanging up must not kill the server: `main` restores SIGPIPE's
