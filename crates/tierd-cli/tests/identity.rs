@@ -376,3 +376,41 @@ fn a_torn_last_journal_record_is_repaired_and_logged_as_a_warning() {
     assert!(String::from_utf8_lossy(&output.stdout).contains("dropped a torn record"));
     server.stop();
 }
+
+/// Metadata and tier files from before identities (no `identity` file, no
+/// superblocks, files of exactly their data size) are adopted: stamped at
+/// the next start, with every byte and the placement kept.
+#[test]
+fn a_volume_from_before_identities_is_adopted_with_its_data() {
+    let dir = setup();
+    let dir = dir.path();
+    let pattern = populate(dir);
+    std::fs::remove_file(data(dir, "meta/vol0/identity")).unwrap();
+    for (name, size) in [("ssd.img", 16 * MIB), ("disk.img", 64 * MIB)] {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(data(dir, name))
+            .unwrap();
+        file.set_len(size).unwrap();
+    }
+    let mut server = serve(dir);
+    assert!(
+        server
+            .stderr()
+            .contains("metadata from before tier identities"),
+        "{}",
+        server.stderr()
+    );
+    assert_eq!(read_all(&mut server, 4 * MIB), pattern);
+    server.stop();
+    assert!(data(dir, "meta/vol0/identity").exists());
+    let mut server = serve(dir);
+    assert_eq!(read_all(&mut server, 4 * MIB), pattern);
+    let output = tierd_in(dir, &["status", "--config", "config.toml", "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(status["volumes"][0]["placement"]
+        .as_str()
+        .unwrap()
+        .starts_with("10"));
+    server.stop();
+}
