@@ -421,6 +421,12 @@ pub struct VolumeConfig {
     /// Optional cap on copy bandwidth.
     #[serde(default)]
     pub migration_max_rate: Option<Bytes>,
+    /// Chunks of one move copied at the same time (one copier thread each).
+    #[serde(default = "default_chunks_in_flight")]
+    pub migration_chunks_in_flight: u32,
+    /// Moves copying at the same time.
+    #[serde(default = "default_concurrent_moves")]
+    pub max_concurrent_moves: u32,
     /// Write a checkpoint (policy state, placement) every this many periods.
     #[serde(default = "default_checkpoint_every")]
     pub checkpoint_every: u32,
@@ -469,6 +475,19 @@ pub const MAX_PERIOD_NS: u64 = 7 * 86_400 * 1_000_000_000;
 /// Slowest `migration_max_rate`: below it one 256 KiB chunk takes over 4 s
 /// and a 1 GiB segment over 4 hours; omit the key for no cap.
 pub const MIN_MIGRATION_RATE_BYTES: u64 = 64 << 10;
+fn default_chunks_in_flight() -> u32 {
+    4
+}
+
+fn default_concurrent_moves() -> u32 {
+    1
+}
+
+/// Most `migration_chunks_in_flight` and `max_concurrent_moves` (their
+/// product is the number of copier threads of a volume).
+pub const MAX_CHUNKS_IN_FLIGHT: u32 = 32;
+pub const MAX_CONCURRENT_MOVES: u32 = 16;
+
 /// Smallest `migration_share` (the copier's pacing floor).
 pub const MIN_MIGRATION_SHARE: f64 = 0.001;
 /// How far past physical memory `allow_overcommit` lets memory tiers go.
@@ -794,6 +813,18 @@ impl Config {
                 return Err(format!(
                     "{key}.migration_max_rate = {}: must be at least 64KiB (bytes per second; below it a 1GiB segment takes hours to move); omit the key for no cap",
                     rate.0
+                ));
+            }
+            if !(1..=MAX_CHUNKS_IN_FLIGHT).contains(&volume.migration_chunks_in_flight) {
+                return Err(format!(
+                    "{key}.migration_chunks_in_flight = {}: must be from 1 to {MAX_CHUNKS_IN_FLIGHT} (each is a copier thread and a chunk buffer)",
+                    volume.migration_chunks_in_flight
+                ));
+            }
+            if !(1..=MAX_CONCURRENT_MOVES).contains(&volume.max_concurrent_moves) {
+                return Err(format!(
+                    "{key}.max_concurrent_moves = {}: must be from 1 to {MAX_CONCURRENT_MOVES}",
+                    volume.max_concurrent_moves
                 ));
             }
             let policy_check = match &volume.policy {

@@ -49,7 +49,7 @@ use crate::device::fault::{FaultConfig, FaultDevice};
 use crate::device::memory::MemoryDevice;
 use crate::device::BlockDevice;
 use crate::meta::{AppendFault, CheckpointFault, MetaStore};
-use crate::volume::{StepOutcome, TierSpec, Volume, VolumeOptions};
+use crate::volume::{MigrationOptions, StepOutcome, TierSpec, Volume, VolumeOptions};
 
 /// What a seed derived (printed at start so a failure can be read).
 #[derive(Clone, Debug, Serialize)]
@@ -317,6 +317,7 @@ impl Run {
             period_ns: 1_000_000_000,
             checkpoint_every_periods: 3,
             policy: policy_config(&self.config.policy),
+            migration: MigrationOptions::default(),
         };
         let clock: Arc<dyn Clock> = self.clock.clone();
         // Recovery reads must not see injected faults.
@@ -509,7 +510,7 @@ impl Run {
                     }
                 }
             }
-            StepOutcome::Copied { .. } | StepOutcome::Idle => {
+            StepOutcome::Copied { .. } | StepOutcome::Idle | StepOutcome::Waiting { .. } => {
                 if let Some(fault) = fired {
                     return Err(format!(
                         "journal fault {fault:?} fired outside a move's finish ({outcome:?})"

@@ -68,6 +68,7 @@ fn options(segments: u64, policy: PolicyConfig) -> VolumeOptions {
         period_ns: 1_000_000_000,
         checkpoint_every_periods: 1,
         policy,
+        migration: Default::default(),
     }
 }
 

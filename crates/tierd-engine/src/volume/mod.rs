@@ -33,6 +33,8 @@
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+
+use tierd_core::moves::{MoveMachine, MoveRules};
 use std::sync::Arc;
 
 use tierd_common::clock::Clock;
@@ -73,6 +75,31 @@ pub struct VolumeOptions {
     pub period_ns: u64,
     pub checkpoint_every_periods: u32,
     pub policy: PolicyConfig,
+    pub migration: MigrationOptions,
+}
+
+/// How moves copy (from `[[volume]]`): the shared machine's pacing plus
+/// how many moves and chunks run at once.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MigrationOptions {
+    /// Moves copying at the same time.
+    pub max_concurrent_moves: u32,
+    /// Chunks of one move in flight (one copier thread each).
+    pub chunks_in_flight: u32,
+    /// Largest share of time a move's copy may run (0 < share ≤ 1).
+    pub share: f64,
+    pub max_rate_bytes_per_second: Option<u64>,
+}
+
+impl Default for MigrationOptions {
+    fn default() -> Self {
+        Self {
+            max_concurrent_moves: 1,
+            chunks_in_flight: 4,
+            share: 1.0,
+            max_rate_bytes_per_second: None,
+        }
+    }
 }
 
 /// Why a volume operation failed.
@@ -119,17 +146,46 @@ struct TierState {
     used_segments: AtomicU32,
 }
 
-/// The move being copied now.
+/// A move being copied.
 struct ActiveMove {
     segment: SegmentId,
     from: Location,
     to: Location,
     reason: MoveReason,
     started_ns: u64,
-    chunk_locks: Vec<RwLock<()>>,
-    copied: Vec<AtomicBool>,
-    next_chunk: AtomicU32,
-    copied_bytes: AtomicU64,
+    /// Home gets the copy too: a move onto a write-through (volatile) tier
+    /// from another fast tier, so home backs the RAM copy after the flip.
+    home_too: bool,
+    state: Mutex<MoveState>,
+}
+
+/// A move's bookkeeping, locked between IOs (never across one).
+struct MoveState {
+    machine: MoveMachine<Handed>,
+    /// A copier is flipping or abandoning the move: nobody else may.
+    flipping: bool,
+    /// A copy or a handed-over part failed: the move is abandoned when its
+    /// last copier is done.
+    failure: Option<String>,
+    /// Copiers doing IO for this move now.
+    workers: u32,
+}
+
+/// What a write part handed to the mover carries.
+enum Handed {
+    Data(Vec<u8>),
+    Discard,
+    Zero,
+}
+
+impl Handed {
+    fn as_mutation(&self) -> io::Mutation<'_> {
+        match self {
+            Handed::Data(data) => io::Mutation::Write(data),
+            Handed::Discard => io::Mutation::Discard,
+            Handed::Zero => io::Mutation::Zero,
+        }
+    }
 }
 
 impl ActiveMove {
@@ -154,6 +210,34 @@ pub enum StepOutcome {
     Finished { segment: SegmentId },
     /// A move failed and was abandoned; the segment stays where it was.
     Failed { segment: SegmentId },
+    /// Moves are active but none has work now: pacing lets the next chunk
+    /// start at `until_ns`, or (`None`) chunks, handed-over parts or writes
+    /// are in flight on other threads.
+    Waiting { until_ns: Option<u64> },
+}
+
+/// What [`Volume::copy_begin`] did: finished a step already, or read a
+/// chunk that [`Volume::copy_end`] writes.
+pub enum CopyBegun {
+    Done(StepOutcome),
+    Read(ChunkRead),
+}
+
+/// A chunk read from a move's source, in flight until [`Volume::copy_end`].
+pub struct ChunkRead {
+    active: Arc<ActiveMove>,
+    chunk: u32,
+    part: tierd_core::moves::Part,
+    buffer: Vec<u8>,
+    result: Result<(), String>,
+    started_ns: u64,
+}
+
+impl ChunkRead {
+    /// The segment being moved.
+    pub fn segment(&self) -> SegmentId {
+        self.active.segment
+    }
 }
 
 struct Planner {
@@ -193,16 +277,19 @@ pub struct Volume {
     tiers: Vec<TierState>,
     entries: Vec<RwLock<Entry>>,
     home_current: Vec<AtomicBool>,
-    active: RwLock<Option<Arc<ActiveMove>>>,
-    copy_buffer: Mutex<Vec<u8>>,
+    active: RwLock<Vec<Arc<ActiveMove>>>,
+    /// Chunk buffers of the copiers, reused.
+    copy_buffers: Mutex<Vec<Vec<u8>>>,
+    /// Names a user write to a moving segment while its move tracks it.
+    next_write_id: AtomicU64,
     monitor: Mutex<Monitor>,
     planner: Mutex<Planner>,
     meta: Mutex<MetaStore>,
     clock: Arc<dyn Clock>,
     /// Set by startup when volatile tiers lost data (unsafe_volatile).
     warnings: Mutex<Vec<String>>,
-    /// Longest a chunk copy held its chunk lock (writes to that chunk wait
-    /// at most this long), and longest switch-over (waiting for IO in flight
+    /// Longest a chunk copy took (read, write and the write parts handed
+    /// over for it; no user write waits for it), and longest switch-over (waiting for IO in flight
     /// on the segment plus the flip; new IO to the segment waits for it).
     max_chunk_hold_ns: AtomicU64,
     max_switch_over_ns: AtomicU64,
@@ -255,6 +342,18 @@ impl Volume {
         (0..self.segments)
             .map(|segment| self.entry(segment).location.tier)
             .collect()
+    }
+
+    /// The shared move machine's rules for this volume.
+    fn move_rules(&self) -> MoveRules {
+        let migration = &self.options.migration;
+        MoveRules {
+            chunk_bytes: self.options.chunk_bytes,
+            chunks_in_flight: migration.chunks_in_flight.max(1),
+            chunk_gap_ns: 0,
+            share: migration.share,
+            max_bandwidth_bytes_per_second: migration.max_rate_bytes_per_second,
+        }
     }
 
     fn slot_offset(&self, location: Location) -> u64 {

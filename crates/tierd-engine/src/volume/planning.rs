@@ -89,7 +89,7 @@ impl Volume {
         self.requeue_pinned_moves(&mut planner);
         let placement = self.placement();
         let mut in_flight: Vec<Move> = planner.pending.iter().cloned().collect();
-        if let Some(active) = self.active.read().as_ref() {
+        for active in self.active.read().iter() {
             in_flight.push(Move {
                 segment: active.segment,
                 from: active.from.tier,
@@ -211,8 +211,8 @@ impl Volume {
         let arriving = |segment: SegmentId| {
             self.active
                 .read()
-                .as_ref()
-                .is_some_and(|active| active.segment == segment && active.to.tier == tier)
+                .iter()
+                .any(|active| active.segment == segment && active.to.tier == tier)
         };
         let needs_move = current != tier && !arriving(segment);
         if needs_move && tier != self.home() {
@@ -349,12 +349,13 @@ impl Volume {
     /// dropped, or a crash came first) gets its move queued again when
     /// nothing moves it and the tier has a free slot.
     fn requeue_pinned_moves(&self, planner: &mut Planner) {
-        let active_segment = self.active.read().as_ref().map(|active| active.segment);
+        let active_segments: Vec<SegmentId> =
+            self.active.read().iter().map(|active| active.segment).collect();
         let pins: Vec<Pin> = planner.pins.values().copied().collect();
         for pin in pins {
             let current = self.entry(pin.segment).location.tier;
             if current == pin.tier
-                || active_segment == Some(pin.segment)
+                || active_segments.contains(&pin.segment)
                 || planner
                     .pending
                     .iter()

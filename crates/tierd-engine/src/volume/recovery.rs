@@ -244,8 +244,9 @@ impl Volume {
                 })
                 .collect(),
             tiers: tier_states,
-            active: RwLock::new(None),
-            copy_buffer: Mutex::new(Vec::new()),
+            active: RwLock::new(Vec::new()),
+            copy_buffers: Mutex::new(Vec::new()),
+            next_write_id: AtomicU64::new(0),
             monitor: Mutex::new(monitor),
             planner: Mutex::new(Planner {
                 policy,

@@ -124,7 +124,7 @@ impl Volume {
     pub fn status(&self) -> VolumeStatus {
         let placement = self.placement();
         let planner = self.planner.lock();
-        let in_flight = self.active_move().into_iter().collect();
+        let in_flight = self.active_moves();
         VolumeStatus {
             name: self.options.name.clone(),
             size_bytes: self.options.size_bytes,
