@@ -162,6 +162,27 @@ pub struct MoveCounters {
     pub handed_over_bytes: u64,
 }
 
+/// One decision of a machine, in order, when its log is on
+/// ([`MoveMachine::record_decisions`]): what both worlds are compared on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// A chunk copy was started.
+    Copy { chunk: u32 },
+    /// A write was routed when it began (`at_source_done: false`) or when
+    /// its source half completed.
+    Route {
+        at_source_done: bool,
+        mirror: Vec<Part>,
+        hand_over: Vec<(u32, Part)>,
+    },
+    /// A chunk's copy (and what was handed over for it) is on the target.
+    Landed { chunk: u32 },
+    /// Handed-over parts given to the mover to apply for a chunk.
+    Apply { chunk: u32, parts: Vec<Part> },
+    /// The move may flip.
+    Flip,
+}
+
 /// One move's state. `P` is what a handed-over part carries.
 #[derive(Debug)]
 pub struct MoveMachine<P> {
@@ -181,6 +202,7 @@ pub struct MoveMachine<P> {
     writes: Vec<Tracked>,
     handed: Vec<HandedOver<P>>,
     counters: MoveCounters,
+    decisions: Option<Vec<Decision>>,
 }
 
 impl<P> MoveMachine<P> {
@@ -219,6 +241,34 @@ impl<P> MoveMachine<P> {
             writes: Vec::new(),
             handed: Vec::new(),
             counters: MoveCounters::default(),
+            decisions: None,
+        }
+    }
+
+    /// Keeps a log of every decision (tests comparing the two worlds; off
+    /// by default, it grows with the writes of the move).
+    pub fn record_decisions(&mut self) {
+        self.decisions.get_or_insert_with(Vec::new);
+    }
+
+    /// The decisions logged so far (empty unless recording).
+    pub fn decisions(&self) -> &[Decision] {
+        self.decisions.as_deref().unwrap_or(&[])
+    }
+
+    fn log(&mut self, decision: impl FnOnce() -> Decision) {
+        if let Some(log) = self.decisions.as_mut() {
+            log.push(decision());
+        }
+    }
+
+    fn log_route(&mut self, at_source_done: bool, route: &Route) {
+        if !route.is_empty() {
+            self.log(|| Decision::Route {
+                at_source_done,
+                mirror: route.mirror.clone(),
+                hand_over: route.hand_over.clone(),
+            });
         }
     }
 
@@ -320,6 +370,7 @@ impl<P> MoveMachine<P> {
         if !route.mirror.is_empty() {
             self.counters.mirrored_writes += 1;
         }
+        self.log_route(false, route);
         self.writes.push(Tracked {
             id,
             first,
@@ -352,6 +403,7 @@ impl<P> MoveMachine<P> {
             let length_bytes = length_bytes.min(self.segment_len - offset_bytes);
             self.route_chunks(offset_bytes, length_bytes, first, last, route);
         }
+        self.log_route(true, route);
         let tracked = &mut self.writes[index];
         if !route.mirror.is_empty() && tracked.parts_outstanding == 0 {
             self.counters.mirrored_writes += 1;
@@ -442,9 +494,13 @@ impl<P> MoveMachine<P> {
             self.in_flight += 1;
             let part = self.chunk_part(chunk);
             self.counters.issued_bytes += part.length_bytes;
+            self.log(|| Decision::Copy { chunk });
             return Step::Copy { chunk, part };
         }
         if self.in_flight == 0 && !self.owing_writes() {
+            if self.decisions().last() != Some(&Decision::Flip) {
+                self.log(|| Decision::Flip);
+            }
             Step::Flip
         } else {
             Step::Wait
@@ -475,9 +531,16 @@ impl<P> MoveMachine<P> {
         if out.is_empty() {
             self.state[chunk as usize] = ChunkState::Landed;
             self.in_flight -= 1;
+            self.log(|| Decision::Landed { chunk });
             Landing::Landed
         } else {
             self.state[chunk as usize] = ChunkState::Applying;
+            if let Some(log) = self.decisions.as_mut() {
+                log.push(Decision::Apply {
+                    chunk,
+                    parts: out.iter().map(|handed| handed.part).collect(),
+                });
+            }
             Landing::Apply
         }
     }

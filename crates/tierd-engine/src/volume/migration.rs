@@ -13,8 +13,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tierd_core::moves::{HandedOver, Landing, MoveMachine, Part, Step};
-use tierd_policy::{Move, TierId};
+use tierd_core::moves::{Decision, HandedOver, Landing, MoveMachine, Part, Step};
+use tierd_policy::{Move, SegmentId, TierId};
 
 use crate::device::DeviceError;
 use crate::meta::{Location, MoveRecord, Record};
@@ -117,13 +117,16 @@ impl Volume {
             let now_ns = self.clock.now_ns();
             // The entry's write lock is held: no IO to the segment is in
             // flight, so the machine has no writes from before it to wait for.
-            let machine = MoveMachine::new(
+            let mut machine = MoveMachine::new(
                 self.move_rules(),
                 self.options.segment_bytes,
                 now_ns,
                 0,
                 clean_demotion,
             );
+            if self.decision_log.lock().is_some() {
+                machine.record_decisions();
+            }
             let active = Arc::new(ActiveMove {
                 segment,
                 from,
@@ -316,6 +319,30 @@ impl Volume {
         Ok(())
     }
 
+    /// Logs every decision of the moves started from now on, for tests
+    /// that compare this engine with the simulator step by step.
+    #[doc(hidden)]
+    pub fn record_move_decisions(&self) {
+        self.decision_log.lock().get_or_insert_with(Vec::new);
+    }
+
+    /// The decision logs of the moves ended since the last call.
+    #[doc(hidden)]
+    pub fn take_move_decisions(&self) -> Vec<(SegmentId, Vec<Decision>)> {
+        self.decision_log
+            .lock()
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    fn keep_decisions(&self, active: &ActiveMove) {
+        if let Some(log) = self.decision_log.lock().as_mut() {
+            let decisions = active.state.lock().machine.decisions().to_vec();
+            log.push((active.segment, decisions));
+        }
+    }
+
     /// Gives `location`'s slot back to its tier (home slots are fixed).
     pub(super) fn release(&self, location: Location, home: TierId) {
         let tier = &self.tiers[location.tier as usize];
@@ -333,6 +360,7 @@ impl Volume {
 
     fn abandon(&self, active: &Arc<ActiveMove>, outcome: &str) -> StepOutcome {
         let home = self.home();
+        self.keep_decisions(active);
         {
             // Waits for IO in flight on the segment (mirrored parts to the
             // target included) before the slot can be given out again.
@@ -396,6 +424,7 @@ impl Volume {
             );
         }
         self.release(active.from, home);
+        self.keep_decisions(active);
         {
             let mut planner = self.planner.lock();
             planner.completed_moves += 1;

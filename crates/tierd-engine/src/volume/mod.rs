@@ -238,6 +238,11 @@ impl ChunkRead {
     pub fn segment(&self) -> SegmentId {
         self.active.segment
     }
+
+    /// The chunk of the segment.
+    pub fn chunk(&self) -> u32 {
+        self.chunk
+    }
 }
 
 struct Planner {
@@ -282,6 +287,9 @@ pub struct Volume {
     copy_buffers: Mutex<Vec<Vec<u8>>>,
     /// Names a user write to a moving segment while its move tracks it.
     next_write_id: AtomicU64,
+    /// When on, every move's machine logs its decisions, kept here by
+    /// segment when the move ends ([`Volume::record_move_decisions`]).
+    decision_log: Mutex<Option<Vec<(SegmentId, Vec<tierd_core::moves::Decision>)>>>,
     monitor: Mutex<Monitor>,
     planner: Mutex<Planner>,
     meta: Mutex<MetaStore>,

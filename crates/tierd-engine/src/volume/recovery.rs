@@ -247,6 +247,7 @@ impl Volume {
             active: RwLock::new(Vec::new()),
             copy_buffers: Mutex::new(Vec::new()),
             next_write_id: AtomicU64::new(0),
+            decision_log: Mutex::new(None),
             monitor: Mutex::new(monitor),
             planner: Mutex::new(Planner {
                 policy,

@@ -258,6 +258,16 @@ impl<'run> Engine<'run> {
             applying: Vec::new(),
             mirror_wait_max_ns: 0,
         };
+        #[cfg(test)]
+        let mut active = active;
+        #[cfg(test)]
+        if let Some(log) = self.world_log.as_mut() {
+            active.machine.record_decisions();
+            log.events.push(super::tests::WorldEvent::MoveStart {
+                segment: active.plan.segment,
+                to: active.plan.to,
+            });
+        }
         let move_slot = match self.active.iter().position(Option::is_none) {
             Some(free) => {
                 self.active[free] = Some(active);
@@ -286,6 +296,13 @@ impl<'run> Engine<'run> {
             };
             match active.machine.next(now) {
                 Step::Copy { chunk, part } => {
+                    #[cfg(test)]
+                    if let Some(log) = self.world_log.as_mut() {
+                        log.events.push(super::tests::WorldEvent::ChunkIssue {
+                            segment: active.plan.segment,
+                            chunk,
+                        });
+                    }
                     let offset = active.source_base + part.offset_bytes;
                     let from = active.plan.from as usize;
                     #[cfg(test)]
@@ -377,6 +394,13 @@ impl<'run> Engine<'run> {
         if let Some(shadow) = self.shadow.as_mut() {
             shadow.apply(move_slot, chunk, to as usize, active.target_base + start);
         }
+        #[cfg(test)]
+        if let Some(log) = self.world_log.as_mut() {
+            log.events.push(super::tests::WorldEvent::ChunkLand {
+                segment: active.plan.segment,
+                chunk,
+            });
+        }
         #[cfg(not(test))]
         let _ = start;
         self.monitor.record_migration_io(to, length);
@@ -463,6 +487,14 @@ impl<'run> Engine<'run> {
             return;
         };
         debug_assert!(active.applying.is_empty());
+        #[cfg(test)]
+        if let Some(log) = self.world_log.as_mut() {
+            log.events.push(super::tests::WorldEvent::Flip {
+                segment: active.plan.segment,
+            });
+            log.decisions
+                .push((active.plan.segment, active.machine.decisions().to_vec()));
+        }
         let segment = active.plan.segment as usize;
         let from = active.plan.from as usize;
         let to = active.plan.to as usize;

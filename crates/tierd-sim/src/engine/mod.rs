@@ -238,6 +238,10 @@ struct Engine<'run> {
     /// Tests only: block contents per device, checked at every flip.
     #[cfg(test)]
     shadow: Option<tests::Shadow>,
+    /// Tests only: what happened, in order, and each move's decisions, to
+    /// replay into the live engine (`tests::both_worlds`).
+    #[cfg(test)]
+    world_log: Option<tests::WorldLog>,
 }
 
 /// Runs `controller` over `reader` on `devices` (one per tier of
@@ -426,6 +430,8 @@ impl<'run> Engine<'run> {
             used_bytes_max: vec![0; tiers],
             #[cfg(test)]
             shadow: None,
+            #[cfg(test)]
+            world_log: None,
         }
     }
 
@@ -712,6 +718,13 @@ impl<'run> Engine<'run> {
             if let Some(shadow) = self.shadow.as_mut() {
                 shadow.issue_write(piece_index, piece.volume_offset, piece.bytes);
             }
+            #[cfg(test)]
+            if let Some(log) = self.world_log.as_mut() {
+                log.events.push(tests::WorldEvent::Write {
+                    offset_bytes: piece.volume_offset,
+                    length_bytes: piece.bytes,
+                });
+            }
             let move_slot = self.moving[segment];
             if move_slot != NOT_MOVING && move_slot != QUEUED {
                 self.track_write(move_slot, piece_index);
@@ -851,6 +864,12 @@ impl<'run> Engine<'run> {
                     self.start_moves();
                 }
             }
+        }
+        #[cfg(test)]
+        if let (true, Some(log)) = (piece.is_write, self.world_log.as_mut()) {
+            log.events.push(tests::WorldEvent::WriteDone {
+                offset_bytes: piece.volume_offset,
+            });
         }
         if let (true, Some(move_slot)) = (piece.is_write, piece.mirror_move) {
             self.tracked_source_done(move_slot, piece_index);

@@ -10,6 +10,10 @@
 //! unordered (as on any block device), so any of them is accepted.
 
 use super::*;
+
+mod both_worlds;
+
+pub(super) use both_worlds::{WorldEvent, WorldLog};
 use crate::stack::TierStack;
 use crate::testing::FixedLatencyDevice;
 use tierd_common::hash::FastMap;
