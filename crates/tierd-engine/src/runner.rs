@@ -162,7 +162,9 @@ impl VolumeRunner {
                                 StepOutcome::Waiting { until_ns: None } => 1_000_000,
                                 StepOutcome::Waiting {
                                     until_ns: Some(until_ns),
-                                } => until_ns.saturating_sub(clock.now_ns()).clamp(100_000, 100_000_000),
+                                } => until_ns
+                                    .saturating_sub(clock.now_ns())
+                                    .clamp(100_000, 100_000_000),
                                 StepOutcome::Finished { segment } => {
                                     log_move(&volume, segment, true);
                                     0

@@ -287,10 +287,7 @@ fn writes_during_a_demotion_wait_for_a_mirrored_slow_half_never_for_a_copy() {
     let chunk_1_landed = 3 * SECOND + 2 * (10_000 + chunk_write);
     let second_write_acked = chunk_1_landed + small_write;
     let chunk_1_applied = chunk_1_landed + 2 * small_write;
-    assert_eq!(
-        record.end_ns,
-        chunk_1_applied + 2 * (10_000 + chunk_write)
-    );
+    assert_eq!(record.end_ns, chunk_1_applied + 2 * (10_000 + chunk_write));
     // The second write's source half finished 10 µs after it was issued;
     // it was acknowledged when its mirrored half reached home. The first
     // write was acknowledged by its source half alone (10 µs).

@@ -204,7 +204,10 @@ impl Volume {
                     buffer.resize(part.length_bytes as usize, 0);
                     let source = &self.tiers[active.from.tier as usize].device;
                     let result = source
-                        .read_at(self.slot_offset(active.from) + part.offset_bytes, &mut buffer)
+                        .read_at(
+                            self.slot_offset(active.from) + part.offset_bytes,
+                            &mut buffer,
+                        )
                         .map_err(|error| error.to_string());
                     return CopyBegun::Read(ChunkRead {
                         active: active.clone(),
@@ -252,11 +255,12 @@ impl Volume {
         // handed over while those were written.
         let mut parts: Vec<HandedOver<Handed>> = Vec::new();
         if result.is_ok() {
-            let mut landing = active
-                .state
-                .lock()
-                .machine
-                .chunk_copied(chunk, self.clock.now_ns(), &mut parts);
+            let mut landing =
+                active
+                    .state
+                    .lock()
+                    .machine
+                    .chunk_copied(chunk, self.clock.now_ns(), &mut parts);
             'apply: while landing == Landing::Apply {
                 for handed in parts.drain(..) {
                     let mutation = handed.payload.as_mutation();

@@ -34,8 +34,8 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 
-use tierd_core::moves::{MoveMachine, MoveRules};
 use std::sync::Arc;
+use tierd_core::moves::{MoveMachine, MoveRules};
 
 use tierd_common::clock::Clock;
 use tierd_policy::monitor::Monitor;
@@ -171,6 +171,9 @@ struct MoveState {
     workers: u32,
 }
 
+/// A move's segment and its machine's decisions (tests comparing worlds).
+type MoveDecisions = (SegmentId, Vec<tierd_core::moves::Decision>);
+
 /// What a write part handed to the mover carries.
 enum Handed {
     Data(Vec<u8>),
@@ -289,7 +292,7 @@ pub struct Volume {
     next_write_id: AtomicU64,
     /// When on, every move's machine logs its decisions, kept here by
     /// segment when the move ends ([`Volume::record_move_decisions`]).
-    decision_log: Mutex<Option<Vec<(SegmentId, Vec<tierd_core::moves::Decision>)>>>,
+    decision_log: Mutex<Option<Vec<MoveDecisions>>>,
     monitor: Mutex<Monitor>,
     planner: Mutex<Planner>,
     meta: Mutex<MetaStore>,

@@ -349,8 +349,12 @@ impl Volume {
     /// dropped, or a crash came first) gets its move queued again when
     /// nothing moves it and the tier has a free slot.
     fn requeue_pinned_moves(&self, planner: &mut Planner) {
-        let active_segments: Vec<SegmentId> =
-            self.active.read().iter().map(|active| active.segment).collect();
+        let active_segments: Vec<SegmentId> = self
+            .active
+            .read()
+            .iter()
+            .map(|active| active.segment)
+            .collect();
         let pins: Vec<Pin> = planner.pins.values().copied().collect();
         for pin in pins {
             let current = self.entry(pin.segment).location.tier;

@@ -2,7 +2,6 @@
 
 use super::*;
 
-
 /// Cache-baseline counters.
 #[derive(Default)]
 pub(super) struct CacheCounters {
@@ -175,5 +174,4 @@ impl<'run> Engine<'run> {
             },
         );
     }
-
 }

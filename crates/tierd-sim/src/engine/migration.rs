@@ -326,7 +326,8 @@ impl<'run> Engine<'run> {
                     if !active.timer_pending {
                         active.timer_pending = true;
                         self.timer_sequence += 1;
-                        self.timers.push(Reverse((ns, self.timer_sequence, move_slot)));
+                        self.timers
+                            .push(Reverse((ns, self.timer_sequence, move_slot)));
                     }
                     return;
                 }
@@ -428,7 +429,11 @@ impl<'run> Engine<'run> {
         let Some(active) = self.active[move_slot as usize].as_ref() else {
             return;
         };
-        let Some((_, parts)) = active.applying.iter().find(|(waiting, _)| *waiting == chunk) else {
+        let Some((_, parts)) = active
+            .applying
+            .iter()
+            .find(|(waiting, _)| *waiting == chunk)
+        else {
             return;
         };
         let Some(first) = parts.front() else {
@@ -451,7 +456,10 @@ impl<'run> Engine<'run> {
         let Some(active) = self.active[move_slot as usize].as_mut() else {
             return;
         };
-        let Some(position) = active.applying.iter().position(|(waiting, _)| *waiting == chunk)
+        let Some(position) = active
+            .applying
+            .iter()
+            .position(|(waiting, _)| *waiting == chunk)
         else {
             return;
         };

@@ -742,8 +742,6 @@ impl<'run> Engine<'run> {
         );
     }
 
-    /// A user write routed to the source of move `move_slot`: mirror it (see
-    /// [`Engine::route_piece`]).
     // ----- devices ---------------------------------------------------------
 
     /// Hands `io` to the device, or queues it in front when the device has
@@ -971,9 +969,7 @@ impl<'run> Engine<'run> {
         }
         Ok(())
     }
-
 }
-
 
 fn share(part: u64, whole: u64) -> f64 {
     if whole == 0 {
@@ -991,4 +987,3 @@ fn ratio_ms(total_ns: u128, count: u64) -> f64 {
         total_ns as f64 / count as f64 / 1e6
     }
 }
-

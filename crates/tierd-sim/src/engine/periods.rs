@@ -151,5 +151,4 @@ impl<'run> Engine<'run> {
             self.accept_plan(plan);
         }
     }
-
 }

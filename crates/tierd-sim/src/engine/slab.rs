@@ -1,6 +1,5 @@
 //! A free-list arena: indices are reused, so steady state allocates nothing.
 
-
 /// A free-list arena: indices are reused, so steady state allocates nothing.
 pub(super) struct Slab<T> {
     pub(super) items: Vec<T>,

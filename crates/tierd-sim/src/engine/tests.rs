@@ -13,9 +13,9 @@ use super::*;
 
 mod both_worlds;
 
-pub(super) use both_worlds::{WorldEvent, WorldLog};
 use crate::stack::TierStack;
 use crate::testing::FixedLatencyDevice;
+pub(super) use both_worlds::{WorldEvent, WorldLog};
 use tierd_common::hash::FastMap;
 use tierd_common::rng::{Rng, SeededRng};
 use tierd_policy::MoveReason;
@@ -69,13 +69,7 @@ impl Shadow {
         }
     }
 
-    pub(super) fn device_write(
-        &mut self,
-        piece: u32,
-        tier: usize,
-        device_offset: u64,
-        bytes: u64,
-    ) {
+    pub(super) fn device_write(&mut self, piece: u32, tier: usize, device_offset: u64, bytes: u64) {
         let stamp = self.stamps[&piece];
         for index in 0..bytes.div_ceil(BLOCK) {
             self.content[tier].insert(device_offset / BLOCK + index, stamp);
@@ -490,8 +484,7 @@ fn a_slot_is_reused_only_after_the_io_still_going_to_it_has_landed() {
             response_ns: None,
         },
     ];
-    let mut reader =
-        IteratorReader::new(requests.into_iter(), &["test"], Format::Tierd, "slots");
+    let mut reader = IteratorReader::new(requests.into_iter(), &["test"], Format::Tierd, "slots");
     let policy = Script {
         moves: vec![(0, 1, 1, 0), (2, 1, 0, 1), (2, 2, 1, 0)],
     };

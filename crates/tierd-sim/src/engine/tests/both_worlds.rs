@@ -27,12 +27,28 @@ use tierd_trace::{Format, IteratorReader};
 /// What happened in a simulated run, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum WorldEvent {
-    Write { offset_bytes: u64, length_bytes: u64 },
-    WriteDone { offset_bytes: u64 },
-    MoveStart { segment: SegmentId, to: TierId },
-    ChunkIssue { segment: SegmentId, chunk: u32 },
-    ChunkLand { segment: SegmentId, chunk: u32 },
-    Flip { segment: SegmentId },
+    Write {
+        offset_bytes: u64,
+        length_bytes: u64,
+    },
+    WriteDone {
+        offset_bytes: u64,
+    },
+    MoveStart {
+        segment: SegmentId,
+        to: TierId,
+    },
+    ChunkIssue {
+        segment: SegmentId,
+        chunk: u32,
+    },
+    ChunkLand {
+        segment: SegmentId,
+        chunk: u32,
+    },
+    Flip {
+        segment: SegmentId,
+    },
 }
 
 #[derive(Default)]
@@ -257,7 +273,9 @@ fn the_simulator_and_the_engine_make_the_same_decisions_and_hold_the_same_blocks
                 CopyBegun::Done(StepOutcome::Finished { segment: flipped }) => {
                     assert_eq!(flipped, *segment)
                 }
-                CopyBegun::Done(outcome) => panic!("the simulator flipped; the engine: {outcome:?}"),
+                CopyBegun::Done(outcome) => {
+                    panic!("the simulator flipped; the engine: {outcome:?}")
+                }
                 CopyBegun::Read(read) => panic!(
                     "the simulator flipped; the engine copies chunk {}",
                     read.chunk()
@@ -279,12 +297,14 @@ fn the_simulator_and_the_engine_make_the_same_decisions_and_hold_the_same_blocks
     // The script reached every kind of decision.
     assert!(sim.ends_with_flip);
     assert_eq!(sim.copies, vec![0, 1, 2, 3]);
-    let mirrored = sim.routes.iter().any(
-        |route| matches!(route, Decision::Route { mirror, .. } if !mirror.is_empty()),
-    );
-    let handed = sim.routes.iter().any(
-        |route| matches!(route, Decision::Route { hand_over, .. } if !hand_over.is_empty()),
-    );
+    let mirrored = sim
+        .routes
+        .iter()
+        .any(|route| matches!(route, Decision::Route { mirror, .. } if !mirror.is_empty()));
+    let handed = sim
+        .routes
+        .iter()
+        .any(|route| matches!(route, Decision::Route { hand_over, .. } if !hand_over.is_empty()));
     assert!(mirrored && handed, "{:?}", sim.routes);
     assert!(sim
         .per_chunk
