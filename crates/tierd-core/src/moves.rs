@@ -427,6 +427,13 @@ impl<P> MoveMachine<P> {
         }
     }
 
+    /// Write `id` ended without reporting its halves (its thread failed):
+    /// the machine stops waiting for it. The driver should not flip a move
+    /// whose write ended so (it cannot know what reached the source).
+    pub fn forget_write(&mut self, id: u64) {
+        self.writes.retain(|write| write.id != id);
+    }
+
     /// Hands a part of write `id` (from a [`Route`]) to the mover, with what
     /// it takes to write it.
     pub fn hand_over(&mut self, id: u64, chunk: u32, part: Part, payload: P) {

@@ -10,7 +10,7 @@ use crate::device::{BlockDevice, DeviceError};
 
 use tierd_core::moves::{Part, Route};
 
-use super::{Handed, Volume, VolumeError};
+use super::{ActiveMove, Handed, Volume, VolumeError};
 
 pub(super) enum Mutation<'a> {
     Write(&'a [u8]),
@@ -51,6 +51,24 @@ impl Mutation<'_> {
             Mutation::Write(data) => device.write_at(offset, data),
             Mutation::Discard => device.discard(offset, length),
             Mutation::Zero => device.write_zeroes(offset, length),
+        }
+    }
+}
+
+/// Forgets an unfinished tracked write when its thread unwinds.
+struct WriteGuard<'a> {
+    active: Option<&'a ActiveMove>,
+    id: Option<u64>,
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        if let (Some(active), Some(id)) = (self.active, self.id) {
+            let mut state = active.state.lock();
+            state.machine.forget_write(id);
+            state.failure.get_or_insert_with(|| {
+                "failed: a write to the segment ended unfinished".to_string()
+            });
         }
     }
 }
@@ -232,6 +250,12 @@ impl Volume {
         }
         let mut route = Route::default();
         let mut mirror = Vec::new();
+        // A write that unwinds (a panic below) must not leave its move
+        // waiting for it: the guard forgets it and fails the move.
+        let mut unwinding = WriteGuard {
+            active: active.as_deref(),
+            id: None,
+        };
         let tracked = active.as_ref().map(|active| {
             let id = self.next_write_id.fetch_add(1, Ordering::Relaxed);
             let mut state = active.state.lock();
@@ -244,6 +268,7 @@ impl Volume {
             mirror.append(&mut route.mirror);
             id
         });
+        unwinding.id = tracked;
         let source_result = mutation.apply(
             source_tier.device.as_ref(),
             self.slot_offset(source) + within,
@@ -293,6 +318,7 @@ impl Volume {
                     .get_or_insert_with(|| format!("failed: mirroring a write: {error}"));
             }
         }
+        unwinding.id = None;
         source_result?;
         if needs_home {
             mutation.apply(

@@ -199,24 +199,26 @@ impl Volume {
             };
             match step {
                 Step::Copy { chunk, part } => {
-                    let started_ns = self.clock.now_ns();
                     let mut buffer = self.copy_buffers.lock().pop().unwrap_or_default();
                     buffer.resize(part.length_bytes as usize, 0);
-                    let source = &self.tiers[active.from.tier as usize].device;
-                    let result = source
-                        .read_at(
-                            self.slot_offset(active.from) + part.offset_bytes,
-                            &mut buffer,
-                        )
-                        .map_err(|error| error.to_string());
-                    return CopyBegun::Read(ChunkRead {
+                    // Built first: a panic in the read drops it, failing the move.
+                    let mut read = ChunkRead {
                         active: active.clone(),
                         chunk,
                         part,
                         buffer,
-                        result,
-                        started_ns,
-                    });
+                        result: Ok(()),
+                        started_ns: self.clock.now_ns(),
+                        ended: false,
+                    };
+                    let source = &self.tiers[active.from.tier as usize].device;
+                    read.result = source
+                        .read_at(
+                            self.slot_offset(active.from) + part.offset_bytes,
+                            &mut read.buffer,
+                        )
+                        .map_err(|error| error.to_string());
+                    return CopyBegun::Read(read);
                 }
                 Step::Flip => return CopyBegun::Done(self.finish(active)),
                 Step::WaitUntil { ns } => {
@@ -231,15 +233,11 @@ impl Volume {
     /// The second half of [`Self::copy_step`]: writes the chunk read by
     /// [`Self::copy_begin`] to the target, then the write parts handed over
     /// for it, and tells the machine it landed.
-    pub fn copy_end(&self, read: ChunkRead) -> StepOutcome {
-        let ChunkRead {
-            active,
-            chunk,
-            part,
-            buffer,
-            mut result,
-            started_ns,
-        } = read;
+    pub fn copy_end(&self, mut read: ChunkRead) -> StepOutcome {
+        let active = read.active.clone();
+        let (chunk, part, started_ns) = (read.chunk, read.part, read.started_ns);
+        let buffer = std::mem::take(&mut read.buffer);
+        let mut result = std::mem::replace(&mut read.result, Ok(()));
         if result.is_ok() {
             result = self
                 .write_target(&active, part, &Mutation::Write(&buffer))
@@ -278,6 +276,7 @@ impl Volume {
         );
         let failure = {
             let mut state = active.state.lock();
+            read.ended = true;
             state.workers -= 1;
             if let Err(error) = &result {
                 state

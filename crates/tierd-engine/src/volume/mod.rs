@@ -227,6 +227,8 @@ pub enum CopyBegun {
 }
 
 /// A chunk read from a move's source, in flight until [`Volume::copy_end`].
+/// Dropped without it (its copier panicked, or a test dropped it), it fails
+/// its move, which is then abandoned: nobody will land the chunk.
 pub struct ChunkRead {
     active: Arc<ActiveMove>,
     chunk: u32,
@@ -234,6 +236,19 @@ pub struct ChunkRead {
     buffer: Vec<u8>,
     result: Result<(), String>,
     started_ns: u64,
+    ended: bool,
+}
+
+impl Drop for ChunkRead {
+    fn drop(&mut self) {
+        if !self.ended {
+            let mut state = self.active.state.lock();
+            state.workers = state.workers.saturating_sub(1);
+            state.failure.get_or_insert_with(|| {
+                "failed: a chunk copy ended unfinished (its copier failed)".to_string()
+            });
+        }
+    }
 }
 
 impl ChunkRead {
