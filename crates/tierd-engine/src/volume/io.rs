@@ -85,27 +85,24 @@ impl Volume {
         }
     }
 
-    /// Splits `[offset, offset+length)` at segment boundaries:
-    /// `(segment, offset in segment, length, offset in request)`.
+    /// Splits `[offset, offset+length)` at segment boundaries (the shared
+    /// splitter, `tierd_core::split`): `(segment, offset in segment, length,
+    /// offset in request)`.
     fn pieces(
         &self,
         offset_bytes: u64,
         length_bytes: u64,
-    ) -> impl Iterator<Item = (SegmentId, u64, u64, u64)> + '_ {
-        let segment_bytes = self.options.segment_bytes;
-        let end = offset_bytes + length_bytes;
-        let mut at = offset_bytes;
-        std::iter::from_fn(move || {
-            if at >= end {
-                return None;
-            }
-            let segment = at / segment_bytes;
-            let within = at % segment_bytes;
-            let length = (segment_bytes - within).min(end - at);
-            let piece = (segment as SegmentId, within, length, at - offset_bytes);
-            at += length;
-            Some(piece)
-        })
+    ) -> impl Iterator<Item = (SegmentId, u64, u64, u64)> {
+        tierd_core::split::pieces(offset_bytes, length_bytes, self.options.segment_bytes).map(
+            |piece| {
+                (
+                    piece.segment as SegmentId,
+                    piece.within_bytes,
+                    piece.length_bytes,
+                    piece.at_bytes,
+                )
+            },
+        )
     }
 
     /// Reads `buf.len()` bytes at `offset_bytes`.

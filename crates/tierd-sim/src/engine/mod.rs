@@ -650,30 +650,28 @@ impl<'run> Engine<'run> {
 
     fn dispatch_tiering(&mut self, request_index: u32, request: &Request) {
         let segment_bytes = self.config.segment_bytes;
-        let end = request.end_bytes();
-        let mut offset = request.offset_bytes;
         // Count the pieces first so a piece completing never sees zero left early.
-        let first_segment = offset / segment_bytes;
-        let last_segment = (end - 1) / segment_bytes;
-        self.requests.get_mut(request_index).pieces_left =
-            (last_segment - first_segment + 1) as u32;
-        while offset < end {
-            let segment = offset / segment_bytes;
-            let piece_end = end.min((segment + 1) * segment_bytes);
+        self.requests.get_mut(request_index).pieces_left = tierd_core::split::piece_count(
+            request.offset_bytes,
+            request.length_bytes,
+            segment_bytes,
+        ) as u32;
+        for cut in
+            tierd_core::split::pieces(request.offset_bytes, request.length_bytes, segment_bytes)
+        {
             let piece = Piece {
                 request: request_index,
-                segment: segment as SegmentId,
+                segment: cut.segment as SegmentId,
                 tier: 0,
                 is_write: request.op.is_write(),
-                volume_offset: offset,
+                volume_offset: request.offset_bytes + cut.at_bytes,
                 device_offset: 0,
-                bytes: piece_end - offset,
+                bytes: cut.length_bytes,
                 ..Piece::default()
             };
             let piece_index = self.pieces.insert(piece);
             self.pieces_total += 1;
             self.route_piece(piece_index);
-            offset = piece_end;
         }
     }
 
