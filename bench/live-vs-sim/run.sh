@@ -5,10 +5,16 @@
 #
 # Tiers: a 1 GiB Intel X25-E model (`model = "x25e"`) over a memory backend as
 # the fast tier, a 16 GiB Seagate Savvio 10K.4 model (`model = "savvio10k4"`,
-# drive queue 32) over a sparse file as home; 256 MiB segments, 10 s periods,
-# migration as fast as the devices allow. The simulator gets the same stack
-# (stack.toml below). The server runs with its default [server] settings
-# (SERVER_EXTRA adds lines, e.g. 'workers_per_connection = 16').
+# its command queue of 32 reordered shortest-positioning-first) over a sparse
+# file as home; 256 MiB segments, 10 s periods, migration as fast as the
+# devices allow. The simulator gets the same stack (stack.toml below). The
+# live engine hands every request straight to its device model, so the
+# simulator's stack sets no host-side `queue_depth` (its default, 128, never
+# binds below MAX_INFLIGHT = 128); SIM_QUEUE_DEPTH=32 sets one, as the
+# record before issue 12 did (the model then holds 31 requests besides the
+# one in service where the live model holds 32). The server runs with its
+# default [server] settings (SERVER_EXTRA adds lines, e.g.
+# 'workers_per_connection = 16', the default with emulated tiers before).
 #
 # For each policy (none, otf-ast), ROUNDS live runs, each on a fresh data
 # directory (cold, as the simulator starts), the policy order reversed every
@@ -21,7 +27,8 @@
 # Usage:   bench/live-vs-sim/run.sh
 # Env:     TRACE (../shared/traces/msr_cambridge/hm_0-cut-20k.csv)  SPEED (8)
 #          MAX_INFLIGHT (128)  POLICIES ("none otf-ast")  ROUNDS (2)
-#          SERVER_EXTRA (extra lines under [server])  TIERD (a tierd binary;
+#          SERVER_EXTRA (extra lines under [server])  SIM_QUEUE_DEPTH (unset:
+#          the simulator's default)  TIERD (a tierd binary;
 #          default: build release into CARGO_TARGET_DIR)  RESULTS (default
 #          /tmp/tierd-live-vs-sim.<date>: configs, replay and sim JSON, logs)
 # Needs:   jq. Nothing is written inside the repository.
@@ -36,6 +43,7 @@ MAX_INFLIGHT=${MAX_INFLIGHT:-128}
 POLICIES=${POLICIES:-none otf-ast}
 ROUNDS=${ROUNDS:-2}
 SERVER_EXTRA=${SERVER_EXTRA:-}
+SIM_QUEUE_DEPTH=${SIM_QUEUE_DEPTH:-}
 RESULTS=${RESULTS:-/tmp/tierd-live-vs-sim.$(date +%Y%m%d-%H%M%S)}
 PERIOD=10s
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
@@ -123,7 +131,7 @@ capacity = "1GiB"
 name = "hdd"
 device = "savvio10k4"
 capacity = "16GiB"
-queue_depth = 32
+${SIM_QUEUE_DEPTH:+queue_depth = $SIM_QUEUE_DEPTH}
 [migration]
 chunk_bytes = "1MiB"
 max_concurrent_moves = 1
@@ -190,7 +198,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else
 requests=$(jq '.runs[0].requests' "$RESULTS/sim.json")
 echo "trace: $TRACE"
 echo "kind: $(trace_kind)"
-echo "replay: open loop x$SPEED, at most $MAX_INFLIGHT requests outstanding (both sides), period $PERIOD, $requests requests; server [server] extra: ${SERVER_EXTRA:-none (defaults)}"
+echo "replay: open loop x$SPEED, at most $MAX_INFLIGHT requests outstanding (both sides), period $PERIOD, $requests requests; server [server] extra: ${SERVER_EXTRA:-none (defaults)}; simulator host queue_depth: ${SIM_QUEUE_DEPTH:-default}"
 echo "tiers: ssd = x25e model, 1 GiB (memory backend, live) > hdd = savvio10k4 model, 16 GiB (sparse file, live), 256 MiB segments"
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); tierd $(cd "$repo" && git rev-parse --short HEAD)$(cd "$repo" && git diff --quiet HEAD -- crates || echo '+changes'); nproc $(nproc); $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "results: $RESULTS"
