@@ -12,7 +12,10 @@
 # simulator's stack sets no host-side `queue_depth` (its default, 128, never
 # binds below MAX_INFLIGHT = 128); SIM_QUEUE_DEPTH=32 sets one, as the
 # record before issue 12 did (the model then holds 31 requests besides the
-# one in service where the live model holds 32). The server runs with its
+# one in service where the live model holds 32). Moves copy as the live
+# engine's copier does: 256 KiB chunks (its default `chunk`), one at a time,
+# no pause (`migration_share = 1.0`); SIM_MIGRATION="1MiB 4" gives the
+# simulator the 1 MiB x 4-in-flight copies of that record. The server runs with its
 # default [server] settings (SERVER_EXTRA adds lines, e.g.
 # 'workers_per_connection = 16', the default with emulated tiers before).
 #
@@ -28,7 +31,8 @@
 # Env:     TRACE (../shared/traces/msr_cambridge/hm_0-cut-20k.csv)  SPEED (8)
 #          MAX_INFLIGHT (128)  POLICIES ("none otf-ast")  ROUNDS (2)
 #          SERVER_EXTRA (extra lines under [server])  SIM_QUEUE_DEPTH (unset:
-#          the simulator's default)  TIERD (a tierd binary;
+#          the simulator's default)  SIM_MIGRATION ("256KiB 1": chunk size and
+#          chunks in flight of the simulator's moves)  TIERD (a tierd binary;
 #          default: build release into CARGO_TARGET_DIR)  RESULTS (default
 #          /tmp/tierd-live-vs-sim.<date>: configs, replay and sim JSON, logs)
 # Needs:   jq. Nothing is written inside the repository.
@@ -44,6 +48,8 @@ POLICIES=${POLICIES:-none otf-ast}
 ROUNDS=${ROUNDS:-2}
 SERVER_EXTRA=${SERVER_EXTRA:-}
 SIM_QUEUE_DEPTH=${SIM_QUEUE_DEPTH:-}
+SIM_MIGRATION=${SIM_MIGRATION:-256KiB 1}
+read -r sim_chunk_bytes sim_chunks_in_flight <<< "$SIM_MIGRATION"
 RESULTS=${RESULTS:-/tmp/tierd-live-vs-sim.$(date +%Y%m%d-%H%M%S)}
 PERIOD=10s
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
@@ -133,9 +139,9 @@ device = "savvio10k4"
 capacity = "16GiB"
 ${SIM_QUEUE_DEPTH:+queue_depth = $SIM_QUEUE_DEPTH}
 [migration]
-chunk_bytes = "1MiB"
+chunk_bytes = "$sim_chunk_bytes"
 max_concurrent_moves = 1
-chunks_in_flight = 4
+chunks_in_flight = $sim_chunks_in_flight
 chunk_gap = "0s"
 EOF
 
@@ -198,7 +204,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else
 requests=$(jq '.runs[0].requests' "$RESULTS/sim.json")
 echo "trace: $TRACE"
 echo "kind: $(trace_kind)"
-echo "replay: open loop x$SPEED, at most $MAX_INFLIGHT requests outstanding (both sides), period $PERIOD, $requests requests; server [server] extra: ${SERVER_EXTRA:-none (defaults)}; simulator host queue_depth: ${SIM_QUEUE_DEPTH:-default}"
+echo "replay: open loop x$SPEED, at most $MAX_INFLIGHT requests outstanding (both sides), period $PERIOD, $requests requests; server [server] extra: ${SERVER_EXTRA:-none (defaults)}; simulator host queue_depth: ${SIM_QUEUE_DEPTH:-default}, moves in $sim_chunk_bytes chunks, $sim_chunks_in_flight in flight"
 echo "tiers: ssd = x25e model, 1 GiB (memory backend, live) > hdd = savvio10k4 model, 16 GiB (sparse file, live), 256 MiB segments"
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); tierd $(cd "$repo" && git rev-parse --short HEAD)$(cd "$repo" && git diff --quiet HEAD -- crates || echo '+changes'); nproc $(nproc); $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "results: $RESULTS"

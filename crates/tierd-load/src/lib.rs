@@ -24,6 +24,27 @@
 //!
 //! [`replay::Plan`] strings them together: check and scan, connect, run.
 //!
+//! ```no_run
+//! use tierd_common::clock::SystemClock;
+//! use tierd_load::{NoProgress, Plan, ReplayOptions, TraceSource};
+//!
+//! let trace = TraceSource {
+//!     path: "hm_0.csv".into(),
+//!     options: tierd_trace::OpenOptions::default(),
+//! };
+//! let options = ReplayOptions {
+//!     speed: 8.0,
+//!     max_inflight: 128,
+//!     ..ReplayOptions::new(trace, "nbd+unix:///vol0?socket=data/tierd.sock")
+//! };
+//! let plan = Plan::new(options)?; // reads the whole window: bad lines stop here
+//! let connected = plan.connect()?; // refuses requests past the export
+//! let outcome = plan.run(connected, &SystemClock::new(), &NoProgress)?;
+//! let run = &outcome.report.runs[0].run; // the simulator's RunResult
+//! println!("{:.1} ms mean, {:.1} ms p99", run.avg_response_us / 1e3, run.response_p99_us / 1e3);
+//! # Ok::<(), tierd_load::LoadError>(())
+//! ```
+//!
 //! [`Clock`]: tierd_common::clock::Clock
 //! [`Progress`]: progress::Progress
 
