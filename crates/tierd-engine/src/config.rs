@@ -219,7 +219,7 @@ impl ServerConfig {
         if let Some(workers) = self.workers_per_connection {
             if workers > MAX_WORKERS_PER_CONNECTION {
                 return Err(format!(
-                    "server.workers_per_connection = {workers}: at most {MAX_WORKERS_PER_CONNECTION} (threads per NBD connection; 16 overlap an emulated disk's requests well)"
+                    "server.workers_per_connection = {workers}: at most {MAX_WORKERS_PER_CONNECTION} (threads per NBD connection; an emulated tier gets one per request in flight, 128 by default)"
                 ));
             }
         }

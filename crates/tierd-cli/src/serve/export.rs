@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use tierd_engine::config::{Backend, Config};
 use tierd_engine::volume::{Volume, VolumeError};
+use tierd_load::target::{describe, DescribedVolume};
 use tierd_nbd::{Export, ExportError, ExportResult};
 
 /// One volume as an export.
@@ -101,49 +102,6 @@ impl VolumeExport {
     }
 }
 
-/// What the NBD description of a tierd export tells a client about the
-/// volume behind it (`tierd replay` shows it in its report).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DescribedVolume {
-    pub name: String,
-    pub size_bytes: u64,
-    pub segment_bytes: u64,
-    /// Fastest first; the last is home.
-    pub tiers: Vec<String>,
-}
-
-const DESCRIPTION_PREFIX: &str = "tierd volume ";
-const SEGMENTS_OF: &str = " bytes in segments of ";
-const OVER_TIERS: &str = " bytes over tiers ";
-const TIER_SEPARATOR: &str = " > ";
-
-/// The export description: `tierd volume NAME (SIZE bytes in segments of
-/// SEGMENT bytes over tiers FAST > ... > HOME)`.
-pub fn describe(volume: &DescribedVolume) -> String {
-    format!(
-        "{DESCRIPTION_PREFIX}{} ({}{SEGMENTS_OF}{}{OVER_TIERS}{})",
-        volume.name,
-        volume.size_bytes,
-        volume.segment_bytes,
-        volume.tiers.join(TIER_SEPARATOR)
-    )
-}
-
-/// The volume a [`describe`]d description names; `None` for any other text
-/// (another server's export).
-pub fn parse_description(text: &str) -> Option<DescribedVolume> {
-    let rest = text.strip_prefix(DESCRIPTION_PREFIX)?.strip_suffix(')')?;
-    let (name, rest) = rest.split_once(" (")?;
-    let (size, rest) = rest.split_once(SEGMENTS_OF)?;
-    let (segment, tiers) = rest.split_once(OVER_TIERS)?;
-    Some(DescribedVolume {
-        name: name.to_string(),
-        size_bytes: size.parse().ok()?,
-        segment_bytes: segment.parse().ok()?,
-        tiers: tiers.split(TIER_SEPARATOR).map(str::to_string).collect(),
-    })
-}
-
 fn export_error(error: VolumeError) -> ExportError {
     ExportError::new(error.errno(), error.to_string())
 }
@@ -212,24 +170,6 @@ impl Export for VolumeExport {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_description_reads_back() {
-        let volume = DescribedVolume {
-            name: "vol0".to_string(),
-            size_bytes: 1 << 30,
-            segment_bytes: 64 << 20,
-            tiers: vec!["mem".to_string(), "disk".to_string()],
-        };
-        let text = describe(&volume);
-        assert_eq!(
-            text,
-            "tierd volume vol0 (1073741824 bytes in segments of 67108864 bytes over tiers mem > disk)"
-        );
-        assert_eq!(parse_description(&text), Some(volume));
-        assert_eq!(parse_description("nbdkit memory plugin"), None);
-        assert_eq!(parse_description("tierd volume x (big)"), None);
-    }
 
     /// The sysfs attribute, for a whole disk and for a partition (whose
     /// queue is its disk's), read from a fake sysfs tree.

@@ -34,8 +34,17 @@ use tierd_nbd::{Export, Server, ServerConfig, ServerHandle, TlsFiles, TlsMode, T
 use crate::CliError;
 
 /// Worker threads per NBD connection when a stack has an emulated
-/// (latency-model) tier and `server.workers_per_connection` is not set.
-const EMULATED_WORKERS_PER_CONNECTION: usize = 16;
+/// (latency-model) tier and `server.workers_per_connection` is not set: the
+/// most the server allows. An emulated device holds each request's thread
+/// for its modelled time, so the worker count is how many requests the
+/// device model can see at once; fewer workers than the requests a client
+/// keeps in flight would starve the model's queue (an HDD model reorders
+/// its queue shortest-positioning-first, and a shorter queue means longer
+/// seeks) and hold requests for a fast tier behind those for a slow one.
+/// 128 is also the Linux NBD client's queue depth per connection and
+/// `tierd sim`'s default device queue depth (`docs/engine/replay.md`).
+const EMULATED_WORKERS_PER_CONNECTION: usize =
+    tierd_engine::config::server_limits::MAX_WORKERS_PER_CONNECTION;
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -230,7 +239,8 @@ fn wait_for_stop_signal(set: &libc::sigset_t) -> &'static str {
 
 /// Worker threads per NBD connection: the configured number, else 0 (each
 /// connection's thread serves its requests inline) unless a volume's stack
-/// has an emulated tier, whose held-back completions need overlap.
+/// has an emulated tier, whose held-back completions need one thread per
+/// request in flight ([`EMULATED_WORKERS_PER_CONNECTION`]).
 fn workers_per_connection(config: &Config) -> usize {
     if let Some(workers) = config.server.workers_per_connection {
         return workers;
@@ -633,5 +643,32 @@ mod tests {
             let error = parse_until(bad, now).unwrap_err().0;
             assert!(error.contains("RFC 3339"), "{error}");
         }
+    }
+
+    /// With an emulated tier every request a client keeps in flight (up to
+    /// the server's limit) gets a thread, so the device model sees it;
+    /// without one requests run inline; a configured number wins.
+    #[test]
+    fn emulated_tiers_get_a_worker_per_request_in_flight() {
+        let config = |model: &str, server: &str| {
+            let text = format!(
+                "data_dir = \"data\"\n[server]\n{server}\n\
+                 [[tier]]\nname = \"disk\"\nbackend = \"file\"\npath = \"disk.img\"\nsize = \"64MiB\"\n{model}\n\
+                 [[volume]]\nname = \"vol0\"\nsize = \"64MiB\"\nsegment = \"16MiB\"\ntiers = [\"disk\"]\n"
+            );
+            Config::parse(&text, "test.toml", std::path::Path::new("/tmp")).unwrap()
+        };
+        assert_eq!(
+            workers_per_connection(&config("model = \"savvio10k4\"", "")),
+            128
+        );
+        assert_eq!(workers_per_connection(&config("", "")), 0);
+        assert_eq!(
+            workers_per_connection(&config(
+                "model = \"savvio10k4\"",
+                "workers_per_connection = 16"
+            )),
+            16
+        );
     }
 }
