@@ -13,9 +13,10 @@
 # binds below MAX_INFLIGHT = 128); SIM_QUEUE_DEPTH=32 sets one, as the
 # record before issue 12 did (the model then holds 31 requests besides the
 # one in service where the live model holds 32). Moves copy as the live
-# engine's copier does: 256 KiB chunks (its default `chunk`), one at a time,
-# no pause (`migration_share = 1.0`); SIM_MIGRATION="1MiB 4" gives the
-# simulator the 1 MiB x 4-in-flight copies of that record. The server runs with its
+# engine's copiers do (both run the same move machine, docs/moves.md):
+# 256 KiB chunks (its default `chunk`), 4 in flight (its default
+# `migration_chunks_in_flight`), no pause (`migration_share = 1.0`);
+# SIM_MIGRATION="1MiB 4" gives the simulator the copies of that record. The server runs with its
 # default [server] settings (SERVER_EXTRA adds lines, e.g.
 # 'workers_per_connection = 16', the default with emulated tiers before).
 #
@@ -31,7 +32,7 @@
 # Env:     TRACE (../shared/traces/msr_cambridge/hm_0-cut-20k.csv)  SPEED (8)
 #          MAX_INFLIGHT (128)  POLICIES ("none otf-ast")  ROUNDS (2)
 #          SERVER_EXTRA (extra lines under [server])  SIM_QUEUE_DEPTH (unset:
-#          the simulator's default)  SIM_MIGRATION ("256KiB 1": chunk size and
+#          the simulator's default)  SIM_MIGRATION ("256KiB 4": chunk size and
 #          chunks in flight of the simulator's moves)  TIERD (a tierd binary;
 #          default: build release into CARGO_TARGET_DIR)  RESULTS (default
 #          /tmp/tierd-live-vs-sim.<date>: configs, replay and sim JSON, logs)
@@ -48,7 +49,7 @@ POLICIES=${POLICIES:-none otf-ast}
 ROUNDS=${ROUNDS:-2}
 SERVER_EXTRA=${SERVER_EXTRA:-}
 SIM_QUEUE_DEPTH=${SIM_QUEUE_DEPTH:-}
-SIM_MIGRATION=${SIM_MIGRATION:-256KiB 1}
+SIM_MIGRATION=${SIM_MIGRATION:-256KiB 4}
 read -r sim_chunk_bytes sim_chunks_in_flight <<< "$SIM_MIGRATION"
 RESULTS=${RESULTS:-/tmp/tierd-live-vs-sim.$(date +%Y%m%d-%H%M%S)}
 PERIOD=10s
