@@ -1,9 +1,12 @@
 //! A regular file or a block device as a [`BlockDevice`].
 //!
 //! IO is positioned (`pread`/`pwrite`), so threads share one descriptor
-//! without a lock. `flush` is `fdatasync`; `discard` punches a hole and
-//! `write_zeroes` asks for a zeroed range, both falling back to writing
-//! zeroes when the filesystem or device refuses.
+//! without a lock. `flush` is `fdatasync`; a durable (FUA) write is
+//! `pwritev2(RWF_DSYNC)`, which makes only its own range durable, falling
+//! back (once, logged) to `pwrite` + `fdatasync` where the kernel refuses
+//! the flag; `discard` punches a hole and `write_zeroes` asks for a zeroed
+//! range, both falling back to writing zeroes when the filesystem or device
+//! refuses.
 //!
 //! With `direct = true` the file is opened with `O_DIRECT` (no page cache):
 //! every request is sent as whole aligned blocks through an aligned bounce
@@ -24,6 +27,7 @@ use std::io;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{check_range, BlockDevice, DeviceError, DeviceErrorKind, DeviceResult};
 
@@ -80,6 +84,9 @@ pub struct FileDevice {
     /// Direct-IO alignment of offsets, lengths and buffer addresses.
     alignment_bytes: u64,
     edge_locks: Box<[Mutex<()>]>,
+    /// The kernel refused `RWF_DSYNC` once: durable writes are `pwrite` +
+    /// `fdatasync` from then on.
+    dsync_refused: AtomicBool,
     /// Tier mode ([`FileDevice::open_tier`]): the identity block after the
     /// data area, the file's (device, inode) when opened, and the failure
     /// that ended service (set once, never cleared).
@@ -380,6 +387,7 @@ impl FileDevice {
             block_device: file_type.is_block_device(),
             alignment_bytes,
             edge_locks: (0..EDGE_LOCKS).map(|_| Mutex::new(())).collect(),
+            dsync_refused: AtomicBool::new(false),
             tier: tier_mode.then(|| TierBacking {
                 superblock_bytes: tail_bytes,
                 identity: backing_identity(&metadata),
@@ -634,9 +642,9 @@ impl FileDevice {
         })
     }
 
-    fn direct_write(&self, offset_bytes: u64, data: &[u8]) -> io::Result<()> {
+    fn direct_write(&self, offset_bytes: u64, data: &[u8], durable: bool) -> io::Result<()> {
         if self.is_aligned(data.as_ptr() as usize, offset_bytes, data.len()) {
-            return self.file.write_all_at(data, offset_bytes);
+            return self.pwrite_all(data, offset_bytes, durable);
         }
         let alignment = self.alignment_bytes;
         let end_bytes = offset_bytes + data.len() as u64;
@@ -661,16 +669,55 @@ impl FileDevice {
                 self.read_full(end - alignment, &mut bounce[length - block..])?;
             }
             bounce[skip..skip + data.len()].copy_from_slice(data);
-            self.file.write_all_at(bounce, start)
+            self.pwrite_all(bounce, start, durable)
         })
     }
 
-    fn write_bytes(&self, offset_bytes: u64, data: &[u8]) -> io::Result<()> {
+    /// `durable`: the bytes are durable when this returns (FUA).
+    fn write_bytes(&self, offset_bytes: u64, data: &[u8], durable: bool) -> io::Result<()> {
         if self.direct {
-            self.direct_write(offset_bytes, data)
+            self.direct_write(offset_bytes, data, durable)
         } else {
-            self.file.write_all_at(data, offset_bytes)
+            self.pwrite_all(data, offset_bytes, durable)
         }
+    }
+
+    /// Writes all of `data` at `offset_bytes`; `durable` adds `RWF_DSYNC`
+    /// (only this range is synced, with the device cache flush or FUA it
+    /// needs), or `fdatasync` after the write where the kernel refuses it.
+    fn pwrite_all(&self, data: &[u8], offset_bytes: u64, durable: bool) -> io::Result<()> {
+        if !durable {
+            return self.file.write_all_at(data, offset_bytes);
+        }
+        if !self.dsync_refused.load(Ordering::Relaxed) {
+            match pwrite_all_dsync(&self.file, data, offset_bytes) {
+                Ok(()) => return Ok(()),
+                Err(error) if dsync_refused(&error) => {
+                    // Nothing was written: the first call was refused.
+                    if !self.dsync_refused.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(
+                            device = %self.name,
+                            error = %error,
+                            "the kernel refuses pwritev2(RWF_DSYNC); FUA writes fall back to write + fdatasync of the whole file"
+                        );
+                    }
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        self.file.write_all_at(data, offset_bytes)?;
+        sync_data(&self.file)
+    }
+
+    /// Tests: act as if the kernel had refused `RWF_DSYNC`.
+    #[cfg(test)]
+    fn refuse_dsync(&self) {
+        self.dsync_refused.store(true, Ordering::Relaxed);
+    }
+
+    /// True once the kernel refused `RWF_DSYNC` on this device.
+    pub fn dsync_fallback(&self) -> bool {
+        self.dsync_refused.load(Ordering::Relaxed)
     }
 
     /// `fallocate(2)` on the whole range.
@@ -696,7 +743,7 @@ impl FileDevice {
         let mut done = 0u64;
         while done < length_bytes {
             let piece = (length_bytes - done).min(ZEROES.0.len() as u64) as usize;
-            self.write_bytes(offset_bytes + done, &ZEROES.0[..piece])?;
+            self.write_bytes(offset_bytes + done, &ZEROES.0[..piece], false)?;
             done += piece as u64;
         }
         Ok(())
@@ -726,6 +773,53 @@ impl FileDevice {
         self.write_zero_bytes(offset_bytes, length_bytes)
             .map_err(|error| self.error(op, offset_bytes, length_bytes, &error))
     }
+}
+
+/// Errors by which the kernel says it does not know `pwritev2` or its
+/// `RWF_DSYNC` flag (before Linux 4.7, or a seccomp filter): the caller falls
+/// back to `pwrite` + `fdatasync`.
+fn dsync_refused(error: &io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOSYS))
+}
+
+/// `fdatasync`, retried on EINTR.
+fn sync_data(file: &File) -> io::Result<()> {
+    loop {
+        match file.sync_data() {
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            result => return result,
+        }
+    }
+}
+
+/// `pwritev2(.., RWF_DSYNC)` until all of `data` is written: each call
+/// returns once the bytes it wrote are durable.
+fn pwrite_all_dsync(file: &File, data: &[u8], offset_bytes: u64) -> io::Result<()> {
+    let mut done = 0usize;
+    while done < data.len() {
+        let rest = &data[done..];
+        let iov = libc::iovec {
+            iov_base: rest.as_ptr() as *mut libc::c_void,
+            iov_len: rest.len(),
+        };
+        let offset = libc::off_t::try_from(offset_bytes + done as u64)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: one iovec over `rest`, which lives across the call; the
+        // kernel only reads from it.
+        let written = unsafe { libc::pwritev2(file.as_raw_fd(), &iov, 1, offset, libc::RWF_DSYNC) };
+        if written < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(error);
+        }
+        if written == 0 {
+            return Err(io::Error::from(io::ErrorKind::WriteZero));
+        }
+        done += written as usize;
+    }
+    Ok(())
 }
 
 /// Errors by which a filesystem or device says "not this way": the caller
@@ -904,19 +998,31 @@ impl BlockDevice for FileDevice {
             return Ok(());
         }
         self.refuse_if_failed("write", offset_bytes, length_bytes)?;
-        self.write_bytes(offset_bytes, data)
+        self.write_bytes(offset_bytes, data, false)
+            .map_err(|error| self.error("write", offset_bytes, length_bytes, &error))
+    }
+
+    /// `pwritev2(RWF_DSYNC)`: this range only, no `fdatasync` of the file.
+    fn write_at_durable(&self, offset_bytes: u64, data: &[u8]) -> DeviceResult<()> {
+        let length_bytes = data.len() as u64;
+        check_range(
+            &self.name,
+            "write",
+            offset_bytes,
+            length_bytes,
+            self.size_bytes,
+        )?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.refuse_if_failed("write", offset_bytes, length_bytes)?;
+        self.write_bytes(offset_bytes, data, true)
             .map_err(|error| self.error("write", offset_bytes, length_bytes, &error))
     }
 
     fn flush(&self) -> DeviceResult<()> {
         self.refuse_if_failed("flush", 0, 0)?;
-        loop {
-            match self.file.sync_data() {
-                Ok(()) => return Ok(()),
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                Err(error) => return Err(self.error("flush", 0, 0, &error)),
-            }
-        }
+        sync_data(&self.file).map_err(|error| self.error("flush", 0, 0, &error))
     }
 
     /// Punches a hole (`FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`), or
@@ -1040,6 +1146,46 @@ mod tests {
         let mut back = vec![0u8; 4096];
         device.read_at(8192, &mut back).unwrap();
         assert_eq!(back, data);
+    }
+
+    /// FUA writes through `pwritev2(RWF_DSYNC)` and through the fallback,
+    /// buffered and direct, aligned and not, land where plain writes do.
+    #[test]
+    fn durable_writes_land_with_and_without_rwf_dsync() {
+        let directory = tempfile::tempdir().unwrap();
+        for (direct, fallback) in [(false, false), (false, true), (true, false), (true, true)] {
+            let path = directory
+                .path()
+                .join(format!("fua-{direct}-{fallback}.img"));
+            let device = if direct {
+                match open_direct(&path, 64 * 1024) {
+                    Some(device) => device,
+                    None => continue,
+                }
+            } else {
+                FileDevice::open(&path, Some(64 * 1024), false, true).unwrap()
+            };
+            if fallback {
+                device.refuse_dsync();
+            }
+            let mut shadow = vec![0u8; 64 * 1024];
+            for (index, &(offset, length)) in [(0usize, 4096usize), (4096 + 10, 5000), (60_000, 1)]
+                .iter()
+                .enumerate()
+            {
+                let data = pattern(index as u8 + 40, length);
+                device.write_at_durable(offset as u64, &data).unwrap();
+                shadow[offset..offset + length].copy_from_slice(&data);
+            }
+            assert_eq!(device.dsync_fallback(), fallback, "direct {direct}");
+            drop(device);
+            let device = FileDevice::open(&path, None, false, false).unwrap();
+            let mut back = vec![0u8; 64 * 1024];
+            device.read_at(0, &mut back).unwrap();
+            assert_eq!(back, shadow, "direct {direct}, fallback {fallback}");
+            let error = device.write_at_durable(64 * 1024 - 1, &[1, 2]).unwrap_err();
+            assert_eq!(error.kind, DeviceErrorKind::OutOfRange);
+        }
     }
 
     #[test]

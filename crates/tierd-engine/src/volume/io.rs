@@ -25,8 +25,17 @@ impl Mutation<'_> {
         }
     }
 
-    fn apply(&self, device: &dyn BlockDevice, offset: u64, length: u64) -> Result<(), DeviceError> {
+    /// `fua`: a write is made durable by itself (only its range);
+    /// discard and zero leave that to the flush after them.
+    fn apply(
+        &self,
+        device: &dyn BlockDevice,
+        offset: u64,
+        length: u64,
+        fua: bool,
+    ) -> Result<(), DeviceError> {
         match self {
+            Mutation::Write(data) if fua => device.write_at_durable(offset, data),
             Mutation::Write(data) => device.write_at(offset, data),
             Mutation::Discard => device.discard(offset, length),
             Mutation::Zero => device.write_zeroes(offset, length),
@@ -151,13 +160,14 @@ impl Volume {
                 },
             );
             let (tier, moving) =
-                self.mutate_piece(segment, within, length, &piece, &mut touched)?;
+                self.mutate_piece(segment, within, length, &piece, fua, &mut touched)?;
             let response_ns = self.clock.now_ns().saturating_sub(started_ns);
             self.monitor
                 .lock()
                 .record_user_io(segment, tier, true, length, response_ns, moving);
         }
-        if fua {
+        // FUA writes were durable piece by piece; discard and zero flush.
+        if fua && !matches!(mutation, Mutation::Write(_)) {
             for (tier, touched) in self.tiers.iter().zip(touched) {
                 if touched {
                     tier.device.flush()?;
@@ -175,6 +185,7 @@ impl Volume {
         within: u64,
         length: u64,
         mutation: &Mutation,
+        fua: bool,
         touched: &mut [bool; 8],
     ) -> Result<(TierId, bool), VolumeError> {
         let home = self.home();
@@ -212,6 +223,7 @@ impl Volume {
             source_tier.device.as_ref(),
             self.slot_offset(source) + within,
             length,
+            fua,
         )?;
         touched[source.tier as usize] = true;
         if let Some(active) = &active {
@@ -241,6 +253,7 @@ impl Volume {
                         target_device.as_ref(),
                         self.slot_offset(target) + start,
                         end - start,
+                        fua,
                     )?;
                     touched[target.tier as usize] = true;
                 }
@@ -251,6 +264,7 @@ impl Volume {
                 self.tiers[home as usize].device.as_ref(),
                 u64::from(segment) * self.options.segment_bytes + within,
                 length,
+                fua,
             )?;
             touched[home as usize] = true;
         }
