@@ -27,7 +27,7 @@ use std::io;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::{check_range, BlockDevice, DeviceError, DeviceErrorKind, DeviceResult};
 
@@ -87,6 +87,9 @@ pub struct FileDevice {
     /// The kernel refused `RWF_DSYNC` once: durable writes are `pwrite` +
     /// `fdatasync` from then on.
     dsync_refused: AtomicBool,
+    /// Reads and writes that went through a bounce buffer (direct IO with
+    /// an unaligned buffer, offset or length).
+    bounces: AtomicU64,
     /// Tier mode ([`FileDevice::open_tier`]): the identity block after the
     /// data area, the file's (device, inode) when opened, and the failure
     /// that ended service (set once, never cleared).
@@ -388,6 +391,7 @@ impl FileDevice {
             alignment_bytes,
             edge_locks: (0..EDGE_LOCKS).map(|_| Mutex::new(())).collect(),
             dsync_refused: AtomicBool::new(false),
+            bounces: AtomicU64::new(0),
             tier: tier_mode.then(|| TierBacking {
                 superblock_bytes: tail_bytes,
                 identity: backing_identity(&metadata),
@@ -546,6 +550,13 @@ impl FileDevice {
         self.block_device
     }
 
+    /// Reads and writes so far that `O_DIRECT` made go through a bounce
+    /// buffer (their buffer, offset or length was not aligned); aligned ones
+    /// go straight to the kernel and are not counted.
+    pub fn bounce_count(&self) -> u64 {
+        self.bounces.load(Ordering::Relaxed)
+    }
+
     /// Alignment direct IO uses (meaningful when [`FileDevice::is_direct`]).
     pub fn alignment_bytes(&self) -> u64 {
         self.alignment_bytes
@@ -631,6 +642,7 @@ impl FileDevice {
         if self.is_aligned(buf.as_ptr() as usize, offset_bytes, buf.len()) {
             return self.read_full(offset_bytes, buf);
         }
+        self.bounces.fetch_add(1, Ordering::Relaxed);
         let alignment = self.alignment_bytes;
         let start = offset_bytes / alignment * alignment;
         let end = (offset_bytes + buf.len() as u64).div_ceil(alignment) * alignment;
@@ -646,6 +658,7 @@ impl FileDevice {
         if self.is_aligned(data.as_ptr() as usize, offset_bytes, data.len()) {
             return self.pwrite_all(data, offset_bytes, durable);
         }
+        self.bounces.fetch_add(1, Ordering::Relaxed);
         let alignment = self.alignment_bytes;
         let end_bytes = offset_bytes + data.len() as u64;
         let start = offset_bytes / alignment * alignment;
@@ -1132,6 +1145,11 @@ mod tests {
         };
         assert!(device.is_direct());
         round_trip(&device);
+        let bounced = device.bounce_count();
+        assert!(
+            bounced > 0,
+            "unaligned requests go through the bounce buffer"
+        );
         // An aligned buffer, offset and length take the zero-copy path.
         let mut aligned = vec![0u8; 3 * 4096];
         let shift = aligned.as_ptr().align_offset(4096);
@@ -1140,6 +1158,10 @@ mod tests {
         device
             .write_at(8192, &aligned[shift..shift + 4096])
             .unwrap();
+        device
+            .read_at(8192, &mut aligned[shift..shift + 4096])
+            .unwrap();
+        assert_eq!(device.bounce_count(), bounced, "aligned IO is not bounced");
         device.flush().unwrap();
         drop(device);
         let device = FileDevice::open(&path, None, false, false).unwrap();
