@@ -34,8 +34,9 @@ use tierd_nbd::{Export, Server, ServerConfig, ServerHandle, TlsFiles, TlsMode, T
 use crate::CliError;
 
 /// Worker threads per NBD connection when a stack has an emulated
-/// (latency-model) tier and `server.workers_per_connection` is not set.
-const EMULATED_WORKERS_PER_CONNECTION: usize = 16;
+/// (latency-model) tier or an O_DIRECT file tier and
+/// `server.workers_per_connection` is not set.
+const OVERLAPPING_WORKERS_PER_CONNECTION: usize = 16;
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -230,21 +231,23 @@ fn wait_for_stop_signal(set: &libc::sigset_t) -> &'static str {
 
 /// Worker threads per NBD connection: the configured number, else 0 (each
 /// connection's thread serves its requests inline) unless a volume's stack
-/// has an emulated tier, whose held-back completions need overlap.
+/// has an emulated tier, whose held-back completions need overlap, or an
+/// O_DIRECT tier, where every request waits for the disk (inline, a client's
+/// queue depth of 16 would reach the disk as 1).
 fn workers_per_connection(config: &Config) -> usize {
     if let Some(workers) = config.server.workers_per_connection {
         return workers;
     }
-    let emulated = config.volumes.iter().any(|volume| {
+    let overlapping = config.volumes.iter().any(|volume| {
         volume.tiers.iter().any(|name| {
             config
                 .tiers
                 .iter()
-                .any(|tier| &tier.name == name && tier.model.is_some())
+                .any(|tier| &tier.name == name && (tier.model.is_some() || tier.direct))
         })
     });
-    if emulated {
-        EMULATED_WORKERS_PER_CONNECTION
+    if overlapping {
+        OVERLAPPING_WORKERS_PER_CONNECTION
     } else {
         0
     }
@@ -633,5 +636,26 @@ mod tests {
             let error = parse_until(bad, now).unwrap_err().0;
             assert!(error.contains("RFC 3339"), "{error}");
         }
+    }
+
+    /// Workers by default only where requests wait on a device (emulated or
+    /// O_DIRECT); an explicit value always wins.
+    #[test]
+    fn default_workers_follow_the_tiers() {
+        use tierd_engine::config::EMBEDDED_DEFAULT;
+        let parse = |text: &str| Config::parse(text, "t.toml", Path::new("/base")).unwrap();
+        let inline = parse(EMBEDDED_DEFAULT);
+        assert_eq!(workers_per_connection(&inline), 0);
+        let direct =
+            EMBEDDED_DEFAULT.replace("backend = \"file\"", "backend = \"file\"\ndirect = true");
+        assert_eq!(
+            workers_per_connection(&parse(&direct)),
+            OVERLAPPING_WORKERS_PER_CONNECTION
+        );
+        let explicit = direct.replace(
+            "listen = [\"unix:tierd.sock\"]",
+            "listen = [\"unix:tierd.sock\"]\nworkers_per_connection = 2",
+        );
+        assert_eq!(workers_per_connection(&parse(&explicit)), 2);
     }
 }

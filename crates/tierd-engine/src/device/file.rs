@@ -1,12 +1,14 @@
 //! A regular file or a block device as a [`BlockDevice`].
 //!
-//! IO is positioned (`pread`/`pwrite`), so threads share one descriptor
-//! without a lock. `flush` is `fdatasync`; a durable (FUA) write is
-//! `pwritev2(RWF_DSYNC)`, which makes only its own range durable, falling
-//! back (once, logged) to `pwrite` + `fdatasync` where the kernel refuses
-//! the flag; `discard` punches a hole and `write_zeroes` asks for a zeroed
-//! range, both falling back to writing zeroes when the filesystem or device
-//! refuses.
+//! IO is positioned, so threads share one descriptor without a lock; the
+//! reads and writes go through the tier's IO engine
+//! ([`super::io_engine`]: `pread`/`pwrite` on the calling thread, or a
+//! shared io_uring; [`FileDevice::with_io_engine`]). `flush` is
+//! `fdatasync`; a durable (FUA) write carries `RWF_DSYNC`, which makes only
+//! its own range durable, falling back (once, logged) to a plain write +
+//! `fdatasync` where the kernel refuses the flag; `discard` punches a hole
+//! and `write_zeroes` asks for a zeroed range, both falling back to writing
+//! zeroes when the filesystem or device refuses.
 //!
 //! With `direct = true` the file is opened with `O_DIRECT` (no page cache):
 //! every request is sent as whole aligned blocks through an aligned bounce
@@ -29,6 +31,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use super::io_engine::{self, IoEngine, IoEngineKind, PsyncEngine};
 use super::{check_range, BlockDevice, DeviceError, DeviceErrorKind, DeviceResult};
 
 /// Alignment of direct IO when the device does not ask for more: 4096 works
@@ -73,11 +76,15 @@ thread_local! {
 }
 
 /// A file or block device opened for positioned IO.
-#[derive(Debug)]
 pub struct FileDevice {
     name: String,
     path: PathBuf,
     file: File,
+    /// Moves the bytes of reads and writes (psync until
+    /// [`FileDevice::with_io_engine`] says otherwise).
+    io: Box<dyn IoEngine>,
+    /// Why the configured engine was not used, if it was refused.
+    io_fallback: Option<String>,
     size_bytes: u64,
     direct: bool,
     block_device: bool,
@@ -381,9 +388,17 @@ impl FileDevice {
                 libc::EINVAL,
             ));
         }
+        let io = PsyncEngine::new(&file).map_err(|error| {
+            open_error(
+                format!("cannot duplicate the descriptor: {}", describe(&error)),
+                errno_of(&error),
+            )
+        })?;
         Ok(FileDevice {
             name,
             path: path.to_path_buf(),
+            io: Box::new(io),
+            io_fallback: None,
             file,
             size_bytes: device_size_bytes,
             direct,
@@ -400,6 +415,33 @@ impl FileDevice {
                 warning: Mutex::new(None),
             }),
         })
+    }
+
+    /// Runs reads and writes through the engine `kind`. An io_uring the
+    /// kernel refuses leaves psync in place, logs why (a warning naming the
+    /// device) and keeps the reason for [`FileDevice::io_engine_fallback`].
+    pub fn with_io_engine(mut self, kind: IoEngineKind) -> DeviceResult<FileDevice> {
+        if kind == self.io.kind() {
+            return Ok(self);
+        }
+        let (engine, fallback) = io_engine::open_engine(kind, &self.file)
+            .map_err(|error| self.error("open", 0, self.size_bytes, &error))?;
+        if let Some(reason) = &fallback {
+            tracing::warn!(device = %self.name, "io_engine = \"{}\" refused: {reason}", kind.name());
+        }
+        self.io = engine;
+        self.io_fallback = fallback;
+        Ok(self)
+    }
+
+    /// The engine reads and writes use.
+    pub fn io_engine(&self) -> IoEngineKind {
+        self.io.kind()
+    }
+
+    /// Why the engine asked for was refused and psync used instead.
+    pub fn io_engine_fallback(&self) -> Option<&str> {
+        self.io_fallback.as_deref()
     }
 
     /// Ends service: every later operation fails with EIO and `reason`.
@@ -593,7 +635,7 @@ impl FileDevice {
         let mut done = 0usize;
         while done < buf.len() {
             match self
-                .file
+                .io
                 .read_at(&mut buf[done..], offset_bytes + done as u64)
             {
                 Ok(0) => {
@@ -700,10 +742,10 @@ impl FileDevice {
     /// needs), or `fdatasync` after the write where the kernel refuses it.
     fn pwrite_all(&self, data: &[u8], offset_bytes: u64, durable: bool) -> io::Result<()> {
         if !durable {
-            return self.file.write_all_at(data, offset_bytes);
+            return self.write_all(data, offset_bytes, false);
         }
         if !self.dsync_refused.load(Ordering::Relaxed) {
-            match pwrite_all_dsync(&self.file, data, offset_bytes) {
+            match self.write_all(data, offset_bytes, true) {
                 Ok(()) => return Ok(()),
                 Err(error) if dsync_refused(&error) => {
                     // Nothing was written: the first call was refused.
@@ -718,8 +760,24 @@ impl FileDevice {
                 Err(error) => return Err(error),
             }
         }
-        self.file.write_all_at(data, offset_bytes)?;
+        self.write_all(data, offset_bytes, false)?;
         sync_data(&self.file)
+    }
+
+    /// The engine's write until all of `data` is written (`durable`: each
+    /// call returns once the bytes it wrote are durable).
+    fn write_all(&self, data: &[u8], offset_bytes: u64, durable: bool) -> io::Result<()> {
+        let mut done = 0usize;
+        while done < data.len() {
+            match self
+                .io
+                .write_at(&data[done..], offset_bytes + done as u64, durable)?
+            {
+                0 => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                written => done += written,
+            }
+        }
+        Ok(())
     }
 
     /// Tests: act as if the kernel had refused `RWF_DSYNC`.
@@ -803,36 +861,6 @@ fn sync_data(file: &File) -> io::Result<()> {
             result => return result,
         }
     }
-}
-
-/// `pwritev2(.., RWF_DSYNC)` until all of `data` is written: each call
-/// returns once the bytes it wrote are durable.
-fn pwrite_all_dsync(file: &File, data: &[u8], offset_bytes: u64) -> io::Result<()> {
-    let mut done = 0usize;
-    while done < data.len() {
-        let rest = &data[done..];
-        let iov = libc::iovec {
-            iov_base: rest.as_ptr() as *mut libc::c_void,
-            iov_len: rest.len(),
-        };
-        let offset = libc::off_t::try_from(offset_bytes + done as u64)
-            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        // SAFETY: one iovec over `rest`, which lives across the call; the
-        // kernel only reads from it.
-        let written = unsafe { libc::pwritev2(file.as_raw_fd(), &iov, 1, offset, libc::RWF_DSYNC) };
-        if written < 0 {
-            let error = io::Error::last_os_error();
-            if error.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(error);
-        }
-        if written == 0 {
-            return Err(io::Error::from(io::ErrorKind::WriteZero));
-        }
-        done += written as usize;
-    }
-    Ok(())
 }
 
 /// Errors by which a filesystem or device says "not this way": the caller
@@ -950,6 +978,18 @@ fn block_device_logical_block_size(file: &File) -> Option<u64> {
         return None;
     }
     u64::try_from(size_bytes).ok().filter(|&size| size > 0)
+}
+
+impl std::fmt::Debug for FileDevice {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("FileDevice")
+            .field("path", &self.path)
+            .field("size_bytes", &self.size_bytes)
+            .field("direct", &self.direct)
+            .field("io_engine", &self.io.kind())
+            .finish_non_exhaustive()
+    }
 }
 
 impl BlockDevice for FileDevice {
@@ -1207,6 +1247,55 @@ mod tests {
             assert_eq!(back, shadow, "direct {direct}, fallback {fallback}");
             let error = device.write_at_durable(64 * 1024 - 1, &[1, 2]).unwrap_err();
             assert_eq!(error.kind, DeviceErrorKind::OutOfRange);
+        }
+    }
+
+    /// The io_uring engine under the device: buffered and direct, aligned
+    /// and bounced, plain and durable, and many threads on one ring.
+    #[test]
+    fn the_uring_engine_serves_the_device_like_psync() {
+        let directory = tempfile::tempdir().unwrap();
+        for direct in [false, true] {
+            let path = directory.path().join(format!("uring-{direct}.img"));
+            let device = if direct {
+                match open_direct(&path, 64 * 1024) {
+                    Some(device) => device,
+                    None => continue,
+                }
+            } else {
+                FileDevice::open(&path, Some(64 * 1024), false, true).unwrap()
+            };
+            let device = device.with_io_engine(IoEngineKind::Uring).unwrap();
+            if let Some(reason) = device.io_engine_fallback() {
+                assert_eq!(device.io_engine(), IoEngineKind::Psync);
+                eprintln!("skipping: io_uring refused here: {reason}");
+                return;
+            }
+            assert_eq!(device.io_engine(), IoEngineKind::Uring);
+            round_trip(&device);
+            device.write_at_durable(4096, &pattern(9, 4096)).unwrap();
+            let mut back = vec![0u8; 4096];
+            device.read_at(4096, &mut back).unwrap();
+            assert_eq!(back, pattern(9, 4096));
+            let device = Arc::new(device);
+            let threads: Vec<_> = (0..4u8)
+                .map(|thread| {
+                    let device = Arc::clone(&device);
+                    std::thread::spawn(move || {
+                        for round in 0..50u8 {
+                            let offset = u64::from(thread) * 16384 + u64::from(round % 4) * 4096;
+                            let data = pattern(thread.wrapping_mul(50).wrapping_add(round), 4096);
+                            device.write_at(offset, &data).unwrap();
+                            let mut back = vec![0u8; 4096];
+                            device.read_at(offset, &mut back).unwrap();
+                            assert_eq!(back, data, "thread {thread} round {round}");
+                        }
+                    })
+                })
+                .collect();
+            for thread in threads {
+                thread.join().unwrap();
+            }
         }
     }
 

@@ -15,6 +15,7 @@
 pub mod crash;
 pub mod fault;
 pub mod file;
+pub mod io_engine;
 pub mod latency;
 pub mod memory;
 pub mod stats;
