@@ -392,9 +392,18 @@ pub fn open_engine(
     kind: IoEngineKind,
     file: &File,
 ) -> io::Result<(Box<dyn IoEngine>, Option<String>)> {
+    open_engine_with(kind, file, UringEngine::new)
+}
+
+/// [`open_engine`] with the ring's constructor given (tests refuse it).
+fn open_engine_with(
+    kind: IoEngineKind,
+    file: &File,
+    new_ring: impl FnOnce(&File) -> io::Result<UringEngine>,
+) -> io::Result<(Box<dyn IoEngine>, Option<String>)> {
     match kind {
         IoEngineKind::Psync => Ok((Box::new(PsyncEngine::new(file)?), None)),
-        IoEngineKind::Uring => match UringEngine::new(file) {
+        IoEngineKind::Uring => match new_ring(file) {
             Ok(engine) => Ok((Box::new(engine), None)),
             Err(error) => Ok((
                 Box::new(PsyncEngine::new(file)?),
@@ -494,6 +503,37 @@ mod tests {
                 thread.join().unwrap();
             }
         }
+    }
+
+    /// A kernel that refuses io_uring (EPERM, as under a container's
+    /// seccomp filter) gives a working psync engine and the reason.
+    #[test]
+    fn a_refused_ring_falls_back_to_psync_with_the_reason() {
+        let directory = tempfile::tempdir().unwrap();
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(directory.path().join("fallback.img"))
+            .unwrap();
+        file.set_len(8192).unwrap();
+        let (engine, reason) = open_engine_with(IoEngineKind::Uring, &file, |_| {
+            Err(io::Error::from_raw_os_error(libc::EPERM))
+        })
+        .unwrap();
+        assert_eq!(engine.kind(), IoEngineKind::Psync);
+        let reason = reason.expect("a reason");
+        assert!(
+            reason.contains("disabled") && reason.contains("psync"),
+            "{reason}"
+        );
+        assert_eq!(engine.write_at(b"still works", 100, true).unwrap(), 11);
+        let mut back = [0u8; 11];
+        assert_eq!(engine.read_at(&mut back, 100).unwrap(), 11);
+        assert_eq!(&back, b"still works");
+        let (engine, reason) = open_engine(IoEngineKind::Psync, &file).unwrap();
+        assert_eq!((engine.kind(), reason), (IoEngineKind::Psync, None));
     }
 
     #[test]
