@@ -6,10 +6,12 @@
 #          (unsafe_volatile = true, every segment moved there with `tierd move`
 #          before measuring), the same with a write-through memory tier, and
 #          `nbdkit memory 256M`
-#   file   tierd volume on one file tier (tiers = ["disk"]; page cache with
-#          requests run on the connection thread, and direct = true with 4
-#          workers per connection), `nbdkit file` and
-#          `qemu-nbd --cache=none --aio=io_uring` on the same file
+#   file   tierd volume on one file tier (tiers = ["disk"]; page cache, and
+#          direct = true, both with the server's default settings),
+#          `nbdkit file` and `qemu-nbd --cache=none --aio=io_uring` on the
+#          same file (each tierd server on its own copy of it: a tier file is
+#          locked by the server that uses it); DIRECT_ENGINES adds one
+#          direct = true server per IO engine named
 #   tls    the memory-tier volume over plain text and over TLS (rustls,
 #          mode = "require"), and `nbdkit --tls=require memory 256M` (GnuTLS),
 #          all with one throwaway EC P-256 CA + server certificate made with
@@ -28,10 +30,17 @@
 #
 # Usage:   bench/nbd/compare.sh [mem] [file] [tls] [stall]   (default: all four)
 # Env:     ROUNDS (2)  RUNTIME (10)  STALL_RUNTIME (20)
+#          DIRECT_ENGINES (""; e.g. "psync uring": extra file rows
+#          tierd-direct-psync, tierd-direct-uring with io_engine set)
+#          DIRECT_WORKERS ("": server default; N: workers_per_connection = N
+#          on every direct = true server)
 #          PIN=none|split  (split: servers on CPU 0, fio on CPU 1, via taskset)
 #          CARGO_TARGET_DIR (where the release tierd is built)
 #          RESULTS (default /tmp/tierd-nbd-bench.<date>; raw fio JSON lands there)
 # Prints markdown tables on stdout; nothing is written inside the repository.
+# Every row also has the server's CPU time per million IOs: utime + stime
+# of the server process (/proc/PID/stat) across the fio run (its 1 s ramp
+# included) divided by fio's IO count.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -39,6 +48,8 @@ repo=$(cd "$here/../.." && pwd)
 parts=("$@")
 [ ${#parts[@]} -gt 0 ] || parts=(mem file tls stall)
 ROUNDS=${ROUNDS:-2}
+DIRECT_ENGINES=${DIRECT_ENGINES:-}
+DIRECT_WORKERS=${DIRECT_WORKERS:-}
 RUNTIME=${RUNTIME:-10}
 STALL_RUNTIME=${STALL_RUNTIME:-20}
 PIN=${PIN:-none}
@@ -53,6 +64,7 @@ fio --enghelp 2>/dev/null | grep -qx '[[:space:]]*nbd' || { echo "compare.sh: th
 mkdir -p "$RESULTS"
 work=$(mktemp -d /tmp/tierd-nbd-work.XXXXXX)
 server_pids=()
+declare -A pid_of   # server label -> pid, for CPU time
 cleanup() {
   for pid in "${server_pids[@]}"; do
     kill -TERM "$pid" 2>/dev/null || true
@@ -84,6 +96,7 @@ start_tierd() {
   printf '%s\n' "$text" > "$work/$name.toml"
   "${server_cpu[@]}" "$tierd" serve --config "$work/$name.toml" > "$work/$name.out" 2> "$work/$name.err" &
   server_pids+=($!)
+  pid_of[$name]=$!
   local waited=0
   until uri=$(sed -n 's/^tierd: volume vol0 at //p' "$work/$name.out" | head -1) && [ -n "$uri" ]; do
     sleep 0.1
@@ -110,6 +123,7 @@ start_nbdkit() { # NAME PLUGIN ARGS... -> $uri
   local name=$1; shift
   "${server_cpu[@]}" nbdkit -f -U "$work/$name.sock" "$@" 2> "$work/$name.err" &
   server_pids+=($!)
+  pid_of[$name]=$!
   wait_for_socket "$work/$name.sock"
   uri="nbd+unix:///vol0?socket=$work/$name.sock"
 }
@@ -119,6 +133,7 @@ start_qemu_nbd() { # NAME FILE -> $uri
   "${server_cpu[@]}" qemu-nbd -t -e 16 -x vol0 --cache=none --aio=io_uring -f raw \
     -k "$work/$name.sock" "$file" 2> "$work/$name.err" &
   server_pids+=($!)
+  pid_of[$name]=$!
   wait_for_socket "$work/$name.sock"
   uri="nbd+unix:///vol0?socket=$work/$name.sock"
 }
@@ -143,13 +158,26 @@ move_all() {
 
 # ------------------------------------------------------------------ fio
 
-# run_fio LABEL URI RW QD [extra fio args...]: JSON into $RESULTS/LABEL.json
+# cpu_ticks PID: utime + stime of the process, in clock ticks
+cpu_ticks() {
+  awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0
+}
+
+# run_fio LABEL URI RW QD [extra fio args...]: JSON into $RESULTS/LABEL.json;
+# with SERVER set (a key of pid_of), that server's CPU seconds across the run
+# into $RESULTS/LABEL.cpu
 run_fio() {
   local label=$1 target=$2 rw=$3 depth=$4; shift 4
+  local pid=${pid_of[${SERVER:-}]:-} before=0
+  [ -z "$pid" ] || before=$(cpu_ticks "$pid")
   "${fio_cpu[@]}" fio --name="$label" --ioengine=nbd --uri="$target" \
     --rw="$rw" --bs=4k --iodepth="$depth" --size=256M \
     --runtime="$RUNTIME" --ramp_time=1 --time_based \
     --output-format=json --output="$RESULTS/$label.json" "$@" >/dev/null
+  if [ -n "$pid" ]; then
+    echo "$(cpu_ticks "$pid") $before $(getconf CLK_TCK)" |
+      awk '{ printf "%.3f\n", ($1 - $2) / $3 }' > "$RESULTS/$label.cpu"
+  fi
 }
 
 fill() { # URI SIZE: write every byte once, so reads never hit holes
@@ -170,10 +198,14 @@ def load(name, rw, qd, rnd):
     job = json.load(open(path))["jobs"][0]
     side = job["read" if rw == "randread" else "write"]
     pct = side["clat_ns"].get("percentile", {})
-    return side["iops"], pct.get("50.000000", 0) / 1e3, pct.get("99.000000", 0) / 1e3
+    cpu_path = path[:-len(".json")] + ".cpu"
+    cpu = None
+    if os.path.exists(cpu_path) and side["total_ios"]:
+        cpu = float(open(cpu_path).read()) / (side["total_ios"] / 1e6)
+    return side["iops"], pct.get("50.000000", 0) / 1e3, pct.get("99.000000", 0) / 1e3, cpu
 rounds = range(1, int(os.environ["ROUNDS"]) + 1)
-print("| workload | server | iops per round | mean iops | p50 µs per round | p99 µs per round | iops / " + baseline + " (per round) | p50 / " + baseline + " |")
-print("|---|---|---|---|---|---|---|---|")
+print("| workload | server | iops per round | mean iops | p50 µs per round | p99 µs per round | iops / " + baseline + " (per round) | p50 / " + baseline + " | CPU s per M IOs per round |")
+print("|---|---|---|---|---|---|---|---|---|")
 for rw, qd in workloads:
     base = {r: load(baseline, rw, qd, r) for r in rounds}
     for name in names:
@@ -185,13 +217,14 @@ for rw, qd in workloads:
         p50 = " / ".join(f"{x[1]:.1f}" for x in got)
         p99 = " / ".join(f"{x[2]:.1f}" for x in got)
         mean = statistics.mean(x[0] for x in got)
+        cpu = " / ".join("–" if x[3] is None else f"{x[3]:.1f}" for x in got)
         if name == baseline:
             ratio, lat = "1", "1"
         else:
             pairs = [(runs[r], base[r]) for r in rounds if runs[r] and base[r]]
             ratio = " / ".join(f"{a[0]/b[0]:.2f}" for a, b in pairs)
             lat = " / ".join(f"{a[1]/b[1]:.2f}" for a, b in pairs if b[1])
-        print(f"| {rw} QD{qd} | {name} | {iops} | {mean/1e3:.1f} k | {p50} | {p99} | {ratio} | {lat} |")
+        print(f"| {rw} QD{qd} | {name} | {iops} | {mean/1e3:.1f} k | {p50} | {p99} | {ratio} | {lat} | {cpu} |")
 PY
 }
 
@@ -208,7 +241,7 @@ run_group() {
         for pair in "${order[@]}"; do
           name=${pair%%=*}; target=${pair#*=}
           echo "round $round: $name $rw QD$qd" >&2
-          run_fio "$name-$rw-qd$qd-r$round" "$target" "$rw" "$qd"
+          SERVER=$name run_fio "$name-$rw-qd$qd-r$round" "$target" "$rw" "$qd"
         done
       done
     done
@@ -261,6 +294,7 @@ part_mem() {
   start_tierd tmem "$volatile_config"; local tmem=$uri
   start_tierd twt "$write_through_config"; local twt=$uri
   start_nbdkit kmem memory 256M; local kmem=$uri
+  pid_of[tierd-mem]=${pid_of[tmem]}; pid_of[tierd-mem-wt]=${pid_of[twt]}; pid_of[nbdkit-memory]=${pid_of[kmem]}
   move_all tmem mem 4 0000
   move_all twt mem 4 0000
   for target in "$tmem" "$twt" "$kmem"; do fill "$target" 256M; done
@@ -271,19 +305,24 @@ part_mem() {
   echo
 }
 
-# file_config NAME FILE DIRECT WORKERS: one file tier holding the whole volume
+# file_config NAME FILE DIRECT [IO_ENGINE]: one file tier holding the whole
+# volume; server defaults, but DIRECT_WORKERS on direct ones
 file_config() {
+  local workers="" engine=""
+  [ "$3" = false ] || [ -z "$DIRECT_WORKERS" ] || workers="workers_per_connection = $DIRECT_WORKERS"
+  [ -z "${4:-}" ] || engine="io_engine = \"$4\""
   cat <<EOF
 data_dir = "$work/$1"
 [server]
 listen = ["unix:$work/$1.sock"]
-workers_per_connection = $4
+$workers
 [[tier]]
 name = "disk"
 backend = "file"
 path = "$2"
 size = "256MiB"
 direct = $3
+$engine
 [[volume]]
 name = "vol0"
 size = "256MiB"
@@ -298,14 +337,30 @@ EOF
 part_file() {
   local file=$work/file.img
   dd if=/dev/urandom of="$file" bs=1M count=256 status=none
-  start_tierd tfile "$(file_config tfile "$file" false 0)"; local tfile=$uri
-  start_tierd tdirect "$(file_config tdirect "$file" true 4)"; local tdirect=$uri
-  start_nbdkit kfile file "$file"; local kfile=$uri
-  start_qemu_nbd qnbd "$file"; local qnbd=$uri
-  run_group "tierd-file=$tfile" "nbdkit-file=$kfile" "qemu-nbd=$qnbd" "tierd-direct=$tdirect"
+  # A tier file is locked by its server: each tierd gets its own copy.
+  local -a group=() names=() engine
+  cp "$file" "$work/tfile.img"
+  start_tierd tfile "$(file_config tfile "$work/tfile.img" false)"
+  group+=("tierd-file=$uri"); names+=(tierd-file)
+  start_nbdkit nbdkit-file file "$file"; group+=("nbdkit-file=$uri"); names+=(nbdkit-file)
+  start_qemu_nbd qemu-nbd "$file"; group+=("qemu-nbd=$uri"); names+=(qemu-nbd)
+  cp "$file" "$work/tdirect.img"
+  start_tierd tierd-direct "$(file_config tierd-direct "$work/tdirect.img" true)"
+  group+=("tierd-direct=$uri"); names+=(tierd-direct)
+  for engine in $DIRECT_ENGINES; do
+    cp "$file" "$work/tdirect-$engine.img"
+    start_tierd "tierd-direct-$engine" "$(file_config "tierd-direct-$engine" "$work/tdirect-$engine.img" true "$engine")"
+    group+=("tierd-direct-$engine=$uri"); names+=("tierd-direct-$engine")
+  done
+  pid_of[tierd-file]=${pid_of[tfile]}
+  run_group "${group[@]}"
   echo "### File: tierd (one file tier) vs nbdkit file vs qemu-nbd --cache=none --aio=io_uring"
   echo
-  summarize nbdkit-file tierd-file nbdkit-file qemu-nbd tierd-direct
+  summarize nbdkit-file "${names[@]}"
+  echo
+  echo "### File, O_DIRECT: tierd direct = true vs qemu-nbd --cache=none --aio=io_uring"
+  echo
+  summarize qemu-nbd "${names[@]:2}"
   echo
 }
 
@@ -364,6 +419,8 @@ key = \"$pki/server-key.pem\"")
   case $ttls in nbds+unix://*) ;; *) echo "compare.sh: tierd did not print an nbds URI: $ttls" >&2; exit 1 ;; esac
   "${server_cpu[@]}" nbdkit -f -U "$work/ktls.sock" --tls=require --tls-certificates="$pki" memory 256M 2> "$work/ktls.err" &
   server_pids+=($!)
+  pid_of[nbdkit-tls]=$!
+  pid_of[tierd-tls]=${pid_of[ttls]}; pid_of[tierd-plain]=${pid_of[tplain]}
   wait_for_socket "$work/ktls.sock"
   local ktls="nbds+unix:///vol0?socket=$work/ktls.sock"
   move_all tplain mem 4 0000

@@ -42,6 +42,7 @@ use tierd_device::model::DevicePreset;
 use tierd_policy::PolicyConfig;
 
 use crate::device::fault::FaultConfig;
+use crate::device::io_engine::IoEngineKind;
 
 /// A byte count written as `"64MiB"` or a bare integer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -379,6 +380,11 @@ pub struct TierConfig {
     /// O_DIRECT for `file`.
     #[serde(default)]
     pub direct: bool,
+    /// For `file`: how reads and writes reach the kernel, `"psync"`
+    /// (`pread`/`pwrite` on the calling thread) or `"uring"` (a shared
+    /// io_uring); unset: [`crate::device::io_engine::DEFAULT_IO_ENGINE`].
+    #[serde(default)]
+    pub io_engine: Option<IoEngineKind>,
     /// Emulate this device: completions are held back to what the
     /// simulator's model of the preset says (`savvio10k4`, `x25e`, ...).
     #[serde(default)]
@@ -733,6 +739,11 @@ impl Config {
                     if tier.direct {
                         return Err(format!("{key}.direct: only file tiers can use O_DIRECT"));
                     }
+                    if tier.io_engine.is_some() {
+                        return Err(format!(
+                            "{key}.io_engine: only file tiers do IO through an engine; remove the key"
+                        ));
+                    }
                 }
                 Backend::File => {
                     if tier.path.is_none() {
@@ -1038,6 +1049,27 @@ mod tests {
             (
                 EMBEDDED_DEFAULT.replace("backend = \"memory\"", "backend = \"ram\""),
                 "unknown variant",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace(
+                    "backend = \"file\"",
+                    "backend = \"file\"\nio_engine = \"aio\"",
+                ),
+                "io_engine = \"aio\"",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace(
+                    "backend = \"file\"",
+                    "backend = \"file\"\nio_engine = \"aio\"",
+                ),
+                "expected `psync` or `uring`",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace(
+                    "backend = \"memory\"",
+                    "backend = \"memory\"\nio_engine = \"uring\"",
+                ),
+                "tier[0] (name \"mem\").io_engine: only file tiers",
             ),
             (
                 EMBEDDED_DEFAULT.replace("kind = \"otf-ast\"", "kind = \"otf-ast\"\nupp = 0.5"),

@@ -105,7 +105,19 @@ pub fn build_tier(
                 true,
                 extend,
             )
+            .and_then(|file| {
+                file.with_io_engine(
+                    tier.io_engine
+                        .unwrap_or(crate::device::io_engine::DEFAULT_IO_ENGINE),
+                )
+            })
             .map_err(|error| fail(error.to_string()))?;
+            tracing::info!(
+                tier = %tier.name,
+                direct = tier.direct,
+                io_engine = file.io_engine().name(),
+                "file tier opened"
+            );
             let file = Arc::new(file);
             backing = Some(file.clone());
             file

@@ -171,6 +171,98 @@ impl Export for VolumeExport {
 mod tests {
     use super::*;
 
+    /// Aligned NBD requests reach an `O_DIRECT` tier without a bounce copy:
+    /// WRITE payloads arrive in aligned buffers and READ data is read into
+    /// aligned buffers, inline and with workers, plain and FUA. An unaligned
+    /// request still bounces (the counter counts).
+    #[test]
+    fn aligned_nbd_requests_reach_a_direct_tier_without_a_bounce() {
+        use tierd_common::clock::{Clock, SystemClock};
+        use tierd_engine::device::file::FileDevice;
+        use tierd_engine::device::BlockDevice;
+        use tierd_engine::volume::{TierSpec, VolumeOptions};
+        use tierd_nbd::{Client, Server, ServerConfig};
+
+        const SIZE: u64 = 4 << 20;
+        let directory = tempfile::tempdir().unwrap();
+        let file = match FileDevice::open_tier(
+            directory.path().join("disk.img"),
+            Some(SIZE),
+            true,
+            true,
+            true,
+        ) {
+            Ok(file) => Arc::new(file),
+            Err(error) if error.message.contains("set direct = false") => {
+                eprintln!("skipping: this filesystem refuses O_DIRECT: {error}");
+                return;
+            }
+            Err(error) => panic!("{error}"),
+        };
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+        let options = VolumeOptions {
+            name: "vol0".into(),
+            size_bytes: SIZE,
+            segment_bytes: 1 << 20,
+            chunk_bytes: 256 << 10,
+            period_ns: 60_000_000_000,
+            checkpoint_every_periods: 1,
+            policy: tierd_policy::PolicyConfig::None,
+            migration: Default::default(),
+        };
+        let specs = vec![TierSpec {
+            name: "disk".into(),
+            device: file.clone() as Arc<dyn BlockDevice>,
+            volatile: false,
+            unsafe_volatile: false,
+        }];
+        let volume = Arc::new(
+            Volume::open(options, specs, &directory.path().join("meta"), clock)
+                .unwrap()
+                .0,
+        );
+        let export: Arc<dyn Export> = Arc::new(VolumeExport::new(volume, false));
+        for workers in [0, 4] {
+            let server = Server::new(
+                vec![("vol0".into(), export.clone())],
+                ServerConfig {
+                    workers_per_connection: workers,
+                    ..ServerConfig::default()
+                },
+            )
+            .unwrap();
+            let socket = directory.path().join(format!("nbd-{workers}.sock"));
+            let handle = server.serve_unix(&socket).unwrap();
+            let mut client =
+                Client::connect_uri(&format!("nbd+unix:///vol0?socket={}", socket.display()))
+                    .unwrap();
+            // 4 KiB, 64 KiB and one across a segment boundary (1 MiB).
+            for (index, &(offset, length)) in
+                [(0u64, 4096usize), (8192, 65536), ((1 << 20) - 4096, 12288)]
+                    .iter()
+                    .enumerate()
+            {
+                let data: Vec<u8> = (0..length)
+                    .map(|byte| (byte as u8) ^ (index as u8 * 37 + workers as u8))
+                    .collect();
+                client.write(offset, &data, index == 1).unwrap();
+                let mut back = vec![0u8; length];
+                client.read(offset, &mut back).unwrap();
+                assert_eq!(back, data, "{workers} workers, write {index}");
+            }
+            assert_eq!(
+                file.bounce_count(),
+                0,
+                "{workers} workers: aligned requests were bounced"
+            );
+            client.disconnect().unwrap();
+            handle.shutdown();
+        }
+        // The counter is live: an unaligned write does bounce.
+        export.write(100, &[1, 2, 3], false).unwrap();
+        assert_eq!(file.bounce_count(), 1);
+    }
+
     /// The sysfs attribute, for a whole disk and for a partition (whose
     /// queue is its disk's), read from a fake sysfs tree.
     #[test]

@@ -46,6 +46,12 @@ use crate::CliError;
 const EMULATED_WORKERS_PER_CONNECTION: usize =
     tierd_engine::config::server_limits::MAX_WORKERS_PER_CONNECTION;
 
+/// Workers per connection when a volume has an O_DIRECT file tier (and no
+/// emulated one) and `server.workers_per_connection` is not set: every
+/// request waits for the disk, so requests must overlap (inline, a client's
+/// queue depth of 16 would reach the disk as 1).
+const DIRECT_WORKERS_PER_CONNECTION: usize = 16;
+
 #[derive(Args)]
 pub struct ServeArgs {
     /// TOML configuration (tiers, volumes, listen addresses, metadata dir).
@@ -240,21 +246,26 @@ fn wait_for_stop_signal(set: &libc::sigset_t) -> &'static str {
 /// Worker threads per NBD connection: the configured number, else 0 (each
 /// connection's thread serves its requests inline) unless a volume's stack
 /// has an emulated tier, whose held-back completions need one thread per
-/// request in flight ([`EMULATED_WORKERS_PER_CONNECTION`]).
+/// request in flight ([`EMULATED_WORKERS_PER_CONNECTION`]), or an O_DIRECT
+/// tier ([`DIRECT_WORKERS_PER_CONNECTION`]).
 fn workers_per_connection(config: &Config) -> usize {
     if let Some(workers) = config.server.workers_per_connection {
         return workers;
     }
-    let emulated = config.volumes.iter().any(|volume| {
-        volume.tiers.iter().any(|name| {
-            config
-                .tiers
-                .iter()
-                .any(|tier| &tier.name == name && tier.model.is_some())
+    let used = |wanted: &dyn Fn(&tierd_engine::config::TierConfig) -> bool| {
+        config.volumes.iter().any(|volume| {
+            volume.tiers.iter().any(|name| {
+                config
+                    .tiers
+                    .iter()
+                    .any(|tier| &tier.name == name && wanted(tier))
+            })
         })
-    });
-    if emulated {
+    };
+    if used(&|tier| tier.model.is_some()) {
         EMULATED_WORKERS_PER_CONNECTION
+    } else if used(&|tier| tier.direct) {
+        DIRECT_WORKERS_PER_CONNECTION
     } else {
         0
     }
@@ -669,6 +680,22 @@ mod tests {
                 "workers_per_connection = 16"
             )),
             16
+        );
+        let with_direct = |server: &str| {
+            let text = format!(
+                "data_dir = \"data\"\n[server]\n{server}\n\
+                 [[tier]]\nname = \"disk\"\nbackend = \"file\"\npath = \"disk.img\"\nsize = \"64MiB\"\ndirect = true\n\
+                 [[volume]]\nname = \"vol0\"\nsize = \"64MiB\"\nsegment = \"16MiB\"\ntiers = [\"disk\"]\n"
+            );
+            Config::parse(&text, "test.toml", std::path::Path::new("/tmp")).unwrap()
+        };
+        assert_eq!(
+            workers_per_connection(&with_direct("")),
+            DIRECT_WORKERS_PER_CONNECTION
+        );
+        assert_eq!(
+            workers_per_connection(&with_direct("workers_per_connection = 2")),
+            2
         );
     }
 }

@@ -201,6 +201,14 @@ impl BlockDevice for StatsDevice {
         )
     }
 
+    /// Counted as a write (a durable write is a write that returns later).
+    fn write_at_durable(&self, offset_bytes: u64, data: &[u8]) -> DeviceResult<()> {
+        self.measure(
+            || self.inner.write_at_durable(offset_bytes, data),
+            |latency_ns| self.write.record(data.len() as u64, latency_ns),
+        )
+    }
+
     fn flush(&self) -> DeviceResult<()> {
         self.measure(
             || self.inner.flush(),

@@ -41,13 +41,17 @@ impl Mutation<'_> {
         }
     }
 
+    /// `fua`: a write is made durable by itself (only its range);
+    /// discard and zero leave that to the flush after them.
     pub(super) fn apply(
         &self,
         device: &dyn BlockDevice,
         offset: u64,
         length: u64,
+        fua: bool,
     ) -> Result<(), DeviceError> {
         match self {
+            Mutation::Write(data) if fua => device.write_at_durable(offset, data),
             Mutation::Write(data) => device.write_at(offset, data),
             Mutation::Discard => device.discard(offset, length),
             Mutation::Zero => device.write_zeroes(offset, length),
@@ -187,13 +191,14 @@ impl Volume {
                 },
             );
             let (tier, moving) =
-                self.mutate_piece(segment, within, length, &piece, &mut touched)?;
+                self.mutate_piece(segment, within, length, &piece, fua, &mut touched)?;
             let response_ns = self.clock.now_ns().saturating_sub(started_ns);
             self.monitor
                 .lock()
                 .record_user_io(segment, tier, true, length, response_ns, moving);
         }
-        if fua {
+        // FUA writes were durable piece by piece; discard and zero flush.
+        if fua && !matches!(mutation, Mutation::Write(_)) {
             for (tier, touched) in self.tiers.iter().zip(touched) {
                 if touched {
                     tier.device.flush()?;
@@ -211,13 +216,18 @@ impl Volume {
     /// (chunks already copied) and which are handed to the mover (chunks
     /// being copied; it applies them after the copy lands). Nothing here
     /// waits for a copy. A target that fails a mirrored part fails the move,
-    /// not the write: the source stays the segment's home.
+    /// not the write: the source stays the segment's home. With `fua` the
+    /// source half (and the write-through to home) is durable before the
+    /// ack; mirrored and handed-over parts need not be, because the source
+    /// is the segment's durable home until the flip, which flushes the
+    /// target first.
     fn mutate_piece(
         &self,
         segment: SegmentId,
         within: u64,
         length: u64,
         mutation: &Mutation,
+        fua: bool,
         touched: &mut [bool; 8],
     ) -> Result<(TierId, bool), VolumeError> {
         let home = self.home();
@@ -270,6 +280,7 @@ impl Volume {
             source_tier.device.as_ref(),
             self.slot_offset(source) + within,
             length,
+            fua,
         );
         if let (Some(active), Some(id)) = (&active, tracked) {
             let mut state = active.state.lock();
@@ -300,6 +311,7 @@ impl Volume {
                     self.tiers[target.tier as usize].device.as_ref(),
                     self.slot_offset(target) + part.offset_bytes,
                     part.length_bytes,
+                    false,
                 ) {
                     Ok(()) => touched[target.tier as usize] = true,
                     Err(error) => failure = Some(error),
@@ -322,6 +334,7 @@ impl Volume {
                 self.tiers[home as usize].device.as_ref(),
                 u64::from(segment) * self.options.segment_bytes + within,
                 length,
+                fua,
             )?;
             touched[home as usize] = true;
         }

@@ -312,12 +312,12 @@ impl Volume {
     ) -> Result<(), DeviceError> {
         let target = &self.tiers[active.to.tier as usize].device;
         let target_offset = self.slot_offset(active.to) + part.offset_bytes;
-        mutation.apply(target.as_ref(), target_offset, part.length_bytes)?;
+        mutation.apply(target.as_ref(), target_offset, part.length_bytes, false)?;
         if active.home_too {
             let home = &self.tiers[self.home() as usize].device;
             let home_offset =
                 u64::from(active.segment) * self.options.segment_bytes + part.offset_bytes;
-            mutation.apply(home.as_ref(), home_offset, part.length_bytes)?;
+            mutation.apply(home.as_ref(), home_offset, part.length_bytes, false)?;
         }
         Ok(())
     }

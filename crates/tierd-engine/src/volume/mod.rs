@@ -22,7 +22,9 @@
 //!   also reaches home before the ack, unless the tier has
 //!   `unsafe_volatile = true`.
 //! - FLUSH flushes every tier device, so it covers writes completed on any
-//!   connection. FUA flushes the devices the write touched.
+//!   connection. A FUA write is a durable write on every device it reaches
+//!   (only its range: `BlockDevice::write_at_durable`); a FUA discard or
+//!   zero flushes the devices it touched.
 //!
 //! ## Layout
 //! The types and the small accessors are here; `impl Volume` is split by

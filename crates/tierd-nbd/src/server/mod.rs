@@ -47,6 +47,7 @@ use crate::tls::TlsServer;
 mod budget;
 mod connection;
 mod negotiate;
+mod reply;
 mod transmit;
 
 use budget::ByteBudget;

@@ -1,17 +1,24 @@
 //! The transmission phase: reading requests, validating and executing them
 //! against the export, and writing replies, either on the connection's own
 //! thread (inline) or through a bounded queue to worker threads.
+//!
+//! WRITE payloads are read into page-aligned buffers ([`AlignedBuf`], reused
+//! per connection) and READ data is read into aligned buffers and sent from
+//! them ([`Replies`]), so an aligned request reaches an `O_DIRECT` device
+//! without a bounce copy.
 
 use parking_lot::Mutex;
-use std::io::Write;
 use std::net::Shutdown;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
 
+use tierd_common::aligned::AlignedBuf;
+
 use super::budget::{charge_bytes, ByteBudget, Charge};
 use super::connection::{protocol, ConnectionEnd};
 use super::negotiate::Session;
+use super::reply::Replies;
 use super::{
     command_slot, LogLevel, Shared, ALLOCATION_CONTEXT_ID, MAX_DISCARDED_PAYLOAD_BYTES,
     MAX_EXTENTS_PER_REPLY,
@@ -112,7 +119,7 @@ fn handle_request(
     session: &Session,
     header: &RequestHeader,
     payload: &[u8],
-    out: &mut Vec<u8>,
+    replies: &mut Replies,
 ) {
     let counters = &shared.counters;
     counters.requests[command_slot(header.command)].fetch_add(1, Ordering::Relaxed);
@@ -129,7 +136,7 @@ fn handle_request(
                 error_name(error)
             ),
         );
-        encode_request_error(session, header, error, message, out);
+        encode_request_error(session, header, error, message, replies.bytes());
         return;
     }
     let export = &*session.export;
@@ -137,8 +144,9 @@ fn handle_request(
     let length = u64::from(header.length_bytes);
     let result = match header.command {
         NBD_CMD_READ => {
+            let out = replies.bytes();
             let start = out.len();
-            let data_at = if session.structured {
+            if session.structured {
                 if header.length_bytes == 0 {
                     encode_chunk_header(
                         out,
@@ -157,20 +165,20 @@ fn handle_request(
                     header.length_bytes + 8,
                 );
                 out.extend_from_slice(&header.offset_bytes.to_be_bytes());
-                out.len()
             } else {
                 encode_simple_reply(out, 0, header.cookie);
-                out.len()
-            };
-            out.resize(data_at + header.length_bytes as usize, 0);
-            match export.read(header.offset_bytes, &mut out[data_at..]) {
+            }
+            let mut data = replies.data_buffer(header.length_bytes as usize);
+            match export.read(header.offset_bytes, &mut data) {
                 Ok(()) => {
+                    replies.push_data(data);
                     counters.bytes_read.fetch_add(length, Ordering::Relaxed);
                     return;
                 }
                 Err(error) => {
                     // Nothing is sent yet: replace the reply with an error.
-                    out.truncate(start);
+                    replies.bytes().truncate(start);
+                    replies.recycle(data);
                     Err(error)
                 }
             }
@@ -202,7 +210,7 @@ fn handle_request(
         NBD_CMD_CACHE => Ok(()),
         NBD_CMD_BLOCK_STATUS => match export.block_status(header.offset_bytes, length) {
             Ok(extents) => {
-                encode_block_status(session, header, &extents, out);
+                encode_block_status(session, header, &extents, replies.bytes());
                 return;
             }
             Err(error) => Err(error),
@@ -210,6 +218,7 @@ fn handle_request(
         // validate() refused every other command.
         _ => Ok(()),
     };
+    let out = replies.bytes();
     match result {
         Ok(()) => encode_simple_reply(out, 0, header.cookie),
         Err(error) => {
@@ -336,12 +345,6 @@ fn discard_oversized_payload(
     Ok(())
 }
 
-fn release_if_large(buffer: &mut Vec<u8>) {
-    if buffer.capacity() > RETAINED_BUFFER_BYTES {
-        *buffer = Vec::new();
-    }
-}
-
 /// True when the peer has closed its socket entirely (not just its sending
 /// side): nobody will read replies any more. Detects a Unix-socket peer
 /// that closed, and a TCP peer that reset; a TCP peer's plain close shows
@@ -371,16 +374,14 @@ pub(super) fn transmit_inline(
 ) -> Result<(), ConnectionEnd> {
     let batch_bytes = shared.config.reply_batch_bytes.max(1);
     let connection_limit_bytes = shared.config.max_in_flight_bytes_per_connection;
-    let mut out: Vec<u8> = Vec::with_capacity(batch_bytes.min(RETAINED_BUFFER_BYTES) + 64 * 1024);
-    let mut payload: Vec<u8> = Vec::new();
+    let mut out = Replies::with_capacity(batch_bytes.min(RETAINED_BUFFER_BYTES) + 64 * 1024);
+    let mut payload = AlignedBuf::new();
     // Charged for the replies in `out`; given back once they are written.
     let mut held = Charge::none();
     let give_up = || stopping.load(Ordering::SeqCst);
     let result = loop {
         if !out.is_empty() && (out.len() >= batch_bytes || !input.has_complete_request()) {
-            stream.write_all(&out)?;
-            out.clear();
-            release_if_large(&mut out);
+            out.write_to(stream)?;
             held = Charge::none();
         }
         let header = match next_header(input, stream) {
@@ -397,9 +398,7 @@ pub(super) fn transmit_inline(
                 held.bytes += charge;
             } else {
                 if !out.is_empty() {
-                    stream.write_all(&out)?;
-                    out.clear();
-                    release_if_large(&mut out);
+                    out.write_to(stream)?;
                 }
                 held = Charge::none();
                 if !shared.budget.acquire(charge, &give_up) {
@@ -422,11 +421,9 @@ pub(super) fn transmit_inline(
                 }
             } else {
                 let length = header.length_bytes as usize;
-                if payload.len() < length {
-                    payload.resize(length, 0);
-                }
-                input.read_exact(stream, &mut payload[..length])?;
-                data = &payload[..length];
+                payload.resize(length);
+                input.read_exact(stream, &mut payload)?;
+                data = &payload;
             }
         }
         if header.command == NBD_CMD_DISC {
@@ -434,12 +431,12 @@ pub(super) fn transmit_inline(
             break Ok(());
         }
         handle_request(shared, session, &header, data, &mut out);
-        if payload.len() > RETAINED_BUFFER_BYTES {
-            payload = Vec::new();
+        if payload.capacity() > RETAINED_BUFFER_BYTES {
+            payload = AlignedBuf::new();
         }
     };
     if !out.is_empty() {
-        stream.write_all(&out)?;
+        out.write_to(stream)?;
     }
     drop(held);
     result
@@ -447,7 +444,7 @@ pub(super) fn transmit_inline(
 
 struct Job<'a> {
     header: RequestHeader,
-    payload: Vec<u8>,
+    payload: AlignedBuf,
     /// Given back when the job is dropped: after its reply is written, or
     /// unexecuted when its client is gone.
     charge: Charge<'a>,
@@ -470,15 +467,15 @@ pub(super) fn transmit_with_workers(
     // Set when a reply cannot be written or the client is gone: queued
     // requests are then dropped unexecuted.
     let cancelled = AtomicBool::new(false);
-    let pool: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+    let pool: Mutex<Vec<AlignedBuf>> = Mutex::new(Vec::new());
     let connection_budget = ByteBudget::new(shared.config.max_in_flight_bytes_per_connection);
     let (sender, receiver) = sync_channel::<Job<'_>>(shared.config.queue_depth_per_connection);
     let receiver = Mutex::new(receiver);
     let give_up = || cancelled.load(Ordering::SeqCst) || stopping.load(Ordering::SeqCst);
 
-    let send_reply = |bytes: &[u8]| {
+    let send_reply = |replies: &mut Replies| {
         let mut writer = writer.lock();
-        if writer.write_all(bytes).is_err() && !cancelled.swap(true, Ordering::SeqCst) {
+        if replies.write_to(&mut *writer).is_err() && !cancelled.swap(true, Ordering::SeqCst) {
             // Unblock the reader: nobody will get replies any more.
             let _ = writer.shutdown(Shutdown::Both);
         }
@@ -516,7 +513,7 @@ pub(super) fn transmit_with_workers(
                 return Ok(());
             }
         }
-        let mut error_reply = Vec::new();
+        let mut error_reply = Replies::with_capacity(256);
         let mut disconnect_requested = false;
         let result = loop {
             if cancelled.load(Ordering::SeqCst) {
@@ -542,7 +539,7 @@ pub(super) fn transmit_with_workers(
             let mut payload = if header.has_payload() && fits {
                 pool.lock().pop().unwrap_or_default()
             } else {
-                Vec::new()
+                AlignedBuf::new()
             };
             if header.has_payload() {
                 if !fits {
@@ -551,12 +548,11 @@ pub(super) fn transmit_with_workers(
                     {
                         break Err(end);
                     }
-                    error_reply.clear();
                     handle_request(shared, session, &header, &[], &mut error_reply);
-                    send_reply(&error_reply);
+                    send_reply(&mut error_reply);
                     continue;
                 }
-                payload.resize(header.length_bytes as usize, 0);
+                payload.resize(header.length_bytes as usize);
                 if let Err(error) = input.read_exact(stream, &mut payload) {
                     break Err(error.into());
                 }
@@ -596,11 +592,11 @@ fn worker_loop(
     shared: &Shared,
     session: &Session,
     receiver: &Mutex<Receiver<Job<'_>>>,
-    pool: &Mutex<Vec<Vec<u8>>>,
+    pool: &Mutex<Vec<AlignedBuf>>,
     cancelled: &AtomicBool,
-    send_reply: &(dyn Fn(&[u8]) + Sync),
+    send_reply: &(dyn Fn(&mut Replies) + Sync),
 ) {
-    let mut out = Vec::with_capacity(64 * 1024);
+    let mut out = Replies::with_capacity(64 * 1024);
     loop {
         let job = {
             let receiver = receiver.lock();
@@ -616,21 +612,16 @@ fn worker_loop(
                 .fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        out.clear();
         handle_request(shared, session, &job.header, &job.payload, &mut out);
-        send_reply(&out);
-        release_if_large(&mut out);
+        send_reply(&mut out);
         let Job {
-            mut payload,
-            charge,
-            ..
+            payload, charge, ..
         } = job;
         drop(charge);
         let capacity = payload.capacity();
         if capacity > 0 && capacity <= RETAINED_BUFFER_BYTES {
-            payload.clear();
             let mut pool = pool.lock();
-            let pooled_bytes: usize = pool.iter().map(Vec::capacity).sum();
+            let pooled_bytes: usize = pool.iter().map(AlignedBuf::capacity).sum();
             if pooled_bytes + capacity <= POOLED_BUFFER_BYTES {
                 pool.push(payload);
             }
