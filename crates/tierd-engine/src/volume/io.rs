@@ -96,7 +96,7 @@ impl Volume {
             }
             drop(guard);
             let response_ns = self.clock.now_ns().saturating_sub(started_ns);
-            self.monitor.lock().record_user_io(
+            self.monitor.record_user_io(
                 segment,
                 served_by,
                 false,
@@ -154,7 +154,6 @@ impl Volume {
                 self.mutate_piece(segment, within, length, &piece, &mut touched)?;
             let response_ns = self.clock.now_ns().saturating_sub(started_ns);
             self.monitor
-                .lock()
                 .record_user_io(segment, tier, true, length, response_ns, moving);
         }
         if fua {

@@ -162,9 +162,8 @@ impl Volume {
                 Ok(()) => {
                     active.next_chunk.store(chunk + 1, Ordering::Relaxed);
                     active.copied_bytes.fetch_add(length, Ordering::Relaxed);
-                    let mut monitor = self.monitor.lock();
-                    monitor.record_migration_io(active.from.tier, length);
-                    monitor.record_migration_io(active.to.tier, length);
+                    self.monitor.record_migration_io(active.from.tier, length);
+                    self.monitor.record_migration_io(active.to.tier, length);
                     StepOutcome::Copied { bytes: length }
                 }
                 Err(error) => self.abandon(&active, &format!("failed: {error}")),

@@ -28,7 +28,7 @@
 //! The types and the small accessors are here; `impl Volume` is split by
 //! concern: `io` (the user IO path), `migration` (the copier), `recovery`
 //! (`open`, checkpoints), `planning` (the policy tick, the move queue, pins)
-//! and `status`.
+//! and `status`; `recorder` is the monitor the IO threads record into.
 
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, VecDeque};
@@ -36,7 +36,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::sync::Arc;
 
 use tierd_common::clock::Clock;
-use tierd_policy::monitor::Monitor;
 use tierd_policy::{Move, MoveReason, Policy, PolicyConfig, SegmentId, TierId};
 
 use crate::device::{BlockDevice, DeviceError};
@@ -45,6 +44,7 @@ use crate::meta::{LastPlan, Location, MetaError, MetaFaults, MetaStore, MoveReco
 mod io;
 mod migration;
 mod planning;
+mod recorder;
 mod recovery;
 mod status;
 
@@ -195,7 +195,9 @@ pub struct Volume {
     home_current: Vec<AtomicBool>,
     active: RwLock<Option<Arc<ActiveMove>>>,
     copy_buffer: Mutex<Vec<u8>>,
-    monitor: Mutex<Monitor>,
+    /// Written by every IO thread without a shared lock (per-thread shards);
+    /// merged when read.
+    monitor: recorder::LiveMonitor,
     planner: Mutex<Planner>,
     meta: Mutex<MetaStore>,
     clock: Arc<dyn Clock>,

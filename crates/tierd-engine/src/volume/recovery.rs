@@ -246,7 +246,7 @@ impl Volume {
             tiers: tier_states,
             active: RwLock::new(None),
             copy_buffer: Mutex::new(Vec::new()),
-            monitor: Mutex::new(monitor),
+            monitor: super::recorder::LiveMonitor::new(monitor),
             planner: Mutex::new(Planner {
                 policy,
                 pending: VecDeque::new(),
