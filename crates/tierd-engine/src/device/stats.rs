@@ -482,7 +482,7 @@ mod tests {
     impl Clock for TickClock {
         fn now_ns(&self) -> u64 {
             let now_ns = self.0.fetch_add(1, Ordering::SeqCst);
-            if now_ns % 5 == 0 {
+            if now_ns.is_multiple_of(5) {
                 std::thread::yield_now();
             }
             now_ns
