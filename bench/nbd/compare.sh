@@ -34,6 +34,9 @@
 #          tierd-direct-psync, tierd-direct-uring with io_engine set)
 #          DIRECT_WORKERS ("": server default; N: workers_per_connection = N
 #          on every direct = true server)
+#          BASELINE_TIERD=PATH  (mem only: also run the tierd-mem volume on this
+#          other tierd binary, e.g. one built from an earlier commit into its
+#          own target dir, as tierd-mem-base, and print this tierd against it)
 #          PIN=none|split  (split: servers on CPU 0, fio on CPU 1, via taskset)
 #          CARGO_TARGET_DIR (where the release tierd is built)
 #          RESULTS (default /tmp/tierd-nbd-bench.<date>; raw fio JSON lands there)
@@ -89,12 +92,12 @@ tierd=$target_dir/release/tierd
 
 # ------------------------------------------------------------------ servers
 
-# start_tierd NAME CONFIG_TEXT -> sets $uri; the config's data_dir is $work/NAME
+# start_tierd NAME CONFIG_TEXT [BINARY] -> sets $uri; the config's data_dir is $work/NAME
 start_tierd() {
-  local name=$1 text=$2
+  local name=$1 text=$2 binary=${3:-$tierd}
   mkdir -p "$work/$name"
   printf '%s\n' "$text" > "$work/$name.toml"
-  "${server_cpu[@]}" "$tierd" serve --config "$work/$name.toml" > "$work/$name.out" 2> "$work/$name.err" &
+  "${server_cpu[@]}" "$binary" serve --config "$work/$name.toml" > "$work/$name.out" 2> "$work/$name.err" &
   server_pids+=($!)
   pid_of[$name]=$!
   local waited=0
@@ -298,11 +301,25 @@ part_mem() {
   move_all tmem mem 4 0000
   move_all twt mem 4 0000
   for target in "$tmem" "$twt" "$kmem"; do fill "$target" 256M; done
-  run_group "tierd-mem=$tmem" "nbdkit-memory=$kmem" "tierd-mem-wt=$twt"
+  local group=("tierd-mem=$tmem" "nbdkit-memory=$kmem" "tierd-mem-wt=$twt")
+  if [ -n "${BASELINE_TIERD:-}" ]; then
+    echo "baseline tierd: $BASELINE_TIERD ($("$BASELINE_TIERD" --version 2>/dev/null || echo 'no --version'))" >&2
+    start_tierd tbase "${volatile_config//tmem/tbase}" "$BASELINE_TIERD"; local tbase=$uri
+    move_all tbase mem 4 0000
+    fill "$tbase" 256M
+    group+=("tierd-mem-base=$tbase")
+  fi
+  run_group "${group[@]}"
   echo "### Memory: tierd (all segments on the memory tier) vs nbdkit memory"
   echo
   summarize nbdkit-memory tierd-mem nbdkit-memory tierd-mem-wt
   echo
+  if [ -n "${BASELINE_TIERD:-}" ]; then
+    echo "### Memory: this tierd vs the baseline binary (same volume)"
+    echo
+    summarize tierd-mem-base tierd-mem tierd-mem-base
+    echo
+  fi
 }
 
 # file_config NAME FILE DIRECT [IO_ENGINE]: one file tier holding the whole

@@ -136,7 +136,7 @@ impl Volume {
             }
             drop(guard);
             let response_ns = self.clock.now_ns().saturating_sub(started_ns);
-            self.monitor.lock().record_user_io(
+            self.monitor.record_user_io(
                 segment,
                 served_by,
                 false,
@@ -194,7 +194,6 @@ impl Volume {
                 self.mutate_piece(segment, within, length, &piece, fua, &mut touched)?;
             let response_ns = self.clock.now_ns().saturating_sub(started_ns);
             self.monitor
-                .lock()
                 .record_user_io(segment, tier, true, length, response_ns, moving);
         }
         // FUA writes were durable piece by piece; discard and zero flush.

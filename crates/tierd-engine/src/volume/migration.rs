@@ -245,9 +245,10 @@ impl Volume {
         }
         self.copy_buffers.lock().push(buffer);
         if result.is_ok() {
-            let mut monitor = self.monitor.lock();
-            monitor.record_migration_io(active.from.tier, part.length_bytes);
-            monitor.record_migration_io(active.to.tier, part.length_bytes);
+            self.monitor
+                .record_migration_io(active.from.tier, part.length_bytes);
+            self.monitor
+                .record_migration_io(active.to.tier, part.length_bytes);
         }
         // Parts of writes handed over while the chunk was copied, then any
         // handed over while those were written.

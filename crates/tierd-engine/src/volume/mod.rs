@@ -30,7 +30,7 @@
 //! The types and the small accessors are here; `impl Volume` is split by
 //! concern: `io` (the user IO path), `migration` (the copier), `recovery`
 //! (`open`, checkpoints), `planning` (the policy tick, the move queue, pins)
-//! and `status`.
+//! and `status`; `recorder` is the monitor the IO threads record into.
 
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, VecDeque};
@@ -40,7 +40,6 @@ use std::sync::Arc;
 use tierd_core::moves::{MoveMachine, MoveRules};
 
 use tierd_common::clock::Clock;
-use tierd_policy::monitor::Monitor;
 use tierd_policy::{Move, MoveReason, Policy, PolicyConfig, SegmentId, TierId};
 
 use crate::device::{BlockDevice, DeviceError};
@@ -49,6 +48,7 @@ use crate::meta::{LastPlan, Location, MetaError, MetaFaults, MetaStore, MoveReco
 mod io;
 mod migration;
 mod planning;
+mod recorder;
 mod recovery;
 mod status;
 
@@ -310,7 +310,9 @@ pub struct Volume {
     /// When on, every move's machine logs its decisions, kept here by
     /// segment when the move ends ([`Volume::record_move_decisions`]).
     decision_log: Mutex<Option<Vec<MoveDecisions>>>,
-    monitor: Mutex<Monitor>,
+    /// Written by every IO thread without a shared lock (per-thread shards);
+    /// merged when read.
+    monitor: recorder::LiveMonitor,
     planner: Mutex<Planner>,
     meta: Mutex<MetaStore>,
     clock: Arc<dyn Clock>,

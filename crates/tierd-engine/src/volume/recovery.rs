@@ -248,7 +248,7 @@ impl Volume {
             copy_buffers: Mutex::new(Vec::new()),
             next_write_id: AtomicU64::new(0),
             decision_log: Mutex::new(None),
-            monitor: Mutex::new(monitor),
+            monitor: super::recorder::LiveMonitor::new(monitor),
             planner: Mutex::new(Planner {
                 policy,
                 pending: VecDeque::new(),
