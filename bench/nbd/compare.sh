@@ -24,10 +24,22 @@
 # each (plus 1 s ramp), size 256M. Every server of a group stays up; the runs
 # alternate between them workload by workload, ROUNDS times, and the server
 # order is reversed every other round, so drift on this shared machine hits
-# all of them alike.
+# all of them alike. Every row also gives each server's CPU time per million
+# IOs: utime + stime of the server process (all its threads) from
+# /proc/PID/stat before and after each fio run, divided by the IOs of that
+# run (fio's iops x (measured time + ramp), so the ramp's CPU is matched by
+# its IOs).
+#
+# TIERD_VARIANTS adds tierd servers to mem (memory-tier config) and file
+# (page-cache config, or O_DIRECT): space-separated
+# LABEL:BINARY:WORKERS[:DIRECT[:ENV=VALUE]] entries, e.g. an older commit's
+# build, to compare concurrency shapes side by side:
+#   TIERD_VARIANTS="base-inline:/tmp/tierd-old:0 base-workers:/tmp/tierd-old:16"
+# WORKERS is server.workers_per_connection ("-" leaves it unset), DIRECT is
+# true or false (file only; default false), ENV is set for that server only.
 #
 # Usage:   bench/nbd/compare.sh [mem] [file] [tls] [stall]   (default: all four)
-# Env:     ROUNDS (2)  RUNTIME (10)  STALL_RUNTIME (20)
+# Env:     ROUNDS (2)  RUNTIME (10)  STALL_RUNTIME (20)  TIERD_VARIANTS ("")
 #          PIN=none|split  (split: servers on CPU 0, fio on CPU 1, via taskset)
 #          CARGO_TARGET_DIR (where the release tierd is built)
 #          RESULTS (default /tmp/tierd-nbd-bench.<date>; raw fio JSON lands there)
@@ -41,6 +53,7 @@ parts=("$@")
 ROUNDS=${ROUNDS:-2}
 RUNTIME=${RUNTIME:-10}
 STALL_RUNTIME=${STALL_RUNTIME:-20}
+TIERD_VARIANTS=${TIERD_VARIANTS:-}
 PIN=${PIN:-none}
 RESULTS=${RESULTS:-/tmp/tierd-nbd-bench.$(date +%Y%m%d-%H%M%S)}
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
@@ -77,13 +90,15 @@ tierd=$target_dir/release/tierd
 
 # ------------------------------------------------------------------ servers
 
-# start_tierd NAME CONFIG_TEXT -> sets $uri; the config's data_dir is $work/NAME
+# start_tierd NAME CONFIG_TEXT [BINARY [ENV=VALUE]] -> sets $uri and $pid;
+# the config's data_dir is $work/NAME
 start_tierd() {
-  local name=$1 text=$2
+  local name=$1 text=$2 binary=${3:-$tierd} environment=${4:-TIERD_COMPARE=1}
   mkdir -p "$work/$name"
   printf '%s\n' "$text" > "$work/$name.toml"
-  "${server_cpu[@]}" "$tierd" serve --config "$work/$name.toml" > "$work/$name.out" 2> "$work/$name.err" &
-  server_pids+=($!)
+  env "$environment" "${server_cpu[@]}" "$binary" serve --config "$work/$name.toml" > "$work/$name.out" 2> "$work/$name.err" &
+  pid=$!
+  server_pids+=($pid)
   local waited=0
   until uri=$(sed -n 's/^tierd: volume vol0 at //p' "$work/$name.out" | head -1) && [ -n "$uri" ]; do
     sleep 0.1
@@ -106,19 +121,21 @@ wait_for_socket() {
   done
 }
 
-start_nbdkit() { # NAME PLUGIN ARGS... -> $uri
+start_nbdkit() { # NAME PLUGIN ARGS... -> $uri, $pid
   local name=$1; shift
   "${server_cpu[@]}" nbdkit -f -U "$work/$name.sock" "$@" 2> "$work/$name.err" &
-  server_pids+=($!)
+  pid=$!
+  server_pids+=($pid)
   wait_for_socket "$work/$name.sock"
   uri="nbd+unix:///vol0?socket=$work/$name.sock"
 }
 
-start_qemu_nbd() { # NAME FILE -> $uri
+start_qemu_nbd() { # NAME FILE -> $uri, $pid
   local name=$1 file=$2
   "${server_cpu[@]}" qemu-nbd -t -e 16 -x vol0 --cache=none --aio=io_uring -f raw \
     -k "$work/$name.sock" "$file" 2> "$work/$name.err" &
-  server_pids+=($!)
+  pid=$!
+  server_pids+=($pid)
   wait_for_socket "$work/$name.sock"
   uri="nbd+unix:///vol0?socket=$work/$name.sock"
 }
@@ -143,13 +160,24 @@ move_all() {
 
 # ------------------------------------------------------------------ fio
 
-# run_fio LABEL URI RW QD [extra fio args...]: JSON into $RESULTS/LABEL.json
+# cpu_ticks PID: utime + stime of every thread of the process, in clock ticks
+cpu_ticks() {
+  # After the ")" that ends the command name, utime is the 12th field and
+  # stime the 13th.
+  sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
+}
+clock_ticks_per_s=$(getconf CLK_TCK)
+
+# run_fio LABEL URI RW QD PID: JSON into $RESULTS/LABEL.json, the server's
+# CPU ticks over the run into LABEL.cpu
 run_fio() {
-  local label=$1 target=$2 rw=$3 depth=$4; shift 4
+  local label=$1 target=$2 rw=$3 depth=$4 server_pid=$5 before
+  before=$(cpu_ticks "$server_pid")
   "${fio_cpu[@]}" fio --name="$label" --ioengine=nbd --uri="$target" \
     --rw="$rw" --bs=4k --iodepth="$depth" --size=256M \
     --runtime="$RUNTIME" --ramp_time=1 --time_based \
-    --output-format=json --output="$RESULTS/$label.json" "$@" >/dev/null
+    --output-format=json --output="$RESULTS/$label.json" >/dev/null
+  echo "$(( $(cpu_ticks "$server_pid") - before )) $clock_ticks_per_s" > "$RESULTS/$label.cpu"
 }
 
 fill() { # URI SIZE: write every byte once, so reads never hit holes
@@ -157,9 +185,9 @@ fill() { # URI SIZE: write every byte once, so reads never hit holes
     --iodepth=4 --size="$2" --output-format=terse >/dev/null
 }
 
-# The markdown summary of a group: SERVERS (label=name ...) and baseline name.
+# The markdown summary of a group: the baseline's name, then the servers'.
 summarize() {
-  ROUNDS=$ROUNDS /usr/bin/python3 - "$RESULTS" "$@" <<'PY'
+  ROUNDS=$ROUNDS RAMP_S=1 /usr/bin/python3 - "$RESULTS" "$@" <<'PY'
 import json, os, statistics, sys
 results, baseline, names = sys.argv[1], sys.argv[2], sys.argv[3:]
 workloads = [("randread", 1), ("randread", 16), ("randwrite", 1), ("randwrite", 16)]
@@ -170,10 +198,18 @@ def load(name, rw, qd, rnd):
     job = json.load(open(path))["jobs"][0]
     side = job["read" if rw == "randread" else "write"]
     pct = side["clat_ns"].get("percentile", {})
-    return side["iops"], pct.get("50.000000", 0) / 1e3, pct.get("99.000000", 0) / 1e3
+    cpu = None
+    cpu_path = path[:-5] + ".cpu"
+    if os.path.exists(cpu_path):
+        ticks, per_s = (int(x) for x in open(cpu_path).read().split())
+        # IOs over the whole run, ramp included (the CPU covers it too).
+        ios = side["iops"] * (job["job_runtime"] / 1e3 + float(os.environ["RAMP_S"]))
+        if ios > 0:
+            cpu = ticks / per_s / ios * 1e6
+    return side["iops"], pct.get("50.000000", 0) / 1e3, pct.get("99.000000", 0) / 1e3, cpu
 rounds = range(1, int(os.environ["ROUNDS"]) + 1)
-print("| workload | server | iops per round | mean iops | p50 µs per round | p99 µs per round | iops / " + baseline + " (per round) | p50 / " + baseline + " |")
-print("|---|---|---|---|---|---|---|---|")
+print("| workload | server | iops per round | mean iops | p50 µs per round | p99 µs per round | CPU s per M IOs per round | iops / " + baseline + " (per round) | p50 / " + baseline + " |")
+print("|---|---|---|---|---|---|---|---|---|")
 for rw, qd in workloads:
     base = {r: load(baseline, rw, qd, r) for r in rounds}
     for name in names:
@@ -184,6 +220,7 @@ for rw, qd in workloads:
         iops = " / ".join(f"{x[0]/1e3:.1f} k" for x in got)
         p50 = " / ".join(f"{x[1]:.1f}" for x in got)
         p99 = " / ".join(f"{x[2]:.1f}" for x in got)
+        cpu = " / ".join("–" if x[3] is None else f"{x[3]:.2f}" for x in got)
         mean = statistics.mean(x[0] for x in got)
         if name == baseline:
             ratio, lat = "1", "1"
@@ -191,14 +228,14 @@ for rw, qd in workloads:
             pairs = [(runs[r], base[r]) for r in rounds if runs[r] and base[r]]
             ratio = " / ".join(f"{a[0]/b[0]:.2f}" for a, b in pairs)
             lat = " / ".join(f"{a[1]/b[1]:.2f}" for a, b in pairs if b[1])
-        print(f"| {rw} QD{qd} | {name} | {iops} | {mean/1e3:.1f} k | {p50} | {p99} | {ratio} | {lat} |")
+        print(f"| {rw} QD{qd} | {name} | {iops} | {mean/1e3:.1f} k | {p50} | {p99} | {cpu} | {ratio} | {lat} |")
 PY
 }
 
-# run_group NAME=URI...: the alternating runs
+# run_group NAME=PID=URI...: the alternating runs
 run_group() {
   local -a pairs=("$@") order
-  local round rw qd pair name target
+  local round rw qd pair name target rest server_pid
   for ((round = 1; round <= ROUNDS; round++)); do
     if ((round % 2)); then order=("${pairs[@]}"); else
       order=(); for ((i = ${#pairs[@]} - 1; i >= 0; i--)); do order+=("${pairs[$i]}"); done
@@ -206,9 +243,9 @@ run_group() {
     for rw in randread randwrite; do
       for qd in 1 16; do
         for pair in "${order[@]}"; do
-          name=${pair%%=*}; target=${pair#*=}
+          name=${pair%%=*}; rest=${pair#*=}; server_pid=${rest%%=*}; target=${rest#*=}
           echo "round $round: $name $rw QD$qd" >&2
-          run_fio "$name-$rw-qd$qd-r$round" "$target" "$rw" "$qd"
+          run_fio "$name-$rw-qd$qd-r$round" "$target" "$rw" "$qd" "$server_pid"
         done
       done
     done
@@ -217,7 +254,8 @@ run_group() {
 
 machine() {
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); nproc $(nproc); $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); kernel $(uname -r); load $(cut -d' ' -f1-3 /proc/loadavg); PIN=$PIN"
-  echo "tierd $(cd "$repo" && git rev-parse --short HEAD); $(nbdkit --version | head -1); $(qemu-nbd --version | head -1); $(fio --version)"
+  echo "tierd $(cd "$repo" && git rev-parse --short HEAD)$(git -C "$repo" diff --quiet HEAD || echo ' (with uncommitted changes)'); $(nbdkit --version | head -1); $(qemu-nbd --version | head -1); $(fio --version)"
+  [ -z "$TIERD_VARIANTS" ] || echo "TIERD_VARIANTS: $TIERD_VARIANTS"
   echo
 }
 
@@ -253,31 +291,46 @@ kind = "none"
 EOF
 }
 
+# workers_line WORKERS: the [server] line ("-": none, the default)
+workers_line() {
+  [ "$1" = - ] || echo "workers_per_connection = $1"
+}
+
 part_mem() {
-  local volatile_config write_through_config
+  local volatile_config write_through_config variant label binary workers direct environment config
+  local -a group=() names=(tierd-mem nbdkit-memory) targets=()
   volatile_config=$(memory_volume_config tmem "")
   write_through_config=${volatile_config//tmem/twt}
   write_through_config=${write_through_config//unsafe_volatile = true/unsafe_volatile = false}
-  start_tierd tmem "$volatile_config"; local tmem=$uri
-  start_tierd twt "$write_through_config"; local twt=$uri
-  start_nbdkit kmem memory 256M; local kmem=$uri
+  start_tierd tmem "$volatile_config"; group+=("tierd-mem=$pid=$uri"); targets+=("$uri")
+  start_nbdkit kmem memory 256M; group+=("nbdkit-memory=$pid=$uri"); targets+=("$uri")
+  start_tierd twt "$write_through_config"; local twt=$uri twt_pid=$pid; targets+=("$uri")
   move_all tmem mem 4 0000
   move_all twt mem 4 0000
-  for target in "$tmem" "$twt" "$kmem"; do fill "$target" 256M; done
-  run_group "tierd-mem=$tmem" "nbdkit-memory=$kmem" "tierd-mem-wt=$twt"
+  for variant in $TIERD_VARIANTS; do
+    IFS=: read -r label binary workers direct environment <<< "$variant"
+    config=$(memory_volume_config "v-$label" "$(workers_line "$workers")")
+    start_tierd "v-$label" "$config" "$binary" "${environment:-TIERD_COMPARE=1}"
+    group+=("tierd-mem-$label=$pid=$uri"); names+=("tierd-mem-$label"); targets+=("$uri")
+    move_all "v-$label" mem 4 0000
+  done
+  group+=("tierd-mem-wt=$twt_pid=$twt"); names+=(tierd-mem-wt)
+  for target in "${targets[@]}"; do fill "$target" 256M; done
+  run_group "${group[@]}"
   echo "### Memory: tierd (all segments on the memory tier) vs nbdkit memory"
   echo
-  summarize nbdkit-memory tierd-mem nbdkit-memory tierd-mem-wt
+  summarize nbdkit-memory "${names[@]}"
   echo
 }
 
-# file_config NAME FILE DIRECT WORKERS: one file tier holding the whole volume
+# file_config NAME FILE DIRECT WORKERS: one file tier holding the whole
+# volume (WORKERS "-": workers_per_connection unset)
 file_config() {
   cat <<EOF
 data_dir = "$work/$1"
 [server]
 listen = ["unix:$work/$1.sock"]
-workers_per_connection = $4
+$(workers_line "$4")
 [[tier]]
 name = "disk"
 backend = "file"
@@ -296,16 +349,23 @@ EOF
 }
 
 part_file() {
-  local file=$work/file.img
+  local file=$work/file.img variant label binary workers direct environment
+  local -a group=() names=()
   dd if=/dev/urandom of="$file" bs=1M count=256 status=none
-  start_tierd tfile "$(file_config tfile "$file" false 0)"; local tfile=$uri
-  start_tierd tdirect "$(file_config tdirect "$file" true 4)"; local tdirect=$uri
-  start_nbdkit kfile file "$file"; local kfile=$uri
-  start_qemu_nbd qnbd "$file"; local qnbd=$uri
-  run_group "tierd-file=$tfile" "nbdkit-file=$kfile" "qemu-nbd=$qnbd" "tierd-direct=$tdirect"
+  start_tierd tfile "$(file_config tfile "$file" false -)"; group+=("tierd-file=$pid=$uri")
+  start_nbdkit kfile file "$file"; group+=("nbdkit-file=$pid=$uri")
+  start_qemu_nbd qnbd "$file"; group+=("qemu-nbd=$pid=$uri")
+  start_tierd tdirect "$(file_config tdirect "$file" true -)"; group+=("tierd-direct=$pid=$uri")
+  names=(tierd-file nbdkit-file qemu-nbd tierd-direct)
+  for variant in $TIERD_VARIANTS; do
+    IFS=: read -r label binary workers direct environment <<< "$variant"
+    start_tierd "v-$label" "$(file_config "v-$label" "$file" "${direct:-false}" "$workers")" "$binary" "${environment:-TIERD_COMPARE=1}"
+    group+=("tierd-file-$label=$pid=$uri"); names+=("tierd-file-$label")
+  done
+  run_group "${group[@]}"
   echo "### File: tierd (one file tier) vs nbdkit file vs qemu-nbd --cache=none --aio=io_uring"
   echo
-  summarize nbdkit-file tierd-file nbdkit-file qemu-nbd tierd-direct
+  summarize nbdkit-file "${names[@]}"
   echo
 }
 
@@ -359,17 +419,18 @@ part_tls() {
   tls_config=$(memory_volume_config ttls "[server.tls]
 certificate = \"$pki/server-cert.pem\"
 key = \"$pki/server-key.pem\"")
-  start_tierd tplain "$plain_config"; local tplain=$uri
-  start_tierd ttls "$tls_config"; local ttls=$uri
+  start_tierd tplain "$plain_config"; local tplain=$uri tplain_pid=$pid
+  start_tierd ttls "$tls_config"; local ttls=$uri ttls_pid=$pid
   case $ttls in nbds+unix://*) ;; *) echo "compare.sh: tierd did not print an nbds URI: $ttls" >&2; exit 1 ;; esac
   "${server_cpu[@]}" nbdkit -f -U "$work/ktls.sock" --tls=require --tls-certificates="$pki" memory 256M 2> "$work/ktls.err" &
-  server_pids+=($!)
+  local ktls_pid=$!
+  server_pids+=($ktls_pid)
   wait_for_socket "$work/ktls.sock"
   local ktls="nbds+unix:///vol0?socket=$work/ktls.sock"
   move_all tplain mem 4 0000
   move_all ttls mem 4 0000
   for target in "$tplain" "$ttls" "$ktls"; do fill "$target" 256M; done
-  run_group "tierd-tls=$ttls" "nbdkit-tls=$ktls" "tierd-plain=$tplain"
+  run_group "tierd-tls=$ttls_pid=$ttls" "nbdkit-tls=$ktls_pid=$ktls" "tierd-plain=$tplain_pid=$tplain"
   echo "### TLS: tierd (rustls) vs nbdkit (GnuTLS), memory, and tierd in plain text"
   echo
   summarize nbdkit-tls tierd-tls nbdkit-tls tierd-plain

@@ -33,10 +33,6 @@ use tierd_nbd::{Export, Server, ServerConfig, ServerHandle, TlsFiles, TlsMode, T
 
 use crate::CliError;
 
-/// Worker threads per NBD connection when a stack has an emulated
-/// (latency-model) tier and `server.workers_per_connection` is not set.
-const EMULATED_WORKERS_PER_CONNECTION: usize = 16;
-
 #[derive(Args)]
 pub struct ServeArgs {
     /// TOML configuration (tiers, volumes, listen addresses, metadata dir).
@@ -228,26 +224,13 @@ fn wait_for_stop_signal(set: &libc::sigset_t) -> &'static str {
     }
 }
 
-/// Worker threads per NBD connection: the configured number, else 0 (each
-/// connection's thread serves its requests inline) unless a volume's stack
-/// has an emulated tier, whose held-back completions need overlap.
+/// Threads per NBD connection, at most: the configured number, else the
+/// server's default (started as requests need them).
 fn workers_per_connection(config: &Config) -> usize {
-    if let Some(workers) = config.server.workers_per_connection {
-        return workers;
-    }
-    let emulated = config.volumes.iter().any(|volume| {
-        volume.tiers.iter().any(|name| {
-            config
-                .tiers
-                .iter()
-                .any(|tier| &tier.name == name && tier.model.is_some())
-        })
-    });
-    if emulated {
-        EMULATED_WORKERS_PER_CONNECTION
-    } else {
-        0
-    }
+    config
+        .server
+        .workers_per_connection
+        .unwrap_or(tierd_nbd::server::DEFAULT_WORKERS_PER_CONNECTION)
 }
 
 /// Prints one line to stdout and flushes it (the line is how scripts and
@@ -296,6 +279,12 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let server_config = ServerConfig {
         allow_list: config.server.allow_list,
         workers_per_connection: workers_per_connection(&config),
+        // Measurement only (removed before merge).
+        handoff_policy: if std::env::var_os("TIERD_NBD_HANDOFF_ALWAYS").is_some() {
+            2
+        } else {
+            0
+        },
         max_connections: config.server.max_connections,
         max_unnegotiated_connections: config.server.max_unnegotiated_connections,
         handshake_timeout_ms: config.server.handshake_timeout.0 / 1_000_000,
