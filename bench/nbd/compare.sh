@@ -6,10 +6,11 @@
 #          (unsafe_volatile = true, every segment moved there with `tierd move`
 #          before measuring), the same with a write-through memory tier, and
 #          `nbdkit memory 256M`
-#   file   tierd volume on one file tier (tiers = ["disk"]; page cache with
-#          requests run on the connection thread, and direct = true with 4
-#          workers per connection), `nbdkit file` and
-#          `qemu-nbd --cache=none --aio=io_uring` on the same file
+#   file   tierd volume on one file tier (tiers = ["disk"]; page cache, and
+#          direct = true; default workers_per_connection), `nbdkit file` and
+#          `qemu-nbd --cache=none --aio=io_uring` on one 256 MiB file of
+#          random data (each tierd server on its own copy of it: tierd locks
+#          its tier files)
 #   tls    the memory-tier volume over plain text and over TLS (rustls,
 #          mode = "require"), and `nbdkit --tls=require memory 256M` (GnuTLS),
 #          all with one throwaway EC P-256 CA + server certificate made with
@@ -348,18 +349,25 @@ kind = "none"
 EOF
 }
 
+# own_copy NAME: a copy of $work/file.img for one tierd server (tierd locks
+# its tier files: two servers never share one)
+own_copy() {
+  cp --reflink=auto "$work/file.img" "$work/$1.img"
+  echo "$work/$1.img"
+}
+
 part_file() {
   local file=$work/file.img variant label binary workers direct environment
   local -a group=() names=()
   dd if=/dev/urandom of="$file" bs=1M count=256 status=none
-  start_tierd tfile "$(file_config tfile "$file" false -)"; group+=("tierd-file=$pid=$uri")
+  start_tierd tfile "$(file_config tfile "$(own_copy tfile)" false -)"; group+=("tierd-file=$pid=$uri")
   start_nbdkit kfile file "$file"; group+=("nbdkit-file=$pid=$uri")
   start_qemu_nbd qnbd "$file"; group+=("qemu-nbd=$pid=$uri")
-  start_tierd tdirect "$(file_config tdirect "$file" true -)"; group+=("tierd-direct=$pid=$uri")
+  start_tierd tdirect "$(file_config tdirect "$(own_copy tdirect)" true -)"; group+=("tierd-direct=$pid=$uri")
   names=(tierd-file nbdkit-file qemu-nbd tierd-direct)
   for variant in $TIERD_VARIANTS; do
     IFS=: read -r label binary workers direct environment <<< "$variant"
-    start_tierd "v-$label" "$(file_config "v-$label" "$file" "${direct:-false}" "$workers")" "$binary" "${environment:-TIERD_COMPARE=1}"
+    start_tierd "v-$label" "$(file_config "v-$label" "$(own_copy "v-$label")" "${direct:-false}" "$workers")" "$binary" "${environment:-TIERD_COMPARE=1}"
     group+=("tierd-file-$label=$pid=$uri"); names+=("tierd-file-$label")
   done
   run_group "${group[@]}"

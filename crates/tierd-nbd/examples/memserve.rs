@@ -48,9 +48,6 @@ fn main() {
     if let Some(batch) = arguments.get(4).and_then(|text| text.parse().ok()) {
         config.reply_batch_bytes = batch;
     }
-    if let Some(policy) = arguments.get(5).and_then(|text| text.parse().ok()) {
-        config.handoff_policy = policy;
-    }
     let server = match Server::new(vec![("memory".into(), export)], config) {
         Ok(server) => server,
         Err(error) => {

@@ -279,12 +279,6 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let server_config = ServerConfig {
         allow_list: config.server.allow_list,
         workers_per_connection: workers_per_connection(&config),
-        // Measurement only (removed before merge).
-        handoff_policy: if std::env::var_os("TIERD_NBD_HANDOFF_ALWAYS").is_some() {
-            2
-        } else {
-            0
-        },
         max_connections: config.server.max_connections,
         max_unnegotiated_connections: config.server.max_unnegotiated_connections,
         handshake_timeout_ms: config.server.handshake_timeout.0 / 1_000_000,

@@ -1,14 +1,16 @@
 //! The NBD server: fixed-newstyle handshake, then the transmission phase over
 //! any [`Export`].
 //!
-//! Concurrency: one thread per connection reads requests. With
-//! `workers_per_connection == 0` that thread also executes each request and
-//! batches replies (the socket is written only when no further whole request
-//! is already buffered), which suits fast exports. With workers, requests go
-//! through a bounded queue to that many threads so slow requests overlap;
-//! each reply is written as soon as it is ready. Either way a client that
-//! stops reading replies stalls its own connection (the socket send buffer
-//! fills, then the queue, then request reading stops) and nothing grows.
+//! Concurrency, after nbdkit's model: each of a connection's threads (up to
+//! `workers_per_connection`, started as requests need them) takes the read
+//! side, reads one request, executes it and writes its reply; nothing is
+//! queued or handed between threads. While requests are fast a thread keeps
+//! the read side through its request and batches replies (the socket is
+//! written only when no further whole request is buffered), so a fast
+//! export costs one thread per connection; slow requests are handed over
+//! and overlap (`transmit`). A client that stops reading replies stalls its
+//! own connection (the socket send buffer fills, then the threads wait to
+//! write, then request reading stops) and nothing grows.
 //!
 //! Memory: every READ reply and WRITE payload is charged against a
 //! per-connection and a server-wide byte budget before the server reads or
@@ -21,8 +23,9 @@
 //! Layout: this module holds the public types, the listeners (accept loop,
 //! connection table, handshake watchdog) and the counters; `connection`
 //! runs one connection from handshake to close, `negotiate` the option
-//! phase (with STARTTLS), `transmit` the transmission phase (inline and
-//! worker modes), and `budget` the in-flight byte budgets.
+//! phase (with STARTTLS), `transmit` the transmission phase (the
+//! connection's threads), `execute` one request against the export, and
+//! `budget` the in-flight byte budgets.
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::BTreeMap;
@@ -111,10 +114,6 @@ pub struct ServerConfig {
     /// execute at once. Started as requests need them (an idle connection
     /// has one); 0 and 1 both mean the connection's own thread alone.
     pub workers_per_connection: usize,
-    /// Experiment only (removed before merge): 0 adaptive, 2 always hand
-    /// the read side over before executing.
-    #[doc(hidden)]
-    pub handoff_policy: u8,
     /// Advertised minimum block size: 1 (any alignment) or 512 (requests
     /// that are not multiples of 512 get EINVAL).
     pub minimum_block_bytes: u32,
@@ -123,7 +122,7 @@ pub struct ServerConfig {
     /// On shutdown, how long connections get to finish in-flight requests
     /// after reading stops, before their sockets are closed.
     pub shutdown_grace_ms: u64,
-    /// Inline mode: replies wait in a buffer while further whole requests
+    /// While requests are fast, replies wait while further whole requests
     /// are already buffered, but are written once this many bytes wait.
     /// Smaller values let the client work on early replies while the server
     /// handles the rest of a pipelined batch.
@@ -160,7 +159,6 @@ impl Default for ServerConfig {
         Self {
             allow_list: true,
             workers_per_connection: DEFAULT_WORKERS_PER_CONNECTION,
-            handoff_policy: 0,
             minimum_block_bytes: 1,
             max_connections: 256,
             shutdown_grace_ms: 5_000,

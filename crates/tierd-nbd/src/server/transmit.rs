@@ -219,7 +219,7 @@ fn serve<'scope, 'env, 'a: 'scope>(
             break;
         };
         let mut reader = Some(reader);
-        if transmission.is_slow() || transmission.handoff_always() {
+        if transmission.is_slow() {
             reader = None;
             transmission.start_thread_if_needed(scope);
         }
@@ -261,10 +261,6 @@ fn serve<'scope, 'env, 'a: 'scope>(
 }
 
 impl<'a> Transmission<'a> {
-    fn handoff_always(&self) -> bool {
-        self.shared.config.handoff_policy == 2
-    }
-
     /// Waits for the read side. An extra thread gives up after
     /// [`IDLE_THREAD_EXIT`] (`None`: it ends).
     fn wait_for_reader(&self, own: bool) -> Option<MutexGuard<'_, Reader<'a>>> {
@@ -468,9 +464,16 @@ impl<'a> Transmission<'a> {
         reader: Option<MutexGuard<'t, Reader<'a>>>,
         slow: bool,
     ) -> Option<MutexGuard<'t, Reader<'a>>> {
-        self.writers_waiting.fetch_add(1, Ordering::SeqCst);
+        // Alone, no other thread can want the write side (only this one
+        // could start another): skip telling them.
+        let alone = self.threads.load(Ordering::SeqCst) == 1;
+        if !alone {
+            self.writers_waiting.fetch_add(1, Ordering::SeqCst);
+        }
         let mut writer = self.writer.lock();
-        self.writers_waiting.fetch_sub(1, Ordering::SeqCst);
+        if !alone {
+            self.writers_waiting.fetch_sub(1, Ordering::SeqCst);
+        }
         if self.cancelled.load(Ordering::SeqCst) {
             return reader;
         }
@@ -478,7 +481,7 @@ impl<'a> Transmission<'a> {
         let batch_bytes = self.shared.config.reply_batch_bytes.max(1);
         let defer = writer.pending_bytes + out.len() < batch_bytes
             && (self.writers_waiting.load(Ordering::SeqCst) > 0
-                || (!slow && !self.handoff_always() && {
+                || (!slow && {
                     if reader.is_none() {
                         // Never blocks, so taking it under the write side
                         // cannot deadlock with a reader that flushes.
