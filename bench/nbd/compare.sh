@@ -7,10 +7,11 @@
 #          before measuring), the same with a write-through memory tier, and
 #          `nbdkit memory 256M`
 #   file   tierd volume on one file tier (tiers = ["disk"]; page cache, and
-#          direct = true; default workers_per_connection), `nbdkit file` and
-#          `qemu-nbd --cache=none --aio=io_uring` on one 256 MiB file of
-#          random data (each tierd server on its own copy of it: tierd locks
-#          its tier files)
+#          direct = true, both with the server's default settings),
+#          `nbdkit file` and `qemu-nbd --cache=none --aio=io_uring` on the
+#          same file (each tierd server on its own copy of it: a tier file is
+#          locked by the server that uses it); DIRECT_ENGINES adds one
+#          direct = true server per IO engine named
 #   tls    the memory-tier volume over plain text and over TLS (rustls,
 #          mode = "require"), and `nbdkit --tls=require memory 256M` (GnuTLS),
 #          all with one throwaway EC P-256 CA + server certificate made with
@@ -25,26 +26,31 @@
 # each (plus 1 s ramp), size 256M. Every server of a group stays up; the runs
 # alternate between them workload by workload, ROUNDS times, and the server
 # order is reversed every other round, so drift on this shared machine hits
-# all of them alike. Every row also gives each server's CPU time per million
-# IOs: utime + stime of the server process (all its threads) from
-# /proc/PID/stat before and after each fio run, divided by the IOs of that
-# run (fio's iops x (measured time + ramp), so the ramp's CPU is matched by
-# its IOs).
-#
-# TIERD_VARIANTS adds tierd servers to mem (memory-tier config) and file
-# (page-cache config, or O_DIRECT): space-separated
-# LABEL:BINARY:WORKERS[:DIRECT[:ENV=VALUE]] entries, e.g. an older commit's
-# build, to compare concurrency shapes side by side:
-#   TIERD_VARIANTS="base-inline:/tmp/tierd-old:0 base-workers:/tmp/tierd-old:16"
-# WORKERS is server.workers_per_connection ("-" leaves it unset), DIRECT is
-# true or false (file only; default false), ENV is set for that server only.
+# all of them alike.
 #
 # Usage:   bench/nbd/compare.sh [mem] [file] [tls] [stall]   (default: all four)
-# Env:     ROUNDS (2)  RUNTIME (10)  STALL_RUNTIME (20)  TIERD_VARIANTS ("")
+# Env:     ROUNDS (2)  RUNTIME (10)  STALL_RUNTIME (20)
+#          DIRECT_ENGINES (""; e.g. "psync uring": extra file rows
+#          tierd-direct-psync, tierd-direct-uring with io_engine set)
+#          DIRECT_WORKERS ("": server default; N: workers_per_connection = N
+#          on every direct = true server)
+#          BASELINE_TIERD=PATH  (mem only: also run the tierd-mem volume on this
+#          other tierd binary, e.g. one built from an earlier commit into its
+#          own target dir, as tierd-mem-base, and print this tierd against it)
+#          TIERD_VARIANTS ("": more tierd servers in mem and file, to compare
+#          concurrency shapes side by side: space-separated
+#          LABEL:BINARY:WORKERS[:DIRECT[:ENV=VALUE]], e.g.
+#          "old-inline:/tmp/tierd-old:0 old-workers:/tmp/tierd-old:16";
+#          WORKERS is server.workers_per_connection, "-" for the default;
+#          DIRECT (file only) true or false; ENV set for that server only.
+#          Rows tierd-mem-LABEL and tierd-file-LABEL)
 #          PIN=none|split  (split: servers on CPU 0, fio on CPU 1, via taskset)
 #          CARGO_TARGET_DIR (where the release tierd is built)
 #          RESULTS (default /tmp/tierd-nbd-bench.<date>; raw fio JSON lands there)
 # Prints markdown tables on stdout; nothing is written inside the repository.
+# Every row also has the server's CPU time per million IOs: utime + stime
+# of the server process (/proc/PID/stat) across the fio run (its 1 s ramp
+# included) divided by fio's IO count.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -52,9 +58,11 @@ repo=$(cd "$here/../.." && pwd)
 parts=("$@")
 [ ${#parts[@]} -gt 0 ] || parts=(mem file tls stall)
 ROUNDS=${ROUNDS:-2}
+DIRECT_ENGINES=${DIRECT_ENGINES:-}
+DIRECT_WORKERS=${DIRECT_WORKERS:-}
+TIERD_VARIANTS=${TIERD_VARIANTS:-}
 RUNTIME=${RUNTIME:-10}
 STALL_RUNTIME=${STALL_RUNTIME:-20}
-TIERD_VARIANTS=${TIERD_VARIANTS:-}
 PIN=${PIN:-none}
 RESULTS=${RESULTS:-/tmp/tierd-nbd-bench.$(date +%Y%m%d-%H%M%S)}
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
@@ -67,6 +75,7 @@ fio --enghelp 2>/dev/null | grep -qx '[[:space:]]*nbd' || { echo "compare.sh: th
 mkdir -p "$RESULTS"
 work=$(mktemp -d /tmp/tierd-nbd-work.XXXXXX)
 server_pids=()
+declare -A pid_of   # server label -> pid, for CPU time
 cleanup() {
   for pid in "${server_pids[@]}"; do
     kill -TERM "$pid" 2>/dev/null || true
@@ -91,15 +100,15 @@ tierd=$target_dir/release/tierd
 
 # ------------------------------------------------------------------ servers
 
-# start_tierd NAME CONFIG_TEXT [BINARY [ENV=VALUE]] -> sets $uri and $pid;
-# the config's data_dir is $work/NAME
+# start_tierd NAME CONFIG_TEXT [BINARY [ENV=VALUE]] -> sets $uri; the config's
+# data_dir is $work/NAME
 start_tierd() {
   local name=$1 text=$2 binary=${3:-$tierd} environment=${4:-TIERD_COMPARE=1}
   mkdir -p "$work/$name"
   printf '%s\n' "$text" > "$work/$name.toml"
   env "$environment" "${server_cpu[@]}" "$binary" serve --config "$work/$name.toml" > "$work/$name.out" 2> "$work/$name.err" &
-  pid=$!
-  server_pids+=($pid)
+  server_pids+=($!)
+  pid_of[$name]=$!
   local waited=0
   until uri=$(sed -n 's/^tierd: volume vol0 at //p' "$work/$name.out" | head -1) && [ -n "$uri" ]; do
     sleep 0.1
@@ -122,21 +131,21 @@ wait_for_socket() {
   done
 }
 
-start_nbdkit() { # NAME PLUGIN ARGS... -> $uri, $pid
+start_nbdkit() { # NAME PLUGIN ARGS... -> $uri
   local name=$1; shift
   "${server_cpu[@]}" nbdkit -f -U "$work/$name.sock" "$@" 2> "$work/$name.err" &
-  pid=$!
-  server_pids+=($pid)
+  server_pids+=($!)
+  pid_of[$name]=$!
   wait_for_socket "$work/$name.sock"
   uri="nbd+unix:///vol0?socket=$work/$name.sock"
 }
 
-start_qemu_nbd() { # NAME FILE -> $uri, $pid
+start_qemu_nbd() { # NAME FILE -> $uri
   local name=$1 file=$2
   "${server_cpu[@]}" qemu-nbd -t -e 16 -x vol0 --cache=none --aio=io_uring -f raw \
     -k "$work/$name.sock" "$file" 2> "$work/$name.err" &
-  pid=$!
-  server_pids+=($pid)
+  server_pids+=($!)
+  pid_of[$name]=$!
   wait_for_socket "$work/$name.sock"
   uri="nbd+unix:///vol0?socket=$work/$name.sock"
 }
@@ -161,24 +170,26 @@ move_all() {
 
 # ------------------------------------------------------------------ fio
 
-# cpu_ticks PID: utime + stime of every thread of the process, in clock ticks
+# cpu_ticks PID: utime + stime of the process, in clock ticks
 cpu_ticks() {
-  # After the ")" that ends the command name, utime is the 12th field and
-  # stime the 13th.
-  sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
+  awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0
 }
-clock_ticks_per_s=$(getconf CLK_TCK)
 
-# run_fio LABEL URI RW QD PID: JSON into $RESULTS/LABEL.json, the server's
-# CPU ticks over the run into LABEL.cpu
+# run_fio LABEL URI RW QD [extra fio args...]: JSON into $RESULTS/LABEL.json;
+# with SERVER set (a key of pid_of), that server's CPU seconds across the run
+# into $RESULTS/LABEL.cpu
 run_fio() {
-  local label=$1 target=$2 rw=$3 depth=$4 server_pid=$5 before
-  before=$(cpu_ticks "$server_pid")
+  local label=$1 target=$2 rw=$3 depth=$4; shift 4
+  local pid=${pid_of[${SERVER:-}]:-} before=0
+  [ -z "$pid" ] || before=$(cpu_ticks "$pid")
   "${fio_cpu[@]}" fio --name="$label" --ioengine=nbd --uri="$target" \
     --rw="$rw" --bs=4k --iodepth="$depth" --size=256M \
     --runtime="$RUNTIME" --ramp_time=1 --time_based \
-    --output-format=json --output="$RESULTS/$label.json" >/dev/null
-  echo "$(( $(cpu_ticks "$server_pid") - before )) $clock_ticks_per_s" > "$RESULTS/$label.cpu"
+    --output-format=json --output="$RESULTS/$label.json" "$@" >/dev/null
+  if [ -n "$pid" ]; then
+    echo "$(cpu_ticks "$pid") $before $(getconf CLK_TCK)" |
+      awk '{ printf "%.3f\n", ($1 - $2) / $3 }' > "$RESULTS/$label.cpu"
+  fi
 }
 
 fill() { # URI SIZE: write every byte once, so reads never hit holes
@@ -186,9 +197,9 @@ fill() { # URI SIZE: write every byte once, so reads never hit holes
     --iodepth=4 --size="$2" --output-format=terse >/dev/null
 }
 
-# The markdown summary of a group: the baseline's name, then the servers'.
+# The markdown summary of a group: SERVERS (label=name ...) and baseline name.
 summarize() {
-  ROUNDS=$ROUNDS RAMP_S=1 /usr/bin/python3 - "$RESULTS" "$@" <<'PY'
+  ROUNDS=$ROUNDS /usr/bin/python3 - "$RESULTS" "$@" <<'PY'
 import json, os, statistics, sys
 results, baseline, names = sys.argv[1], sys.argv[2], sys.argv[3:]
 workloads = [("randread", 1), ("randread", 16), ("randwrite", 1), ("randwrite", 16)]
@@ -199,17 +210,13 @@ def load(name, rw, qd, rnd):
     job = json.load(open(path))["jobs"][0]
     side = job["read" if rw == "randread" else "write"]
     pct = side["clat_ns"].get("percentile", {})
+    cpu_path = path[:-len(".json")] + ".cpu"
     cpu = None
-    cpu_path = path[:-5] + ".cpu"
-    if os.path.exists(cpu_path):
-        ticks, per_s = (int(x) for x in open(cpu_path).read().split())
-        # IOs over the whole run, ramp included (the CPU covers it too).
-        ios = side["iops"] * (job["job_runtime"] / 1e3 + float(os.environ["RAMP_S"]))
-        if ios > 0:
-            cpu = ticks / per_s / ios * 1e6
+    if os.path.exists(cpu_path) and side["total_ios"]:
+        cpu = float(open(cpu_path).read()) / (side["total_ios"] / 1e6)
     return side["iops"], pct.get("50.000000", 0) / 1e3, pct.get("99.000000", 0) / 1e3, cpu
 rounds = range(1, int(os.environ["ROUNDS"]) + 1)
-print("| workload | server | iops per round | mean iops | p50 µs per round | p99 µs per round | CPU s per M IOs per round | iops / " + baseline + " (per round) | p50 / " + baseline + " |")
+print("| workload | server | iops per round | mean iops | p50 µs per round | p99 µs per round | iops / " + baseline + " (per round) | p50 / " + baseline + " | CPU s per M IOs per round |")
 print("|---|---|---|---|---|---|---|---|---|")
 for rw, qd in workloads:
     base = {r: load(baseline, rw, qd, r) for r in rounds}
@@ -221,22 +228,22 @@ for rw, qd in workloads:
         iops = " / ".join(f"{x[0]/1e3:.1f} k" for x in got)
         p50 = " / ".join(f"{x[1]:.1f}" for x in got)
         p99 = " / ".join(f"{x[2]:.1f}" for x in got)
-        cpu = " / ".join("–" if x[3] is None else f"{x[3]:.2f}" for x in got)
         mean = statistics.mean(x[0] for x in got)
+        cpu = " / ".join("–" if x[3] is None else f"{x[3]:.1f}" for x in got)
         if name == baseline:
             ratio, lat = "1", "1"
         else:
             pairs = [(runs[r], base[r]) for r in rounds if runs[r] and base[r]]
             ratio = " / ".join(f"{a[0]/b[0]:.2f}" for a, b in pairs)
             lat = " / ".join(f"{a[1]/b[1]:.2f}" for a, b in pairs if b[1])
-        print(f"| {rw} QD{qd} | {name} | {iops} | {mean/1e3:.1f} k | {p50} | {p99} | {cpu} | {ratio} | {lat} |")
+        print(f"| {rw} QD{qd} | {name} | {iops} | {mean/1e3:.1f} k | {p50} | {p99} | {ratio} | {lat} | {cpu} |")
 PY
 }
 
-# run_group NAME=PID=URI...: the alternating runs
+# run_group NAME=URI...: the alternating runs
 run_group() {
   local -a pairs=("$@") order
-  local round rw qd pair name target rest server_pid
+  local round rw qd pair name target
   for ((round = 1; round <= ROUNDS; round++)); do
     if ((round % 2)); then order=("${pairs[@]}"); else
       order=(); for ((i = ${#pairs[@]} - 1; i >= 0; i--)); do order+=("${pairs[$i]}"); done
@@ -244,9 +251,9 @@ run_group() {
     for rw in randread randwrite; do
       for qd in 1 16; do
         for pair in "${order[@]}"; do
-          name=${pair%%=*}; rest=${pair#*=}; server_pid=${rest%%=*}; target=${rest#*=}
+          name=${pair%%=*}; target=${pair#*=}
           echo "round $round: $name $rw QD$qd" >&2
-          run_fio "$name-$rw-qd$qd-r$round" "$target" "$rw" "$qd" "$server_pid"
+          SERVER=$name run_fio "$name-$rw-qd$qd-r$round" "$target" "$rw" "$qd"
         done
       done
     done
@@ -255,8 +262,7 @@ run_group() {
 
 machine() {
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); nproc $(nproc); $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); kernel $(uname -r); load $(cut -d' ' -f1-3 /proc/loadavg); PIN=$PIN"
-  echo "tierd $(cd "$repo" && git rev-parse --short HEAD)$(git -C "$repo" diff --quiet HEAD || echo ' (with uncommitted changes)'); $(nbdkit --version | head -1); $(qemu-nbd --version | head -1); $(fio --version)"
-  [ -z "$TIERD_VARIANTS" ] || echo "TIERD_VARIANTS: $TIERD_VARIANTS"
+  echo "tierd $(cd "$repo" && git rev-parse --short HEAD); $(nbdkit --version | head -1); $(qemu-nbd --version | head -1); $(fio --version)"
   echo
 }
 
@@ -298,46 +304,67 @@ workers_line() {
 }
 
 part_mem() {
-  local volatile_config write_through_config variant label binary workers direct environment config
-  local -a group=() names=(tierd-mem nbdkit-memory) targets=()
+  local volatile_config write_through_config
   volatile_config=$(memory_volume_config tmem "")
   write_through_config=${volatile_config//tmem/twt}
   write_through_config=${write_through_config//unsafe_volatile = true/unsafe_volatile = false}
-  start_tierd tmem "$volatile_config"; group+=("tierd-mem=$pid=$uri"); targets+=("$uri")
-  start_nbdkit kmem memory 256M; group+=("nbdkit-memory=$pid=$uri"); targets+=("$uri")
-  start_tierd twt "$write_through_config"; local twt=$uri twt_pid=$pid; targets+=("$uri")
+  start_tierd tmem "$volatile_config"; local tmem=$uri
+  start_tierd twt "$write_through_config"; local twt=$uri
+  start_nbdkit kmem memory 256M; local kmem=$uri
+  pid_of[tierd-mem]=${pid_of[tmem]}; pid_of[tierd-mem-wt]=${pid_of[twt]}; pid_of[nbdkit-memory]=${pid_of[kmem]}
   move_all tmem mem 4 0000
   move_all twt mem 4 0000
+  for target in "$tmem" "$twt" "$kmem"; do fill "$target" 256M; done
+  local group=("tierd-mem=$tmem" "nbdkit-memory=$kmem" "tierd-mem-wt=$twt")
+  if [ -n "${BASELINE_TIERD:-}" ]; then
+    echo "baseline tierd: $BASELINE_TIERD ($("$BASELINE_TIERD" --version 2>/dev/null || echo 'no --version'))" >&2
+    start_tierd tbase "${volatile_config//tmem/tbase}" "$BASELINE_TIERD"; local tbase=$uri
+    move_all tbase mem 4 0000
+    fill "$tbase" 256M
+    group+=("tierd-mem-base=$tbase")
+  fi
+  local variant label binary workers direct environment
+  local -a variants=()
   for variant in $TIERD_VARIANTS; do
     IFS=: read -r label binary workers direct environment <<< "$variant"
-    config=$(memory_volume_config "v-$label" "$(workers_line "$workers")")
-    start_tierd "v-$label" "$config" "$binary" "${environment:-TIERD_COMPARE=1}"
-    group+=("tierd-mem-$label=$pid=$uri"); names+=("tierd-mem-$label"); targets+=("$uri")
-    move_all "v-$label" mem 4 0000
+    start_tierd "tierd-mem-$label" "$(memory_volume_config "tierd-mem-$label" "$(workers_line "$workers")")" "$binary" "${environment:-TIERD_COMPARE=1}"
+    move_all "tierd-mem-$label" mem 4 0000
+    fill "$uri" 256M
+    group+=("tierd-mem-$label=$uri"); variants+=("tierd-mem-$label")
   done
-  group+=("tierd-mem-wt=$twt_pid=$twt"); names+=(tierd-mem-wt)
-  for target in "${targets[@]}"; do fill "$target" 256M; done
   run_group "${group[@]}"
   echo "### Memory: tierd (all segments on the memory tier) vs nbdkit memory"
   echo
-  summarize nbdkit-memory "${names[@]}"
+  summarize nbdkit-memory tierd-mem nbdkit-memory "${variants[@]}" tierd-mem-wt
   echo
+  if [ -n "${BASELINE_TIERD:-}" ]; then
+    echo "### Memory: this tierd vs the baseline binary (same volume)"
+    echo
+    summarize tierd-mem-base tierd-mem tierd-mem-base
+    echo
+  fi
 }
 
-# file_config NAME FILE DIRECT WORKERS: one file tier holding the whole
-# volume (WORKERS "-": workers_per_connection unset)
+# file_config NAME FILE DIRECT [IO_ENGINE [WORKERS]]: one file tier holding
+# the whole volume; server defaults, but DIRECT_WORKERS on direct ones and
+# WORKERS ("-": the default) when given
 file_config() {
+  local workers="" engine=""
+  [ "$3" = false ] || [ -z "$DIRECT_WORKERS" ] || workers="workers_per_connection = $DIRECT_WORKERS"
+  [ -z "${5:-}" ] || workers=$(workers_line "$5")
+  [ -z "${4:-}" ] || engine="io_engine = \"$4\""
   cat <<EOF
 data_dir = "$work/$1"
 [server]
 listen = ["unix:$work/$1.sock"]
-$(workers_line "$4")
+$workers
 [[tier]]
 name = "disk"
 backend = "file"
 path = "$2"
 size = "256MiB"
 direct = $3
+$engine
 [[volume]]
 name = "vol0"
 size = "256MiB"
@@ -349,31 +376,40 @@ kind = "none"
 EOF
 }
 
-# own_copy NAME: a copy of $work/file.img for one tierd server (tierd locks
-# its tier files: two servers never share one)
-own_copy() {
-  cp --reflink=auto "$work/file.img" "$work/$1.img"
-  echo "$work/$1.img"
-}
-
 part_file() {
-  local file=$work/file.img variant label binary workers direct environment
-  local -a group=() names=()
+  local file=$work/file.img
   dd if=/dev/urandom of="$file" bs=1M count=256 status=none
-  start_tierd tfile "$(file_config tfile "$(own_copy tfile)" false -)"; group+=("tierd-file=$pid=$uri")
-  start_nbdkit kfile file "$file"; group+=("nbdkit-file=$pid=$uri")
-  start_qemu_nbd qnbd "$file"; group+=("qemu-nbd=$pid=$uri")
-  start_tierd tdirect "$(file_config tdirect "$(own_copy tdirect)" true -)"; group+=("tierd-direct=$pid=$uri")
-  names=(tierd-file nbdkit-file qemu-nbd tierd-direct)
+  # A tier file is locked by its server: each tierd gets its own copy.
+  local -a group=() names=() engine
+  cp "$file" "$work/tfile.img"
+  start_tierd tfile "$(file_config tfile "$work/tfile.img" false)"
+  group+=("tierd-file=$uri"); names+=(tierd-file)
+  start_nbdkit nbdkit-file file "$file"; group+=("nbdkit-file=$uri"); names+=(nbdkit-file)
+  start_qemu_nbd qemu-nbd "$file"; group+=("qemu-nbd=$uri"); names+=(qemu-nbd)
+  cp "$file" "$work/tdirect.img"
+  start_tierd tierd-direct "$(file_config tierd-direct "$work/tdirect.img" true)"
+  group+=("tierd-direct=$uri"); names+=(tierd-direct)
+  for engine in $DIRECT_ENGINES; do
+    cp "$file" "$work/tdirect-$engine.img"
+    start_tierd "tierd-direct-$engine" "$(file_config "tierd-direct-$engine" "$work/tdirect-$engine.img" true "$engine")"
+    group+=("tierd-direct-$engine=$uri"); names+=("tierd-direct-$engine")
+  done
+  local variant label binary workers direct environment
   for variant in $TIERD_VARIANTS; do
     IFS=: read -r label binary workers direct environment <<< "$variant"
-    start_tierd "v-$label" "$(file_config "v-$label" "$(own_copy "v-$label")" "${direct:-false}" "$workers")" "$binary" "${environment:-TIERD_COMPARE=1}"
-    group+=("tierd-file-$label=$pid=$uri"); names+=("tierd-file-$label")
+    cp "$file" "$work/tierd-file-$label.img"
+    start_tierd "tierd-file-$label" "$(file_config "tierd-file-$label" "$work/tierd-file-$label.img" "${direct:-false}" "" "$workers")" "$binary" "${environment:-TIERD_COMPARE=1}"
+    group+=("tierd-file-$label=$uri"); names+=("tierd-file-$label")
   done
+  pid_of[tierd-file]=${pid_of[tfile]}
   run_group "${group[@]}"
   echo "### File: tierd (one file tier) vs nbdkit file vs qemu-nbd --cache=none --aio=io_uring"
   echo
   summarize nbdkit-file "${names[@]}"
+  echo
+  echo "### File, O_DIRECT: tierd direct = true vs qemu-nbd --cache=none --aio=io_uring"
+  echo
+  summarize qemu-nbd "${names[@]:2}"
   echo
 }
 
@@ -427,18 +463,19 @@ part_tls() {
   tls_config=$(memory_volume_config ttls "[server.tls]
 certificate = \"$pki/server-cert.pem\"
 key = \"$pki/server-key.pem\"")
-  start_tierd tplain "$plain_config"; local tplain=$uri tplain_pid=$pid
-  start_tierd ttls "$tls_config"; local ttls=$uri ttls_pid=$pid
+  start_tierd tplain "$plain_config"; local tplain=$uri
+  start_tierd ttls "$tls_config"; local ttls=$uri
   case $ttls in nbds+unix://*) ;; *) echo "compare.sh: tierd did not print an nbds URI: $ttls" >&2; exit 1 ;; esac
   "${server_cpu[@]}" nbdkit -f -U "$work/ktls.sock" --tls=require --tls-certificates="$pki" memory 256M 2> "$work/ktls.err" &
-  local ktls_pid=$!
-  server_pids+=($ktls_pid)
+  server_pids+=($!)
+  pid_of[nbdkit-tls]=$!
+  pid_of[tierd-tls]=${pid_of[ttls]}; pid_of[tierd-plain]=${pid_of[tplain]}
   wait_for_socket "$work/ktls.sock"
   local ktls="nbds+unix:///vol0?socket=$work/ktls.sock"
   move_all tplain mem 4 0000
   move_all ttls mem 4 0000
   for target in "$tplain" "$ttls" "$ktls"; do fill "$target" 256M; done
-  run_group "tierd-tls=$ttls_pid=$ttls" "nbdkit-tls=$ktls_pid=$ktls" "tierd-plain=$tplain_pid=$tplain"
+  run_group "tierd-tls=$ttls" "nbdkit-tls=$ktls" "tierd-plain=$tplain"
   echo "### TLS: tierd (rustls) vs nbdkit (GnuTLS), memory, and tierd in plain text"
   echo
   summarize nbdkit-tls tierd-tls nbdkit-tls tierd-plain

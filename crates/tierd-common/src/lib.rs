@@ -1,13 +1,14 @@
 //! Shared foundations of tierd: injected time ([`clock`]), injected randomness
 //! ([`rng`]), human units ([`units`]), deterministic hashing ([`hash`]), the
-//! direction of a block request ([`op::Op`]) and the latency histogram
-//! ([`histogram`]).
+//! direction of a block request ([`op::Op`]), the latency histogram
+//! ([`histogram`]) and page-aligned buffers for direct IO ([`aligned`]).
 //!
 //! Every other crate depends on this one and on nothing above it. Engine,
 //! policy, simulator and analysis code take a [`clock::Clock`] and a
 //! [`rng::Rng`] from their caller and never read the OS clock or RNG; the
 //! workspace `clippy.toml` enforces that.
 
+pub mod aligned;
 pub mod clock;
 pub mod hash;
 pub mod histogram;

@@ -42,6 +42,7 @@ use tierd_device::model::DevicePreset;
 use tierd_policy::PolicyConfig;
 
 use crate::device::fault::FaultConfig;
+use crate::device::io_engine::IoEngineKind;
 
 /// A byte count written as `"64MiB"` or a bare integer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -219,7 +220,7 @@ impl ServerConfig {
         if let Some(workers) = self.workers_per_connection {
             if workers > MAX_WORKERS_PER_CONNECTION {
                 return Err(format!(
-                    "server.workers_per_connection = {workers}: at most {MAX_WORKERS_PER_CONNECTION} (threads per NBD connection; 16 overlap an emulated disk's requests well)"
+                    "server.workers_per_connection = {workers}: at most {MAX_WORKERS_PER_CONNECTION} (threads per NBD connection; an emulated tier gets one per request in flight, 128 by default)"
                 ));
             }
         }
@@ -379,6 +380,11 @@ pub struct TierConfig {
     /// O_DIRECT for `file`.
     #[serde(default)]
     pub direct: bool,
+    /// For `file`: how reads and writes reach the kernel, `"psync"`
+    /// (`pread`/`pwrite` on the calling thread) or `"uring"` (a shared
+    /// io_uring); unset: [`crate::device::io_engine::DEFAULT_IO_ENGINE`].
+    #[serde(default)]
+    pub io_engine: Option<IoEngineKind>,
     /// Emulate this device: completions are held back to what the
     /// simulator's model of the preset says (`savvio10k4`, `x25e`, ...).
     #[serde(default)]
@@ -421,6 +427,12 @@ pub struct VolumeConfig {
     /// Optional cap on copy bandwidth.
     #[serde(default)]
     pub migration_max_rate: Option<Bytes>,
+    /// Chunks of one move copied at the same time (one copier thread each).
+    #[serde(default = "default_chunks_in_flight")]
+    pub migration_chunks_in_flight: u32,
+    /// Moves copying at the same time.
+    #[serde(default = "default_concurrent_moves")]
+    pub max_concurrent_moves: u32,
     /// Write a checkpoint (policy state, placement) every this many periods.
     #[serde(default = "default_checkpoint_every")]
     pub checkpoint_every: u32,
@@ -469,6 +481,19 @@ pub const MAX_PERIOD_NS: u64 = 7 * 86_400 * 1_000_000_000;
 /// Slowest `migration_max_rate`: below it one 256 KiB chunk takes over 4 s
 /// and a 1 GiB segment over 4 hours; omit the key for no cap.
 pub const MIN_MIGRATION_RATE_BYTES: u64 = 64 << 10;
+fn default_chunks_in_flight() -> u32 {
+    4
+}
+
+fn default_concurrent_moves() -> u32 {
+    1
+}
+
+/// Most `migration_chunks_in_flight` and `max_concurrent_moves` (their
+/// product is the number of copier threads of a volume).
+pub const MAX_CHUNKS_IN_FLIGHT: u32 = 32;
+pub const MAX_CONCURRENT_MOVES: u32 = 16;
+
 /// Smallest `migration_share` (the copier's pacing floor).
 pub const MIN_MIGRATION_SHARE: f64 = 0.001;
 /// How far past physical memory `allow_overcommit` lets memory tiers go.
@@ -714,6 +739,11 @@ impl Config {
                     if tier.direct {
                         return Err(format!("{key}.direct: only file tiers can use O_DIRECT"));
                     }
+                    if tier.io_engine.is_some() {
+                        return Err(format!(
+                            "{key}.io_engine: only file tiers do IO through an engine; remove the key"
+                        ));
+                    }
                 }
                 Backend::File => {
                     if tier.path.is_none() {
@@ -794,6 +824,18 @@ impl Config {
                 return Err(format!(
                     "{key}.migration_max_rate = {}: must be at least 64KiB (bytes per second; below it a 1GiB segment takes hours to move); omit the key for no cap",
                     rate.0
+                ));
+            }
+            if !(1..=MAX_CHUNKS_IN_FLIGHT).contains(&volume.migration_chunks_in_flight) {
+                return Err(format!(
+                    "{key}.migration_chunks_in_flight = {}: must be from 1 to {MAX_CHUNKS_IN_FLIGHT} (each is a copier thread and a chunk buffer)",
+                    volume.migration_chunks_in_flight
+                ));
+            }
+            if !(1..=MAX_CONCURRENT_MOVES).contains(&volume.max_concurrent_moves) {
+                return Err(format!(
+                    "{key}.max_concurrent_moves = {}: must be from 1 to {MAX_CONCURRENT_MOVES}",
+                    volume.max_concurrent_moves
                 ));
             }
             let policy_check = match &volume.policy {
@@ -1007,6 +1049,27 @@ mod tests {
             (
                 EMBEDDED_DEFAULT.replace("backend = \"memory\"", "backend = \"ram\""),
                 "unknown variant",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace(
+                    "backend = \"file\"",
+                    "backend = \"file\"\nio_engine = \"aio\"",
+                ),
+                "io_engine = \"aio\"",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace(
+                    "backend = \"file\"",
+                    "backend = \"file\"\nio_engine = \"aio\"",
+                ),
+                "expected `psync` or `uring`",
+            ),
+            (
+                EMBEDDED_DEFAULT.replace(
+                    "backend = \"memory\"",
+                    "backend = \"memory\"\nio_engine = \"uring\"",
+                ),
+                "tier[0] (name \"mem\").io_engine: only file tiers",
             ),
             (
                 EMBEDDED_DEFAULT.replace("kind = \"otf-ast\"", "kind = \"otf-ast\"\nupp = 0.5"),

@@ -49,7 +49,9 @@ use crate::device::fault::{FaultConfig, FaultDevice};
 use crate::device::memory::MemoryDevice;
 use crate::device::BlockDevice;
 use crate::meta::{AppendFault, CheckpointFault, MetaStore};
-use crate::volume::{StepOutcome, TierSpec, Volume, VolumeOptions};
+use crate::volume::{
+    ChunkRead, CopyBegun, MigrationOptions, StepOutcome, TierSpec, Volume, VolumeOptions,
+};
 
 /// What a seed derived (printed at start so a failure can be read).
 #[derive(Clone, Debug, Serialize)]
@@ -162,6 +164,12 @@ struct Run {
     /// (metadata faults, lost-tier sweeps): a separate stream, so the
     /// workload `rng` draws stays what it was for seeds without them.
     fault_rng: SeededRng,
+    /// Draws for holding a chunk copy across user writes (its own stream,
+    /// for the same reason).
+    hold_rng: SeededRng,
+    /// A chunk read by `copy_begin` and not yet written by `copy_end`: user
+    /// writes run in between, as they do beside the live copier threads.
+    held: Option<ChunkRead>,
     /// Placement as of the last move whose journal append succeeded (what a
     /// restart must come back with).
     durable_placement: Vec<TierId>,
@@ -271,6 +279,8 @@ impl Run {
         Run {
             rng,
             fault_rng: SeededRng::new(config.seed).derive(3),
+            hold_rng: SeededRng::new(config.seed).derive(5),
+            held: None,
             durable_placement: Vec::new(),
             clock,
             tiers,
@@ -317,6 +327,7 @@ impl Run {
             period_ns: 1_000_000_000,
             checkpoint_every_periods: 3,
             policy: policy_config(&self.config.policy),
+            migration: MigrationOptions::default(),
         };
         let clock: Arc<dyn Clock> = self.clock.clone();
         // Recovery reads must not see injected faults.
@@ -483,10 +494,20 @@ impl Run {
     /// outcome and the armed journal fault that fired in it, if any. A fired
     /// fault must fail the move (no flip; placement unchanged).
     fn copy_step(&mut self, volume: &Volume) -> Result<(StepOutcome, Option<AppendFault>), String> {
+        self.step_with(volume, Volume::copy_step)
+    }
+
+    /// One migration step done by `step` (a whole `copy_step`, or the
+    /// `copy_end` of a held chunk), with the journal-fault checks.
+    fn step_with(
+        &mut self,
+        volume: &Volume,
+        step: impl FnOnce(&Volume) -> StepOutcome,
+    ) -> Result<(StepOutcome, Option<AppendFault>), String> {
         let faults = volume.meta_faults();
         let armed = faults.armed();
         let before = volume.placement();
-        let outcome = volume.copy_step();
+        let outcome = step(volume);
         let fired = armed.filter(|_| faults.armed().is_none());
         match outcome {
             StepOutcome::Finished { segment } => {
@@ -509,7 +530,7 @@ impl Run {
                     }
                 }
             }
-            StepOutcome::Copied { .. } | StepOutcome::Idle => {
+            StepOutcome::Copied { .. } | StepOutcome::Idle | StepOutcome::Waiting { .. } => {
                 if let Some(fault) = fired {
                     return Err(format!(
                         "journal fault {fault:?} fired outside a move's finish ({outcome:?})"
@@ -527,6 +548,11 @@ impl Run {
     /// goes on).
     fn migrate(&mut self, volume: Volume) -> Result<Volume, String> {
         let faults = volume.meta_faults();
+        // Land a chunk held across the user writes since the last step.
+        if let Some(read) = self.held.take() {
+            self.count("chunk_copies_held_across_writes");
+            self.step_with(&volume, |volume| volume.copy_end(read))?;
+        }
         if faults.armed().is_none() {
             if self.fault_rng.next_f64() < self.config.torn_append_probability {
                 faults.arm(AppendFault::Tear {
@@ -574,6 +600,20 @@ impl Run {
         if tearing {
             // No move reached its journal append.
             faults.disarm();
+        }
+        // Sometimes start a chunk copy and leave it in flight: the writes
+        // and reads until the next step meet a chunk being copied (their
+        // parts are handed to the mover), as beside the live copier threads.
+        if faults.armed().is_none() && volume.is_migrating() && self.hold_rng.chance(0.5) {
+            let mut held = None;
+            self.step_with(&volume, |volume| match volume.copy_begin() {
+                CopyBegun::Read(read) => {
+                    held = Some(read);
+                    StepOutcome::Waiting { until_ns: None }
+                }
+                CopyBegun::Done(outcome) => outcome,
+            })?;
+            self.held = held;
         }
         Ok(volume)
     }
@@ -666,6 +706,8 @@ impl Run {
     /// `torn_append` says the process died inside a journal append, so the
     /// restart must drop a torn last record (and must not otherwise).
     fn crash_and_restart(&mut self, volume: Volume, torn_append: bool) -> Result<Volume, String> {
+        // A chunk copy in flight dies with the process.
+        self.held = None;
         let placement_before = volume.placement();
         if placement_before != self.durable_placement {
             return Err(format!(

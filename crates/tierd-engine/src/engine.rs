@@ -16,8 +16,8 @@ use crate::device::stats::StatsDevice;
 use crate::device::BlockDevice;
 use crate::identity::{MetaAtStart, TierAtStart, TierSuperblock, VolumeIdentity};
 use crate::meta::MetaStore;
-use crate::runner::{Pacing, VolumeRunner};
-use crate::volume::{TierSpec, Volume, VolumeError, VolumeOptions};
+use crate::runner::VolumeRunner;
+use crate::volume::{MigrationOptions, TierSpec, Volume, VolumeError, VolumeOptions};
 
 /// Why the engine could not start.
 #[derive(Debug, thiserror::Error)]
@@ -105,7 +105,19 @@ pub fn build_tier(
                 true,
                 extend,
             )
+            .and_then(|file| {
+                file.with_io_engine(
+                    tier.io_engine
+                        .unwrap_or(crate::device::io_engine::DEFAULT_IO_ENGINE),
+                )
+            })
             .map_err(|error| fail(error.to_string()))?;
+            tracing::info!(
+                tier = %tier.name,
+                direct = tier.direct,
+                io_engine = file.io_engine().name(),
+                "file tier opened"
+            );
             let file = Arc::new(file);
             backing = Some(file.clone());
             file
@@ -152,6 +164,12 @@ pub fn volume_options(volume: &VolumeConfig) -> VolumeOptions {
         period_ns: volume.period.0,
         checkpoint_every_periods: volume.checkpoint_every,
         policy: volume.policy.clone(),
+        migration: MigrationOptions {
+            max_concurrent_moves: volume.max_concurrent_moves,
+            chunks_in_flight: volume.migration_chunks_in_flight,
+            share: volume.migration_share,
+            max_rate_bytes_per_second: volume.migration_max_rate.map(|rate| rate.0),
+        },
     }
 }
 
@@ -653,12 +671,10 @@ impl Engine {
     /// Starts each volume's policy and copier threads.
     pub fn start(&mut self, config: &Config, clock: Arc<dyn Clock>) {
         for (volume, volume_config) in self.volumes.iter().zip(&config.volumes) {
-            let pacing = Pacing {
-                share: volume_config.migration_share,
-                max_rate_bytes_per_sec: volume_config.migration_max_rate.map(|rate| rate.0),
-            };
+            let copiers =
+                volume_config.migration_chunks_in_flight * volume_config.max_concurrent_moves;
             self.runners
-                .push(VolumeRunner::start(volume.clone(), clock.clone(), pacing));
+                .push(VolumeRunner::start(volume.clone(), clock.clone(), copiers));
         }
     }
 

@@ -26,4 +26,5 @@ pub mod log;
 pub mod meta;
 pub mod pidlock;
 pub mod runner;
+mod shard;
 pub mod volume;

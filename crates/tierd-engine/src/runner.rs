@@ -1,12 +1,14 @@
 //! Real-time drivers of a [`Volume`]: one thread closes monitor periods and
-//! runs the policy ([`Volume::tick`]); one thread copies migration chunks
-//! ([`Volume::copy_step`]), paced so moves do not starve user IO.
+//! runs the policy ([`Volume::tick`]); `copiers` threads copy migration
+//! chunks ([`Volume::copy_step`]), so up to that many chunks are in flight
+//! (`migration_chunks_in_flight` × `max_concurrent_moves`).
 //!
-//! Pacing: after a chunk that took `t` to copy, the copier pauses
-//! `t × (1 − share) / share` (so copying keeps the devices busy at most
-//! `share` of the time), and at least long enough to keep under
-//! `max_rate_bytes_per_sec` when set. Deterministic tests drive the volume's
-//! methods directly instead of these threads.
+//! Pacing is the shared move machine's (`tierd_core::moves`): after a chunk
+//! that took `t` to copy, the move's next chunk starts `t × (1 − share) /
+//! share` after it landed (so copying keeps the devices busy at most `share`
+//! of the time), and no sooner than `max_rate` allows; a copier told to wait
+//! sleeps until then. Deterministic tests drive the volume's methods
+//! directly instead of these threads.
 
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
@@ -15,28 +17,7 @@ use std::time::Duration;
 
 use tierd_common::clock::Clock;
 
-use crate::volume::{StepOutcome, Volume};
-
-/// How the copier paces itself.
-#[derive(Clone, Copy, Debug)]
-pub struct Pacing {
-    /// 0 < share ≤ 1.
-    pub share: f64,
-    pub max_rate_bytes_per_sec: Option<u64>,
-}
-
-impl Pacing {
-    /// Pause after a chunk of `bytes` that took `elapsed_ns` to copy.
-    pub fn pause_ns(&self, bytes: u64, elapsed_ns: u64) -> u64 {
-        let share = self.share.clamp(0.001, 1.0);
-        let by_share = (elapsed_ns as f64 * (1.0 - share) / share) as u64;
-        let by_rate = self.max_rate_bytes_per_sec.map_or(0, |rate| {
-            let minimum_ns = (bytes as f64 * 1e9 / rate.max(1) as f64) as u64;
-            minimum_ns.saturating_sub(elapsed_ns)
-        });
-        by_share.max(by_rate)
-    }
-}
+use crate::volume::{CopyBegun, StepOutcome, Volume};
 
 struct Signal {
     stopped: Mutex<bool>,
@@ -106,7 +87,7 @@ pub struct VolumeRunner {
 }
 
 impl VolumeRunner {
-    pub fn start(volume: Arc<Volume>, clock: Arc<dyn Clock>, pacing: Pacing) -> VolumeRunner {
+    pub fn start(volume: Arc<Volume>, clock: Arc<dyn Clock>, copiers: u32) -> VolumeRunner {
         let signal = Arc::new(Signal {
             stopped: Mutex::new(false),
             wake: Condvar::new(),
@@ -154,33 +135,36 @@ impl VolumeRunner {
                     .expect("spawn tick thread"),
             );
         }
-        {
+        for index in 0..copiers.max(1) {
             let signal = signal.clone();
+            let volume = volume.clone();
+            let clock = clock.clone();
             threads.push(
                 std::thread::Builder::new()
-                    .name(format!("copy-{}", volume.name()))
+                    .name(format!("copy-{}-{index}", volume.name()))
                     .spawn(move || {
                         let _volume =
                             tracing::info_span!("volume", volume = %volume.name()).entered();
                         loop {
-                            let started_ns = clock.now_ns();
-                            // Each step runs in its move's span (segment, from, to).
-                            let _move = volume.active_move().map(|active| {
-                                tracing::info_span!(
-                                    "move",
-                                    segment = active.segment,
-                                    from = %active.from,
-                                    to = %active.to
-                                )
-                                .entered()
-                            });
-                            let outcome = volume.copy_step();
-                            // The line for a move that ended names it whole.
-                            drop(_move);
+                            let outcome = match volume.copy_begin() {
+                                CopyBegun::Done(outcome) => outcome,
+                                CopyBegun::Read(read) => {
+                                    let _move =
+                                        tracing::info_span!("move", segment = read.segment())
+                                            .entered();
+                                    volume.copy_end(read)
+                                }
+                            };
                             let pause_ns = match outcome {
                                 StepOutcome::Idle => 20_000_000,
-                                StepOutcome::Copied { bytes } => pacing
-                                    .pause_ns(bytes, clock.now_ns().saturating_sub(started_ns)),
+                                StepOutcome::Copied { .. } => 0,
+                                // Another copier holds the work; look again soon.
+                                StepOutcome::Waiting { until_ns: None } => 1_000_000,
+                                StepOutcome::Waiting {
+                                    until_ns: Some(until_ns),
+                                } => until_ns
+                                    .saturating_sub(clock.now_ns())
+                                    .clamp(100_000, 100_000_000),
                                 StepOutcome::Finished { segment } => {
                                     log_move(&volume, segment, true);
                                     0
@@ -228,30 +212,5 @@ impl VolumeRunner {
 impl Drop for VolumeRunner {
     fn drop(&mut self) {
         self.stop_threads();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pacing_keeps_copy_time_under_the_share() {
-        let half = Pacing {
-            share: 0.5,
-            max_rate_bytes_per_sec: None,
-        };
-        assert_eq!(half.pause_ns(1 << 20, 2_000_000), 2_000_000);
-        let full = Pacing {
-            share: 1.0,
-            max_rate_bytes_per_sec: None,
-        };
-        assert_eq!(full.pause_ns(1 << 20, 2_000_000), 0);
-        let capped = Pacing {
-            share: 1.0,
-            max_rate_bytes_per_sec: Some(100 << 20),
-        };
-        // 1 MiB at 100 MiB/s needs 10 ms; 2 ms were spent copying.
-        assert_eq!(capped.pause_ns(1 << 20, 2_000_000), 8_000_000);
     }
 }

@@ -102,3 +102,105 @@ fn seeds_197_and_200_full_metadata_device() {
         );
     }
 }
+
+/// FUA at the volume: a FUA write that spans a segment on home and one on a
+/// fast tier is durable on both without flushing either device, so it
+/// survives every crash; the sectors of a plain write that was never flushed
+/// are lost by some crashes and kept by others.
+#[test]
+fn a_fua_write_survives_a_crash_and_an_unflushed_one_may_not() {
+    use std::sync::Arc;
+    use tierd_common::clock::{Clock, ManualClock};
+    use tierd_common::rng::SeededRng;
+    use tierd_engine::device::crash::CrashDisk;
+    use tierd_engine::device::stats::StatsDevice;
+    use tierd_engine::device::BlockDevice;
+    use tierd_engine::volume::{StepOutcome, TierSpec, Volume, VolumeOptions};
+
+    const SEGMENT: u64 = 1 << 20;
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+    let options = VolumeOptions {
+        name: "fua".into(),
+        size_bytes: 4 * SEGMENT,
+        segment_bytes: SEGMENT,
+        chunk_bytes: 64 << 10,
+        period_ns: 1_000_000_000,
+        checkpoint_every_periods: 1,
+        policy: tierd_policy::PolicyConfig::None,
+        migration: Default::default(),
+    };
+    let fua_at = SEGMENT - 8192;
+    let plain_at = 2 * SEGMENT + 4096;
+    let (mut plain_kept, mut plain_lost) = (0, 0);
+    for seed in 0..24 {
+        let scratch = tempfile::tempdir().unwrap();
+        let fast = Arc::new(CrashDisk::new("fast", 2 * SEGMENT));
+        let home = Arc::new(CrashDisk::new("home", 4 * SEGMENT));
+        let fast_stats = Arc::new(StatsDevice::new(fast.clone(), clock.clone()));
+        let home_stats = Arc::new(StatsDevice::new(home.clone(), clock.clone()));
+        let open = || {
+            let specs = vec![
+                TierSpec {
+                    name: "fast".into(),
+                    device: fast_stats.clone() as Arc<dyn BlockDevice>,
+                    volatile: false,
+                    unsafe_volatile: false,
+                },
+                TierSpec {
+                    name: "home".into(),
+                    device: home_stats.clone() as Arc<dyn BlockDevice>,
+                    volatile: false,
+                    unsafe_volatile: false,
+                },
+            ];
+            Volume::open(options.clone(), specs, scratch.path(), clock.clone())
+                .unwrap()
+                .0
+        };
+        let volume = open();
+        volume.request_move(1, 0, "test").unwrap();
+        while !matches!(volume.copy_step(), StepOutcome::Idle) {}
+        assert_eq!(volume.placement(), vec![1, 0, 1, 1]);
+
+        let flushes = |stats: &StatsDevice| stats.snapshot().flushes;
+        let before = (flushes(&fast_stats), flushes(&home_stats));
+        // 8 KiB on home (segment 0), 8 KiB on the fast tier (segment 1).
+        volume.write(fua_at, &[0xA5; 16384], true).unwrap();
+        volume.write(plain_at, &[0x5A; 16384], false).unwrap();
+        assert_eq!(
+            (flushes(&fast_stats), flushes(&home_stats)),
+            before,
+            "a FUA write must not flush whole devices"
+        );
+        drop(volume);
+        let mut rng = SeededRng::new(seed);
+        fast.crash(&mut rng);
+        home.crash(&mut rng);
+
+        let volume = open();
+        assert_eq!(volume.placement(), vec![1, 0, 1, 1]);
+        let mut back = vec![0u8; 16384];
+        volume.read(fua_at, &mut back).unwrap();
+        assert!(
+            back.iter().all(|&byte| byte == 0xA5),
+            "seed {seed}: the FUA write was lost in a crash"
+        );
+        volume.read(plain_at, &mut back).unwrap();
+        // Each 512-byte sector of it: the write or the zeroes before it.
+        for sector in back.chunks(512) {
+            if sector.iter().all(|&byte| byte == 0x5A) {
+                plain_kept += 1;
+            } else {
+                assert!(
+                    sector.iter().all(|&byte| byte == 0),
+                    "seed {seed}: torn sector"
+                );
+                plain_lost += 1;
+            }
+        }
+    }
+    assert!(
+        plain_lost > 0 && plain_kept > 0,
+        "sectors of unflushed writes: {plain_kept} kept, {plain_lost} lost"
+    );
+}

@@ -64,6 +64,7 @@ impl Lab {
             period_ns: PERIOD_NS,
             checkpoint_every_periods: self.checkpoint_every_periods,
             policy: self.policy.clone(),
+            migration: Default::default(),
         };
         let clock: Arc<dyn Clock> = self.clock.clone();
         Volume::open(options, specs, self.dir.path(), clock)

@@ -68,6 +68,7 @@ fn options(segments: u64, policy: PolicyConfig) -> VolumeOptions {
         period_ns: 1_000_000_000,
         checkpoint_every_periods: 1,
         policy,
+        migration: Default::default(),
     }
 }
 
@@ -130,6 +131,26 @@ fn requests_split_across_segments_and_tiers() {
     assert!(volume.read(4 * SEGMENT, &mut [0u8; 1]).is_err());
 }
 
+/// Runs queued moves to the end with `copiers` threads calling `copy_step`.
+fn run_moves_in_parallel(volume: &Arc<Volume>, copiers: usize) {
+    let handles: Vec<_> = (0..copiers)
+        .map(|_| {
+            let volume = volume.clone();
+            std::thread::spawn(move || loop {
+                match volume.copy_step() {
+                    StepOutcome::Idle => break,
+                    StepOutcome::Failed { segment } => panic!("move of segment {segment} failed"),
+                    StepOutcome::Waiting { .. } => std::thread::yield_now(),
+                    _ => {}
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.join().unwrap();
+    }
+}
+
 #[test]
 fn migration_under_concurrent_writes_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -186,7 +207,9 @@ fn migration_under_concurrent_writes_loses_nothing() {
         volume
             .request_move(segment, to, &format!("round {round}"))
             .unwrap();
-        run_moves(&volume);
+        // Four copiers: up to four chunks of the move in flight while the
+        // writers run (their parts in chunks being copied are handed over).
+        run_moves_in_parallel(&volume, 4);
     }
     stop.store(true, Ordering::Relaxed);
     let results: Vec<Vec<Option<u8>>> = workers
@@ -517,11 +540,12 @@ impl BlockDevice for PanicOnce {
     }
 }
 
-/// Issue 11 §3: a panic in one request (here inside the move copier, which
-/// holds a chunk lock exclusively, and inside a user write, which holds the
-/// segment's entry lock) must not poison the volume: later IO to the same
-/// segment is served. With std locks every later write to that chunk
-/// panicked on the poisoned lock.
+/// Issue 11 §3: a panic in one request (here inside the move copier, with a
+/// chunk copy in flight, and inside a user write, which holds the segment's
+/// entry lock) must not poison the volume: later IO to the same segment is
+/// served, and the move fails cleanly instead of waiting forever for the
+/// chunk. With std locks every later write to that segment panicked on the
+/// poisoned lock.
 #[test]
 fn a_panicking_request_leaves_the_volume_serving() {
     let dir = tempfile::tempdir().unwrap();
@@ -551,7 +575,7 @@ fn a_panicking_request_leaves_the_volume_serving() {
     );
     let data = pattern(9, SEGMENT as usize);
     volume.write(SEGMENT, &data, false).unwrap();
-    // A panic while the copier holds chunk 0 of segment 1 exclusively.
+    // A panic while the copier copies chunk 0 of segment 1.
     volume.request_move(1, 0, "test").unwrap();
     home.armed.store(true, Ordering::SeqCst);
     let copier = volume.clone();
@@ -568,4 +592,24 @@ fn a_panicking_request_leaves_the_volume_serving() {
     volume.read(SEGMENT, &mut back).unwrap();
     assert_eq!(back, data);
     assert!(volume.status().tiers.len() == 2);
+    // The move whose chunk copy panicked is abandoned (nobody would land
+    // that chunk): it does not hang, the segment stays home, and moving it
+    // again works.
+    let failed = loop {
+        match volume.copy_step() {
+            StepOutcome::Failed { segment } => break segment,
+            StepOutcome::Idle => {
+                panic!("the move with a panicked copy was neither finished nor failed")
+            }
+            _ => {}
+        }
+    };
+    assert_eq!(failed, 1);
+    assert_eq!(volume.placement()[1], 1);
+    assert!(!volume.is_migrating());
+    volume.request_move(1, 0, "test").unwrap();
+    run_moves(&volume);
+    assert_eq!(volume.placement()[1], 0);
+    volume.read(SEGMENT, &mut back).unwrap();
+    assert_eq!(back, data);
 }

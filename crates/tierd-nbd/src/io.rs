@@ -143,13 +143,7 @@ impl Write for Stream {
             Stream::Unix(stream) => send_vectored_no_signal(stream.as_raw_fd(), bufs),
             Stream::Tcp(stream) => send_vectored_no_signal(stream.as_raw_fd(), bufs),
             Stream::ServerTls(tls) => tls.write_vectored(bufs),
-            Stream::SharedTls(tls) => {
-                let first = bufs.iter().find(|buf| !buf.is_empty());
-                match first {
-                    Some(buf) => tls.write_all(buf).map(|()| buf.len()),
-                    None => Ok(0),
-                }
-            }
+            Stream::SharedTls(tls) => tls.write_vectored(bufs),
         }
     }
 

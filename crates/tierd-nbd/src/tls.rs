@@ -287,17 +287,24 @@ impl SharedTls {
     /// the session lock, so the reading thread goes on meanwhile. Callers
     /// serialise whole messages themselves (one writer at a time).
     pub(crate) fn write_all(&self, mut data: &[u8]) -> io::Result<()> {
+        while !data.is_empty() {
+            let taken = self.write_vectored(&[io::IoSlice::new(data)])?;
+            data = &data[taken..];
+        }
+        Ok(())
+    }
+
+    /// Encrypts as much of `bufs` as rustls buffers at once (one record
+    /// stream for all slices, not a record per slice), writes the records
+    /// out and returns the plaintext bytes taken. Waits for the socket
+    /// without the session lock.
+    pub(crate) fn write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         let mut socket = SocketIo(self.socket.as_raw_fd());
         let mut session = self.session.lock();
         loop {
-            while !data.is_empty() {
-                // Up to rustls' buffer limit; the rest after a flush.
-                let taken = session.writer().write(data)?;
-                if taken == 0 {
-                    break;
-                }
-                data = &data[taken..];
-            }
+            // Nothing taken only when rustls' buffer was full: it is empty
+            // after the records go out, so the next round takes some.
+            let taken = session.writer().write_vectored(bufs)?;
             while session.wants_write() {
                 match session.write_tls(&mut socket) {
                     Ok(_) => {}
@@ -310,8 +317,8 @@ impl SharedTls {
                     Err(error) => return Err(error),
                 }
             }
-            if data.is_empty() {
-                return Ok(());
+            if taken > 0 || bufs.iter().all(|buf| buf.is_empty()) {
+                return Ok(taken);
             }
         }
     }

@@ -1,15 +1,13 @@
-//! Simple, exactly predictable stand-ins for tests and benchmarks: a
-//! fixed-latency device and a FIFO page cache. They follow the same traits
-//! and protocols as the real models, so a test can compute by hand what the
-//! simulator must report.
+//! A simple, exactly predictable stand-in for tests and benchmarks: a
+//! fixed-latency device. It follows the same trait and protocol as the real
+//! models, so a test can compute by hand what the simulator must report.
+//! (The FIFO page cache tests used is `tierd_policy::cache::fifo::Fifo`,
+//! the one the simulator runs.)
 
 use std::collections::VecDeque;
 
 use tierd_device::{Completion, DeviceCounters, DeviceIo, DeviceModel};
-use tierd_policy::cache::{Access, Evicted, PageCache};
 use tierd_trace::Op;
-
-use tierd_common::hash::FastMap;
 
 /// A device with `servers` identical parallel servers; each IO takes
 /// `read_ns`/`write_ns` plus `length / bytes_per_second`, in FIFO order.
@@ -159,65 +157,6 @@ impl DeviceModel for FixedLatencyDevice {
     }
 }
 
-/// FIFO page cache: insertion order, no promotion on hit (flashcache's
-/// default). O(1) per access.
-pub struct FifoCache {
-    capacity_pages: u64,
-    order: VecDeque<u64>,
-    /// page → dirty
-    resident: FastMap<u64, bool>,
-}
-
-impl FifoCache {
-    pub fn new(capacity_pages: u64) -> Self {
-        Self {
-            capacity_pages: capacity_pages.max(1),
-            order: VecDeque::new(),
-            resident: FastMap::default(),
-        }
-    }
-}
-
-impl PageCache for FifoCache {
-    fn name(&self) -> &'static str {
-        "fifo"
-    }
-
-    fn capacity_pages(&self) -> u64 {
-        self.capacity_pages
-    }
-
-    fn len(&self) -> u64 {
-        self.resident.len() as u64
-    }
-
-    fn access(&mut self, page: u64, is_write: bool) -> Access {
-        if let Some(dirty) = self.resident.get_mut(&page) {
-            *dirty |= is_write;
-            return Access {
-                hit: true,
-                evicted: None,
-            };
-        }
-        let mut evicted = None;
-        if self.resident.len() as u64 >= self.capacity_pages {
-            if let Some(victim) = self.order.pop_front() {
-                let dirty = self.resident.remove(&victim).unwrap_or(false);
-                evicted = Some(Evicted {
-                    page: victim,
-                    dirty,
-                });
-            }
-        }
-        self.order.push_back(page);
-        self.resident.insert(page, is_write);
-        Access {
-            hit: false,
-            evicted,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,22 +187,5 @@ mod tests {
         assert_eq!(done[1].response_ns(), 400);
         assert_eq!(device.counters().busy_ns, 400);
         assert_eq!(device.outstanding(), 0);
-    }
-
-    #[test]
-    fn fifo_cache_evicts_in_insertion_order() {
-        let mut cache = FifoCache::new(2);
-        assert!(!cache.access(1, true).hit);
-        assert!(!cache.access(2, false).hit);
-        assert!(cache.access(1, false).hit);
-        let access = cache.access(3, false);
-        assert_eq!(
-            access.evicted,
-            Some(Evicted {
-                page: 1,
-                dirty: true
-            })
-        );
-        assert_eq!(cache.len(), 2);
     }
 }

@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use tierd_engine::config::{Backend, Config};
 use tierd_engine::volume::{Volume, VolumeError};
+use tierd_load::target::{describe, DescribedVolume};
 use tierd_nbd::{Export, ExportError, ExportResult};
 
 /// One volume as an export.
@@ -101,49 +102,6 @@ impl VolumeExport {
     }
 }
 
-/// What the NBD description of a tierd export tells a client about the
-/// volume behind it (`tierd replay` shows it in its report).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DescribedVolume {
-    pub name: String,
-    pub size_bytes: u64,
-    pub segment_bytes: u64,
-    /// Fastest first; the last is home.
-    pub tiers: Vec<String>,
-}
-
-const DESCRIPTION_PREFIX: &str = "tierd volume ";
-const SEGMENTS_OF: &str = " bytes in segments of ";
-const OVER_TIERS: &str = " bytes over tiers ";
-const TIER_SEPARATOR: &str = " > ";
-
-/// The export description: `tierd volume NAME (SIZE bytes in segments of
-/// SEGMENT bytes over tiers FAST > ... > HOME)`.
-pub fn describe(volume: &DescribedVolume) -> String {
-    format!(
-        "{DESCRIPTION_PREFIX}{} ({}{SEGMENTS_OF}{}{OVER_TIERS}{})",
-        volume.name,
-        volume.size_bytes,
-        volume.segment_bytes,
-        volume.tiers.join(TIER_SEPARATOR)
-    )
-}
-
-/// The volume a [`describe`]d description names; `None` for any other text
-/// (another server's export).
-pub fn parse_description(text: &str) -> Option<DescribedVolume> {
-    let rest = text.strip_prefix(DESCRIPTION_PREFIX)?.strip_suffix(')')?;
-    let (name, rest) = rest.split_once(" (")?;
-    let (size, rest) = rest.split_once(SEGMENTS_OF)?;
-    let (segment, tiers) = rest.split_once(OVER_TIERS)?;
-    Some(DescribedVolume {
-        name: name.to_string(),
-        size_bytes: size.parse().ok()?,
-        segment_bytes: segment.parse().ok()?,
-        tiers: tiers.split(TIER_SEPARATOR).map(str::to_string).collect(),
-    })
-}
-
 fn export_error(error: VolumeError) -> ExportError {
     ExportError::new(error.errno(), error.to_string())
 }
@@ -213,22 +171,96 @@ impl Export for VolumeExport {
 mod tests {
     use super::*;
 
+    /// Aligned NBD requests reach an `O_DIRECT` tier without a bounce copy:
+    /// WRITE payloads arrive in aligned buffers and READ data is read into
+    /// aligned buffers, inline and with workers, plain and FUA. An unaligned
+    /// request still bounces (the counter counts).
     #[test]
-    fn the_description_reads_back() {
-        let volume = DescribedVolume {
-            name: "vol0".to_string(),
-            size_bytes: 1 << 30,
-            segment_bytes: 64 << 20,
-            tiers: vec!["mem".to_string(), "disk".to_string()],
+    fn aligned_nbd_requests_reach_a_direct_tier_without_a_bounce() {
+        use tierd_common::clock::{Clock, SystemClock};
+        use tierd_engine::device::file::FileDevice;
+        use tierd_engine::device::BlockDevice;
+        use tierd_engine::volume::{TierSpec, VolumeOptions};
+        use tierd_nbd::{Client, Server, ServerConfig};
+
+        const SIZE: u64 = 4 << 20;
+        let directory = tempfile::tempdir().unwrap();
+        let file = match FileDevice::open_tier(
+            directory.path().join("disk.img"),
+            Some(SIZE),
+            true,
+            true,
+            true,
+        ) {
+            Ok(file) => Arc::new(file),
+            Err(error) if error.message.contains("set direct = false") => {
+                eprintln!("skipping: this filesystem refuses O_DIRECT: {error}");
+                return;
+            }
+            Err(error) => panic!("{error}"),
         };
-        let text = describe(&volume);
-        assert_eq!(
-            text,
-            "tierd volume vol0 (1073741824 bytes in segments of 67108864 bytes over tiers mem > disk)"
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+        let options = VolumeOptions {
+            name: "vol0".into(),
+            size_bytes: SIZE,
+            segment_bytes: 1 << 20,
+            chunk_bytes: 256 << 10,
+            period_ns: 60_000_000_000,
+            checkpoint_every_periods: 1,
+            policy: tierd_policy::PolicyConfig::None,
+            migration: Default::default(),
+        };
+        let specs = vec![TierSpec {
+            name: "disk".into(),
+            device: file.clone() as Arc<dyn BlockDevice>,
+            volatile: false,
+            unsafe_volatile: false,
+        }];
+        let volume = Arc::new(
+            Volume::open(options, specs, &directory.path().join("meta"), clock)
+                .unwrap()
+                .0,
         );
-        assert_eq!(parse_description(&text), Some(volume));
-        assert_eq!(parse_description("nbdkit memory plugin"), None);
-        assert_eq!(parse_description("tierd volume x (big)"), None);
+        let export: Arc<dyn Export> = Arc::new(VolumeExport::new(volume, false));
+        for workers in [0, 4] {
+            let server = Server::new(
+                vec![("vol0".into(), export.clone())],
+                ServerConfig {
+                    workers_per_connection: workers,
+                    ..ServerConfig::default()
+                },
+            )
+            .unwrap();
+            let socket = directory.path().join(format!("nbd-{workers}.sock"));
+            let handle = server.serve_unix(&socket).unwrap();
+            let mut client =
+                Client::connect_uri(&format!("nbd+unix:///vol0?socket={}", socket.display()))
+                    .unwrap();
+            // 4 KiB, 64 KiB and one across a segment boundary (1 MiB).
+            for (index, &(offset, length)) in
+                [(0u64, 4096usize), (8192, 65536), ((1 << 20) - 4096, 12288)]
+                    .iter()
+                    .enumerate()
+            {
+                let data: Vec<u8> = (0..length)
+                    .map(|byte| (byte as u8) ^ (index as u8 * 37 + workers as u8))
+                    .collect();
+                client.write(offset, &data, index == 1).unwrap();
+                let mut back = vec![0u8; length];
+                client.read(offset, &mut back).unwrap();
+                assert_eq!(back, data, "{workers} workers, write {index}");
+            }
+            assert_eq!(
+                file.bounce_count(),
+                0,
+                "{workers} workers: aligned requests were bounced"
+            );
+            client.disconnect().unwrap();
+            handle.shutdown();
+        }
+        // The counter is live: an unaligned write does bounce.
+        export.write(100, &[1, 2, 3], false).unwrap();
+        assert_eq!(file.bounce_count(), 1);
     }
 
     /// The sysfs attribute, for a whole disk and for a partition (whose

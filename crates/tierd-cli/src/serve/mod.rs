@@ -225,7 +225,11 @@ fn wait_for_stop_signal(set: &libc::sigset_t) -> &'static str {
 }
 
 /// Threads per NBD connection, at most: the configured number, else the
-/// server's default (started as requests need them).
+/// server's default (128). Threads start only as requests need them: fast
+/// tiers (memory, page cache) keep one per connection, slow ones (emulated
+/// models, O_DIRECT files) get one per request in flight, so a device model
+/// sees the client's whole queue (`docs/engine/nbd.md`, "Concurrency
+/// model").
 fn workers_per_connection(config: &Config) -> usize {
     config
         .server
@@ -616,5 +620,36 @@ mod tests {
             let error = parse_until(bad, now).unwrap_err().0;
             assert!(error.contains("RFC 3339"), "{error}");
         }
+    }
+
+    /// One default whatever the tiers (threads start as requests need
+    /// them, so fast tiers still use one); a configured number wins.
+    #[test]
+    fn workers_per_connection_has_one_default_and_a_configured_number_wins() {
+        let config = |model: &str, server: &str| {
+            let text = format!(
+                "data_dir = \"data\"\n[server]\n{server}\n\
+                 [[tier]]\nname = \"disk\"\nbackend = \"file\"\npath = \"disk.img\"\nsize = \"64MiB\"\n{model}\n\
+                 [[volume]]\nname = \"vol0\"\nsize = \"64MiB\"\nsegment = \"16MiB\"\ntiers = [\"disk\"]\n"
+            );
+            Config::parse(&text, "test.toml", std::path::Path::new("/tmp")).unwrap()
+        };
+        assert_eq!(
+            workers_per_connection(&config("model = \"savvio10k4\"", "")),
+            128
+        );
+        assert_eq!(workers_per_connection(&config("", "")), 128);
+        assert_eq!(workers_per_connection(&config("direct = true", "")), 128);
+        assert_eq!(
+            workers_per_connection(&config(
+                "model = \"savvio10k4\"",
+                "workers_per_connection = 16"
+            )),
+            16
+        );
+        assert_eq!(
+            workers_per_connection(&config("", "workers_per_connection = 0")),
+            0
+        );
     }
 }

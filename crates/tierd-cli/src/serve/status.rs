@@ -367,7 +367,7 @@ pub fn render_text(report: &Value) -> String {
             .unwrap_or_default();
         let _ = writeln!(
             out,
-            "  moves: {} completed, {} dropped, {} queued{mean}; longest chunk-lock hold {:.3} ms, longest switch-over {:.3} ms",
+            "  moves: {} completed, {} dropped, {} queued{mean}; longest chunk copy {:.3} ms, longest switch-over {:.3} ms",
             number(volume, "completed_moves"),
             number(volume, "dropped_moves"),
             number(volume, "pending_moves"),

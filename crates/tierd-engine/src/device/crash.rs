@@ -6,6 +6,12 @@
 //! flushed ones (chosen by the caller's seeded RNG): a write in flight may be
 //! torn at sector granularity, and later writes may survive while earlier
 //! ones do not, as on a disk that reorders its cache.
+//!
+//! A durable write (`write_at_durable`, NBD FUA) is durable when it returns:
+//! its bytes become the fallback at once, so they survive any crash, while
+//! other unflushed writes (also to the same sectors, before it) stay at the
+//! mercy of the crash. A plain write after it over the same bytes is again
+//! unflushed: the crash keeps either that write or the durable one.
 
 use parking_lot::Mutex;
 
@@ -124,6 +130,24 @@ impl BlockDevice for CrashDisk {
         Ok(())
     }
 
+    /// Written to the current and the durable image at once (see the module
+    /// docs); no other pending sector becomes durable.
+    fn write_at_durable(&self, offset_bytes: u64, data: &[u8]) -> DeviceResult<()> {
+        check_range(
+            &self.name,
+            "write",
+            offset_bytes,
+            data.len() as u64,
+            self.size_bytes,
+        )?;
+        let mut state = self.state.lock();
+        let start = offset_bytes as usize;
+        let end = start + data.len();
+        state.current[start..end].copy_from_slice(data);
+        state.durable[start..end].copy_from_slice(data);
+        Ok(())
+    }
+
     fn flush(&self) -> DeviceResult<()> {
         let mut state = self.state.lock();
         let pending = std::mem::take(&mut state.pending);
@@ -187,5 +211,51 @@ mod tests {
         let mut again = vec![0u8; 4096];
         disk.read_at(0, &mut again).unwrap();
         assert_eq!(again, back);
+    }
+
+    /// A durable (FUA) write survives every crash; the sectors of a plain
+    /// unflushed write next to it are lost by some crashes and kept by
+    /// others; neither makes the other durable.
+    #[test]
+    fn a_durable_write_survives_and_a_plain_one_may_not() {
+        let mut plain_lost = 0;
+        let mut plain_kept = 0;
+        for seed in 0..32 {
+            let disk = CrashDisk::new("d", 64 * 1024);
+            // A plain write under the durable one: the durable bytes win
+            // whatever the crash keeps of it.
+            disk.write_at(0, &[7u8; 8192]).unwrap();
+            disk.write_at_durable(0, &[1u8; 4096]).unwrap();
+            disk.write_at(8192, &[2u8; 4096]).unwrap();
+            disk.crash(&mut SeededRng::new(seed));
+            let mut back = vec![0u8; 12288];
+            disk.read_at(0, &mut back).unwrap();
+            assert!(back[..4096].iter().all(|&byte| byte == 1), "seed {seed}");
+            // The plain write's sectors next to it: old or new, never forced.
+            assert!(back[4096..8192].iter().all(|&byte| byte == 0 || byte == 7));
+            for sector in back[8192..].chunks(SECTOR_BYTES as usize) {
+                if sector.iter().all(|&byte| byte == 2) {
+                    plain_kept += 1;
+                } else {
+                    assert!(sector.iter().all(|&byte| byte == 0), "seed {seed}");
+                    plain_lost += 1;
+                }
+            }
+        }
+        assert!(
+            plain_lost > 0 && plain_kept > 0,
+            "{plain_lost} / {plain_kept}"
+        );
+
+        // A plain write over durable bytes is unflushed again: a crash
+        // keeps it or falls back to the durable write, never to zeroes.
+        let disk = CrashDisk::new("d", 4096);
+        disk.write_at_durable(0, &[3u8; 512]).unwrap();
+        disk.write_at(0, &[4u8; 512]).unwrap();
+        disk.crash(&mut SeededRng::new(5));
+        let mut sector = [0u8; 512];
+        disk.read_at(0, &mut sector).unwrap();
+        assert!(sector == [3u8; 512] || sector == [4u8; 512]);
+        assert!(disk.write_at_durable(4000, &[0u8; 200]).is_err());
     }
 }

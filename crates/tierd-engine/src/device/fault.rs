@@ -292,6 +292,20 @@ impl BlockDevice for FaultDevice {
         self.inner.write_at(offset_bytes, data)
     }
 
+    /// Fails with the write probability, like any write.
+    fn write_at_durable(&self, offset_bytes: u64, data: &[u8]) -> DeviceResult<()> {
+        let length_bytes = data.len() as u64;
+        check_range(
+            self.name(),
+            "write",
+            offset_bytes,
+            length_bytes,
+            self.size_bytes(),
+        )?;
+        self.inject(Kind::Write, "write", offset_bytes, length_bytes)?;
+        self.inner.write_at_durable(offset_bytes, data)
+    }
+
     fn flush(&self) -> DeviceResult<()> {
         self.inject(Kind::Flush, "flush", 0, 0)?;
         self.inner.flush()

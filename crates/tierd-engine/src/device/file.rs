@@ -1,8 +1,13 @@
 //! A regular file or a block device as a [`BlockDevice`].
 //!
-//! IO is positioned (`pread`/`pwrite`), so threads share one descriptor
-//! without a lock. `flush` is `fdatasync`; `discard` punches a hole and
-//! `write_zeroes` asks for a zeroed range, both falling back to writing
+//! IO is positioned, so threads share one descriptor without a lock; the
+//! reads and writes go through the tier's IO engine
+//! ([`super::io_engine`]: `pread`/`pwrite` on the calling thread, or a
+//! shared io_uring; [`FileDevice::with_io_engine`]). `flush` is
+//! `fdatasync`; a durable (FUA) write carries `RWF_DSYNC`, which makes only
+//! its own range durable, falling back (once, logged) to a plain write +
+//! `fdatasync` where the kernel refuses the flag; `discard` punches a hole
+//! and `write_zeroes` asks for a zeroed range, both falling back to writing
 //! zeroes when the filesystem or device refuses.
 //!
 //! With `direct = true` the file is opened with `O_DIRECT` (no page cache):
@@ -24,7 +29,9 @@ use std::io;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use super::io_engine::{self, IoEngine, IoEngineKind, PsyncEngine};
 use super::{check_range, BlockDevice, DeviceError, DeviceErrorKind, DeviceResult};
 
 /// Alignment of direct IO when the device does not ask for more: 4096 works
@@ -69,17 +76,27 @@ thread_local! {
 }
 
 /// A file or block device opened for positioned IO.
-#[derive(Debug)]
 pub struct FileDevice {
     name: String,
     path: PathBuf,
     file: File,
+    /// Moves the bytes of reads and writes (psync until
+    /// [`FileDevice::with_io_engine`] says otherwise).
+    io: Box<dyn IoEngine>,
+    /// Why the configured engine was not used, if it was refused.
+    io_fallback: Option<String>,
     size_bytes: u64,
     direct: bool,
     block_device: bool,
     /// Direct-IO alignment of offsets, lengths and buffer addresses.
     alignment_bytes: u64,
     edge_locks: Box<[Mutex<()>]>,
+    /// The kernel refused `RWF_DSYNC` once: durable writes are `pwrite` +
+    /// `fdatasync` from then on.
+    dsync_refused: AtomicBool,
+    /// Reads and writes that went through a bounce buffer (direct IO with
+    /// an unaligned buffer, offset or length).
+    bounces: AtomicU64,
     /// Tier mode ([`FileDevice::open_tier`]): the identity block after the
     /// data area, the file's (device, inode) when opened, and the failure
     /// that ended service (set once, never cleared).
@@ -371,15 +388,25 @@ impl FileDevice {
                 libc::EINVAL,
             ));
         }
+        let io = PsyncEngine::new(&file).map_err(|error| {
+            open_error(
+                format!("cannot duplicate the descriptor: {}", describe(&error)),
+                errno_of(&error),
+            )
+        })?;
         Ok(FileDevice {
             name,
             path: path.to_path_buf(),
+            io: Box::new(io),
+            io_fallback: None,
             file,
             size_bytes: device_size_bytes,
             direct,
             block_device: file_type.is_block_device(),
             alignment_bytes,
             edge_locks: (0..EDGE_LOCKS).map(|_| Mutex::new(())).collect(),
+            dsync_refused: AtomicBool::new(false),
+            bounces: AtomicU64::new(0),
             tier: tier_mode.then(|| TierBacking {
                 superblock_bytes: tail_bytes,
                 identity: backing_identity(&metadata),
@@ -388,6 +415,33 @@ impl FileDevice {
                 warning: Mutex::new(None),
             }),
         })
+    }
+
+    /// Runs reads and writes through the engine `kind`. An io_uring the
+    /// kernel refuses leaves psync in place, logs why (a warning naming the
+    /// device) and keeps the reason for [`FileDevice::io_engine_fallback`].
+    pub fn with_io_engine(mut self, kind: IoEngineKind) -> DeviceResult<FileDevice> {
+        if kind == self.io.kind() {
+            return Ok(self);
+        }
+        let (engine, fallback) = io_engine::open_engine(kind, &self.file)
+            .map_err(|error| self.error("open", 0, self.size_bytes, &error))?;
+        if let Some(reason) = &fallback {
+            tracing::warn!(device = %self.name, "io_engine = \"{}\" refused: {reason}", kind.name());
+        }
+        self.io = engine;
+        self.io_fallback = fallback;
+        Ok(self)
+    }
+
+    /// The engine reads and writes use.
+    pub fn io_engine(&self) -> IoEngineKind {
+        self.io.kind()
+    }
+
+    /// Why the engine asked for was refused and psync used instead.
+    pub fn io_engine_fallback(&self) -> Option<&str> {
+        self.io_fallback.as_deref()
     }
 
     /// Ends service: every later operation fails with EIO and `reason`.
@@ -538,6 +592,13 @@ impl FileDevice {
         self.block_device
     }
 
+    /// Reads and writes so far that `O_DIRECT` made go through a bounce
+    /// buffer (their buffer, offset or length was not aligned); aligned ones
+    /// go straight to the kernel and are not counted.
+    pub fn bounce_count(&self) -> u64 {
+        self.bounces.load(Ordering::Relaxed)
+    }
+
     /// Alignment direct IO uses (meaningful when [`FileDevice::is_direct`]).
     pub fn alignment_bytes(&self) -> u64 {
         self.alignment_bytes
@@ -574,7 +635,7 @@ impl FileDevice {
         let mut done = 0usize;
         while done < buf.len() {
             match self
-                .file
+                .io
                 .read_at(&mut buf[done..], offset_bytes + done as u64)
             {
                 Ok(0) => {
@@ -623,6 +684,7 @@ impl FileDevice {
         if self.is_aligned(buf.as_ptr() as usize, offset_bytes, buf.len()) {
             return self.read_full(offset_bytes, buf);
         }
+        self.bounces.fetch_add(1, Ordering::Relaxed);
         let alignment = self.alignment_bytes;
         let start = offset_bytes / alignment * alignment;
         let end = (offset_bytes + buf.len() as u64).div_ceil(alignment) * alignment;
@@ -634,10 +696,11 @@ impl FileDevice {
         })
     }
 
-    fn direct_write(&self, offset_bytes: u64, data: &[u8]) -> io::Result<()> {
+    fn direct_write(&self, offset_bytes: u64, data: &[u8], durable: bool) -> io::Result<()> {
         if self.is_aligned(data.as_ptr() as usize, offset_bytes, data.len()) {
-            return self.file.write_all_at(data, offset_bytes);
+            return self.pwrite_all(data, offset_bytes, durable);
         }
+        self.bounces.fetch_add(1, Ordering::Relaxed);
         let alignment = self.alignment_bytes;
         let end_bytes = offset_bytes + data.len() as u64;
         let start = offset_bytes / alignment * alignment;
@@ -661,16 +724,71 @@ impl FileDevice {
                 self.read_full(end - alignment, &mut bounce[length - block..])?;
             }
             bounce[skip..skip + data.len()].copy_from_slice(data);
-            self.file.write_all_at(bounce, start)
+            self.pwrite_all(bounce, start, durable)
         })
     }
 
-    fn write_bytes(&self, offset_bytes: u64, data: &[u8]) -> io::Result<()> {
+    /// `durable`: the bytes are durable when this returns (FUA).
+    fn write_bytes(&self, offset_bytes: u64, data: &[u8], durable: bool) -> io::Result<()> {
         if self.direct {
-            self.direct_write(offset_bytes, data)
+            self.direct_write(offset_bytes, data, durable)
         } else {
-            self.file.write_all_at(data, offset_bytes)
+            self.pwrite_all(data, offset_bytes, durable)
         }
+    }
+
+    /// Writes all of `data` at `offset_bytes`; `durable` adds `RWF_DSYNC`
+    /// (only this range is synced, with the device cache flush or FUA it
+    /// needs), or `fdatasync` after the write where the kernel refuses it.
+    fn pwrite_all(&self, data: &[u8], offset_bytes: u64, durable: bool) -> io::Result<()> {
+        if !durable {
+            return self.write_all(data, offset_bytes, false);
+        }
+        if !self.dsync_refused.load(Ordering::Relaxed) {
+            match self.write_all(data, offset_bytes, true) {
+                Ok(()) => return Ok(()),
+                Err(error) if dsync_refused(&error) => {
+                    // Nothing was written: the first call was refused.
+                    if !self.dsync_refused.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(
+                            device = %self.name,
+                            error = %error,
+                            "the kernel refuses pwritev2(RWF_DSYNC); FUA writes fall back to write + fdatasync of the whole file"
+                        );
+                    }
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        self.write_all(data, offset_bytes, false)?;
+        sync_data(&self.file)
+    }
+
+    /// The engine's write until all of `data` is written (`durable`: each
+    /// call returns once the bytes it wrote are durable).
+    fn write_all(&self, data: &[u8], offset_bytes: u64, durable: bool) -> io::Result<()> {
+        let mut done = 0usize;
+        while done < data.len() {
+            match self
+                .io
+                .write_at(&data[done..], offset_bytes + done as u64, durable)?
+            {
+                0 => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                written => done += written,
+            }
+        }
+        Ok(())
+    }
+
+    /// Tests: act as if the kernel had refused `RWF_DSYNC`.
+    #[cfg(test)]
+    fn refuse_dsync(&self) {
+        self.dsync_refused.store(true, Ordering::Relaxed);
+    }
+
+    /// True once the kernel refused `RWF_DSYNC` on this device.
+    pub fn dsync_fallback(&self) -> bool {
+        self.dsync_refused.load(Ordering::Relaxed)
     }
 
     /// `fallocate(2)` on the whole range.
@@ -696,7 +814,7 @@ impl FileDevice {
         let mut done = 0u64;
         while done < length_bytes {
             let piece = (length_bytes - done).min(ZEROES.0.len() as u64) as usize;
-            self.write_bytes(offset_bytes + done, &ZEROES.0[..piece])?;
+            self.write_bytes(offset_bytes + done, &ZEROES.0[..piece], false)?;
             done += piece as u64;
         }
         Ok(())
@@ -725,6 +843,23 @@ impl FileDevice {
         }
         self.write_zero_bytes(offset_bytes, length_bytes)
             .map_err(|error| self.error(op, offset_bytes, length_bytes, &error))
+    }
+}
+
+/// Errors by which the kernel says it does not know `pwritev2` or its
+/// `RWF_DSYNC` flag (before Linux 4.7, or a seccomp filter): the caller falls
+/// back to `pwrite` + `fdatasync`.
+fn dsync_refused(error: &io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOSYS))
+}
+
+/// `fdatasync`, retried on EINTR.
+fn sync_data(file: &File) -> io::Result<()> {
+    loop {
+        match file.sync_data() {
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            result => return result,
+        }
     }
 }
 
@@ -845,6 +980,18 @@ fn block_device_logical_block_size(file: &File) -> Option<u64> {
     u64::try_from(size_bytes).ok().filter(|&size| size > 0)
 }
 
+impl std::fmt::Debug for FileDevice {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("FileDevice")
+            .field("path", &self.path)
+            .field("size_bytes", &self.size_bytes)
+            .field("direct", &self.direct)
+            .field("io_engine", &self.io.kind())
+            .finish_non_exhaustive()
+    }
+}
+
 impl BlockDevice for FileDevice {
     fn backing_warning(&self) -> Option<String> {
         FileDevice::warning(self)
@@ -904,19 +1051,31 @@ impl BlockDevice for FileDevice {
             return Ok(());
         }
         self.refuse_if_failed("write", offset_bytes, length_bytes)?;
-        self.write_bytes(offset_bytes, data)
+        self.write_bytes(offset_bytes, data, false)
+            .map_err(|error| self.error("write", offset_bytes, length_bytes, &error))
+    }
+
+    /// `pwritev2(RWF_DSYNC)`: this range only, no `fdatasync` of the file.
+    fn write_at_durable(&self, offset_bytes: u64, data: &[u8]) -> DeviceResult<()> {
+        let length_bytes = data.len() as u64;
+        check_range(
+            &self.name,
+            "write",
+            offset_bytes,
+            length_bytes,
+            self.size_bytes,
+        )?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.refuse_if_failed("write", offset_bytes, length_bytes)?;
+        self.write_bytes(offset_bytes, data, true)
             .map_err(|error| self.error("write", offset_bytes, length_bytes, &error))
     }
 
     fn flush(&self) -> DeviceResult<()> {
         self.refuse_if_failed("flush", 0, 0)?;
-        loop {
-            match self.file.sync_data() {
-                Ok(()) => return Ok(()),
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                Err(error) => return Err(self.error("flush", 0, 0, &error)),
-            }
-        }
+        sync_data(&self.file).map_err(|error| self.error("flush", 0, 0, &error))
     }
 
     /// Punches a hole (`FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`), or
@@ -1026,6 +1185,11 @@ mod tests {
         };
         assert!(device.is_direct());
         round_trip(&device);
+        let bounced = device.bounce_count();
+        assert!(
+            bounced > 0,
+            "unaligned requests go through the bounce buffer"
+        );
         // An aligned buffer, offset and length take the zero-copy path.
         let mut aligned = vec![0u8; 3 * 4096];
         let shift = aligned.as_ptr().align_offset(4096);
@@ -1034,12 +1198,105 @@ mod tests {
         device
             .write_at(8192, &aligned[shift..shift + 4096])
             .unwrap();
+        device
+            .read_at(8192, &mut aligned[shift..shift + 4096])
+            .unwrap();
+        assert_eq!(device.bounce_count(), bounced, "aligned IO is not bounced");
         device.flush().unwrap();
         drop(device);
         let device = FileDevice::open(&path, None, false, false).unwrap();
         let mut back = vec![0u8; 4096];
         device.read_at(8192, &mut back).unwrap();
         assert_eq!(back, data);
+    }
+
+    /// FUA writes through `pwritev2(RWF_DSYNC)` and through the fallback,
+    /// buffered and direct, aligned and not, land where plain writes do.
+    #[test]
+    fn durable_writes_land_with_and_without_rwf_dsync() {
+        let directory = tempfile::tempdir().unwrap();
+        for (direct, fallback) in [(false, false), (false, true), (true, false), (true, true)] {
+            let path = directory
+                .path()
+                .join(format!("fua-{direct}-{fallback}.img"));
+            let device = if direct {
+                match open_direct(&path, 64 * 1024) {
+                    Some(device) => device,
+                    None => continue,
+                }
+            } else {
+                FileDevice::open(&path, Some(64 * 1024), false, true).unwrap()
+            };
+            if fallback {
+                device.refuse_dsync();
+            }
+            let mut shadow = vec![0u8; 64 * 1024];
+            for (index, &(offset, length)) in [(0usize, 4096usize), (4096 + 10, 5000), (60_000, 1)]
+                .iter()
+                .enumerate()
+            {
+                let data = pattern(index as u8 + 40, length);
+                device.write_at_durable(offset as u64, &data).unwrap();
+                shadow[offset..offset + length].copy_from_slice(&data);
+            }
+            assert_eq!(device.dsync_fallback(), fallback, "direct {direct}");
+            drop(device);
+            let device = FileDevice::open(&path, None, false, false).unwrap();
+            let mut back = vec![0u8; 64 * 1024];
+            device.read_at(0, &mut back).unwrap();
+            assert_eq!(back, shadow, "direct {direct}, fallback {fallback}");
+            let error = device.write_at_durable(64 * 1024 - 1, &[1, 2]).unwrap_err();
+            assert_eq!(error.kind, DeviceErrorKind::OutOfRange);
+        }
+    }
+
+    /// The io_uring engine under the device: buffered and direct, aligned
+    /// and bounced, plain and durable, and many threads on one ring.
+    #[test]
+    fn the_uring_engine_serves_the_device_like_psync() {
+        let directory = tempfile::tempdir().unwrap();
+        for direct in [false, true] {
+            let path = directory.path().join(format!("uring-{direct}.img"));
+            let device = if direct {
+                match open_direct(&path, 64 * 1024) {
+                    Some(device) => device,
+                    None => continue,
+                }
+            } else {
+                FileDevice::open(&path, Some(64 * 1024), false, true).unwrap()
+            };
+            let device = device.with_io_engine(IoEngineKind::Uring).unwrap();
+            if let Some(reason) = device.io_engine_fallback() {
+                assert_eq!(device.io_engine(), IoEngineKind::Psync);
+                eprintln!("skipping: io_uring refused here: {reason}");
+                return;
+            }
+            assert_eq!(device.io_engine(), IoEngineKind::Uring);
+            round_trip(&device);
+            device.write_at_durable(4096, &pattern(9, 4096)).unwrap();
+            let mut back = vec![0u8; 4096];
+            device.read_at(4096, &mut back).unwrap();
+            assert_eq!(back, pattern(9, 4096));
+            let device = Arc::new(device);
+            let threads: Vec<_> = (0..4u8)
+                .map(|thread| {
+                    let device = Arc::clone(&device);
+                    std::thread::spawn(move || {
+                        for round in 0..50u8 {
+                            let offset = u64::from(thread) * 16384 + u64::from(round % 4) * 4096;
+                            let data = pattern(thread.wrapping_mul(50).wrapping_add(round), 4096);
+                            device.write_at(offset, &data).unwrap();
+                            let mut back = vec![0u8; 4096];
+                            device.read_at(offset, &mut back).unwrap();
+                            assert_eq!(back, data, "thread {thread} round {round}");
+                        }
+                    })
+                })
+                .collect();
+            for thread in threads {
+                thread.join().unwrap();
+            }
+        }
     }
 
     #[test]

@@ -418,6 +418,22 @@ impl BlockDevice for LatencyDevice {
         })
     }
 
+    /// A write in the model (the models keep no volatile write cache, so
+    /// every modelled write is already durable).
+    fn write_at_durable(&self, offset_bytes: u64, data: &[u8]) -> DeviceResult<()> {
+        let length_bytes = data.len() as u64;
+        check_range(
+            self.name(),
+            "write",
+            offset_bytes,
+            length_bytes,
+            self.size_bytes(),
+        )?;
+        self.timed(Op::Write, offset_bytes, length_bytes, || {
+            self.inner.write_at_durable(offset_bytes, data)
+        })
+    }
+
     /// The inner flush only: no model operation (see the module docs).
     fn flush(&self) -> DeviceResult<()> {
         self.inner.flush()

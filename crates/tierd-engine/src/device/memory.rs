@@ -165,6 +165,12 @@ impl BlockDevice for MemoryDevice {
         Ok(())
     }
 
+    /// A plain write: RAM is never durable (a write-through tier's durable
+    /// copy is the one on home).
+    fn write_at_durable(&self, offset_bytes: u64, data: &[u8]) -> DeviceResult<()> {
+        self.write_at(offset_bytes, data)
+    }
+
     /// Nothing to do: RAM is never durable, and writes are visible at once.
     fn flush(&self) -> DeviceResult<()> {
         Ok(())

@@ -15,6 +15,7 @@
 pub mod crash;
 pub mod fault;
 pub mod file;
+pub mod io_engine;
 pub mod latency;
 pub mod memory;
 pub mod stats;
@@ -99,6 +100,10 @@ pub struct DeviceStats {
 /// - `write_at` returning `Ok` means the bytes are visible to every later
 ///   `read_at` on any thread; they are durable across a crash only after a
 ///   later `flush` returns `Ok` (volatile devices never are);
+/// - `write_at_durable` returning `Ok` means the same, and the written bytes
+///   (not necessarily any other unflushed write) are already durable (NBD
+///   FUA); a wrapper MUST forward it to its inner device as a durable write,
+///   never as a plain write;
 /// - after `discard` or `write_zeroes` returns, the range reads as zeroes;
 /// - never panics on any argument.
 pub trait BlockDevice: Send + Sync {
@@ -113,6 +118,16 @@ pub trait BlockDevice: Send + Sync {
     fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> DeviceResult<()>;
 
     fn write_at(&self, offset_bytes: u64, data: &[u8]) -> DeviceResult<()>;
+
+    /// Writes `data` at `offset_bytes` and returns once those bytes are
+    /// durable (a FUA write): other unflushed writes need not be. The default
+    /// writes and then flushes the whole device; [`file::FileDevice`] makes
+    /// only the written range durable (`pwritev2(RWF_DSYNC)`), and a volatile
+    /// device has nothing to make durable.
+    fn write_at_durable(&self, offset_bytes: u64, data: &[u8]) -> DeviceResult<()> {
+        self.write_at(offset_bytes, data)?;
+        self.flush()
+    }
 
     /// Makes every write that completed before this call durable.
     fn flush(&self) -> DeviceResult<()>;

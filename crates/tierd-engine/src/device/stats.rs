@@ -13,17 +13,22 @@
 //!   flight; a snapshot taken while operations are in flight includes the open
 //!   interval up to the clock's now.
 //!
-//! The hot path is a handful of relaxed atomic operations and one short mutex
-//! for the busy interval. Per-period figures are differences of two snapshots.
+//! No lock on the hot path: the op counters live in per-thread shards
+//! ([`Sharded`], each on its own cache line) that a snapshot sums; busy
+//! time, a property of the whole device, is one 128-bit word each op
+//! changes twice by compare-and-swap ([`BusyTime`]; `portable-atomic`
+//! provides the 128-bit atomic, `cmpxchg16b` on x86_64, which std has not
+//! stabilised). Per-period figures are differences of two snapshots.
 
-use parking_lot::Mutex;
+use portable_atomic::AtomicU128;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tierd_common::clock::Clock;
-use tierd_common::histogram::AtomicHistogram;
+use tierd_common::histogram::{AtomicHistogram, Histogram};
 
 use super::{BlockDevice, DeviceResult, DeviceStats};
+use crate::shard::{default_shard_count, Sharded};
 
 struct Direction {
     bytes: AtomicU64,
@@ -45,26 +50,166 @@ impl Direction {
     }
 }
 
-/// Busy-time bookkeeping: how many ops are in flight and since when.
-#[derive(Default)]
-struct Busy {
-    in_flight: u64,
-    /// When `in_flight` last went from 0 to 1.
-    since_ns: u64,
-    /// Closed busy intervals.
-    total_ns: u64,
+/// One thread shard's op counters (about 31 KiB, mostly the two latency
+/// histograms).
+struct Counters {
+    read: Direction,
+    write: Direction,
+    flushes: AtomicU64,
+    discards: AtomicU64,
+    errors: AtomicU64,
+}
+
+impl Counters {
+    fn new() -> Self {
+        Self {
+            read: Direction::new(),
+            write: Direction::new(),
+            flushes: AtomicU64::new(0),
+            discards: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Time with at least one operation in flight, kept without a lock.
+///
+/// One 128-bit word holds the operations in flight (bits 0-31), a version
+/// (bits 32-63, one more at every change) and `acc` (bits 64-127,
+/// wrapping): the busy time of the closed intervals minus the start of the
+/// open one, if any. Busy time
+/// at `now` is `acc + now` while operations are in flight and `acc` when
+/// none are. An operation's start (0 -> 1 opens an interval: `acc -= now`)
+/// and end (1 -> 0 closes it: `acc += now`) are each one compare-and-swap
+/// of the whole word, so nobody sees the count and `acc` disagree.
+///
+/// Every attempt reads the clock after loading the word it swaps from, and
+/// the version makes the swap fail if anything changed the word since, even
+/// when the change was undone (an op that started and ended meanwhile): so
+/// successful swaps happen in the order of their clock readings. With a
+/// clock whose readings follow the order of the atomic operations (any
+/// real monotonic clock, and the test's counter), every op's `[start, end]`
+/// lies inside its busy interval, the intervals are disjoint, and the total
+/// is exactly the measure of the union of the ops' intervals. A reader that
+/// counts an open interval up to its own now swaps the word too (a new
+/// version, nothing else), so a closer that read the clock before that
+/// reader fails its swap and reads the clock again: an interval never
+/// closes before a time a reader already reported, and readings never go
+/// back (`busy_time_is_the_union_of_op_intervals_under_threads`).
+struct BusyTime {
+    state: AtomicU128,
+}
+
+/// The word's fields (see [`BusyTime`]).
+#[derive(Clone, Copy)]
+struct BusyWord {
+    in_flight: u32,
+    version: u32,
+    acc: u64,
+}
+
+impl BusyWord {
+    fn unpack(state: u128) -> Self {
+        Self {
+            in_flight: state as u32,
+            version: (state >> 32) as u32,
+            acc: (state >> 64) as u64,
+        }
+    }
+
+    fn pack(self) -> u128 {
+        (u128::from(self.acc) << 64) | (u128::from(self.version) << 32) | u128::from(self.in_flight)
+    }
+}
+
+impl BusyTime {
+    fn new() -> Self {
+        Self {
+            state: AtomicU128::new(0),
+        }
+    }
+
+    /// Swaps in `change(word, now)`, with the next version, for the current
+    /// word, reading the clock after each load; returns the word it
+    /// replaced and the now it used.
+    fn update(
+        &self,
+        clock: &dyn Clock,
+        change: impl Fn(BusyWord, u64) -> BusyWord,
+    ) -> (BusyWord, u64) {
+        let mut current = self.state.load(Ordering::Acquire);
+        loop {
+            let now_ns = clock.now_ns();
+            let word = BusyWord::unpack(current);
+            let next = BusyWord {
+                version: word.version.wrapping_add(1),
+                ..change(word, now_ns)
+            }
+            .pack();
+            match self.state.compare_exchange_weak(
+                current,
+                next,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return (word, now_ns),
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// One more op in flight; returns its start time.
+    fn begin(&self, clock: &dyn Clock) -> u64 {
+        let (_, now_ns) = self.update(clock, |word, now_ns| BusyWord {
+            in_flight: word.in_flight + 1,
+            acc: if word.in_flight == 0 {
+                word.acc.wrapping_sub(now_ns)
+            } else {
+                word.acc
+            },
+            ..word
+        });
+        now_ns
+    }
+
+    /// One op fewer in flight; returns its end time.
+    fn end(&self, clock: &dyn Clock) -> u64 {
+        let (_, now_ns) = self.update(clock, |word, now_ns| {
+            debug_assert!(word.in_flight > 0, "an op ended that never began");
+            BusyWord {
+                in_flight: word.in_flight.saturating_sub(1),
+                acc: if word.in_flight == 1 {
+                    word.acc.wrapping_add(now_ns)
+                } else {
+                    word.acc
+                },
+                ..word
+            }
+        });
+        now_ns
+    }
+
+    /// Busy time up to the clock's now.
+    fn busy_ns(&self, clock: &dyn Clock) -> u64 {
+        let word = BusyWord::unpack(self.state.load(Ordering::Acquire));
+        if word.in_flight == 0 {
+            return word.acc;
+        }
+        let (word, now_ns) = self.update(clock, |word, _| word);
+        if word.in_flight > 0 {
+            word.acc.wrapping_add(now_ns)
+        } else {
+            word.acc
+        }
+    }
 }
 
 /// Counts the operations of the device it wraps (see the module docs).
 pub struct StatsDevice {
     inner: Arc<dyn BlockDevice>,
     clock: Arc<dyn Clock>,
-    read: Direction,
-    write: Direction,
-    flushes: AtomicU64,
-    discards: AtomicU64,
-    errors: AtomicU64,
-    busy: Mutex<Busy>,
+    counters: Sharded<Counters>,
+    busy: BusyTime,
 }
 
 impl StatsDevice {
@@ -72,12 +217,8 @@ impl StatsDevice {
         Self {
             inner,
             clock,
-            read: Direction::new(),
-            write: Direction::new(),
-            flushes: AtomicU64::new(0),
-            discards: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
-            busy: Mutex::new(Busy::default()),
+            counters: Sharded::new(default_shard_count(), Counters::new),
+            busy: BusyTime::new(),
         }
     }
 
@@ -86,75 +227,47 @@ impl StatsDevice {
         &self.inner
     }
 
-    /// Cumulative counters up to now.
+    /// Cumulative counters up to now: every shard summed.
     pub fn snapshot(&self) -> DeviceStats {
-        let busy_ns = {
-            let busy = self.lock_busy();
-            let open_ns = if busy.in_flight > 0 {
-                self.clock.now_ns().saturating_sub(busy.since_ns)
-            } else {
-                0
-            };
-            busy.total_ns + open_ns
-        };
-        let read_latency = self.read.latency.snapshot();
-        let write_latency = self.write.latency.snapshot();
-        DeviceStats {
-            reads: read_latency.count(),
-            writes: write_latency.count(),
-            read_bytes: self.read.bytes.load(Ordering::Relaxed),
-            write_bytes: self.write.bytes.load(Ordering::Relaxed),
-            flushes: self.flushes.load(Ordering::Relaxed),
-            discards: self.discards.load(Ordering::Relaxed),
-            errors: self.errors.load(Ordering::Relaxed),
+        let busy_ns = self.busy.busy_ns(self.clock.as_ref());
+        let mut read_latency = Histogram::new();
+        let mut write_latency = Histogram::new();
+        let mut stats = DeviceStats {
             busy_ns,
-            read_latency,
-            write_latency,
+            ..DeviceStats::default()
+        };
+        for shard in self.counters.iter() {
+            read_latency.merge(&shard.read.latency.snapshot());
+            write_latency.merge(&shard.write.latency.snapshot());
+            stats.read_bytes += shard.read.bytes.load(Ordering::Relaxed);
+            stats.write_bytes += shard.write.bytes.load(Ordering::Relaxed);
+            stats.flushes += shard.flushes.load(Ordering::Relaxed);
+            stats.discards += shard.discards.load(Ordering::Relaxed);
+            stats.errors += shard.errors.load(Ordering::Relaxed);
         }
+        stats.reads = read_latency.count();
+        stats.writes = write_latency.count();
+        stats.read_latency = read_latency;
+        stats.write_latency = write_latency;
+        stats
     }
 
-    fn lock_busy(&self) -> parking_lot::MutexGuard<'_, Busy> {
-        // The guarded data is plain counters; a panic elsewhere cannot leave
-        // them in a state worth refusing to read.
-        self.busy.lock()
-    }
-
-    /// Marks one op in flight; returns its start time.
-    fn begin(&self) -> u64 {
-        let mut busy = self.lock_busy();
-        let now_ns = self.clock.now_ns();
-        if busy.in_flight == 0 {
-            busy.since_ns = now_ns;
-        }
-        busy.in_flight += 1;
-        now_ns
-    }
-
-    /// Marks one op finished; returns its latency.
-    fn end(&self, start_ns: u64) -> u64 {
-        let mut busy = self.lock_busy();
-        let now_ns = self.clock.now_ns();
-        busy.in_flight = busy.in_flight.saturating_sub(1);
-        if busy.in_flight == 0 {
-            busy.total_ns += now_ns.saturating_sub(busy.since_ns);
-        }
-        now_ns.saturating_sub(start_ns)
-    }
-
-    /// Runs `operation`, counting it into `on_success` when it succeeds and
-    /// into `errors` when it fails.
+    /// Runs `operation`, counting it into `on_success` (with this thread's
+    /// counters and the latency) when it succeeds and into `errors` when it
+    /// fails.
     fn measure<T>(
         &self,
         operation: impl FnOnce() -> DeviceResult<T>,
-        on_success: impl FnOnce(u64),
+        on_success: impl FnOnce(&Counters, u64),
     ) -> DeviceResult<T> {
-        let start_ns = self.begin();
+        let start_ns = self.busy.begin(self.clock.as_ref());
         let result = operation();
-        let latency_ns = self.end(start_ns);
+        let latency_ns = self.busy.end(self.clock.as_ref()).saturating_sub(start_ns);
+        let counters = self.counters.local();
         match &result {
-            Ok(_) => on_success(latency_ns),
+            Ok(_) => on_success(counters, latency_ns),
             Err(_) => {
-                self.errors.fetch_add(1, Ordering::Relaxed);
+                counters.errors.fetch_add(1, Ordering::Relaxed);
             }
         }
         result
@@ -190,22 +303,30 @@ impl BlockDevice for StatsDevice {
         let length_bytes = buf.len() as u64;
         self.measure(
             || self.inner.read_at(offset_bytes, buf),
-            |latency_ns| self.read.record(length_bytes, latency_ns),
+            |counters, latency_ns| counters.read.record(length_bytes, latency_ns),
         )
     }
 
     fn write_at(&self, offset_bytes: u64, data: &[u8]) -> DeviceResult<()> {
         self.measure(
             || self.inner.write_at(offset_bytes, data),
-            |latency_ns| self.write.record(data.len() as u64, latency_ns),
+            |counters, latency_ns| counters.write.record(data.len() as u64, latency_ns),
+        )
+    }
+
+    /// Counted as a write (a durable write is a write that returns later).
+    fn write_at_durable(&self, offset_bytes: u64, data: &[u8]) -> DeviceResult<()> {
+        self.measure(
+            || self.inner.write_at_durable(offset_bytes, data),
+            |counters, latency_ns| counters.write.record(data.len() as u64, latency_ns),
         )
     }
 
     fn flush(&self) -> DeviceResult<()> {
         self.measure(
             || self.inner.flush(),
-            |_| {
-                self.flushes.fetch_add(1, Ordering::Relaxed);
+            |counters, _| {
+                counters.flushes.fetch_add(1, Ordering::Relaxed);
             },
         )
     }
@@ -213,8 +334,8 @@ impl BlockDevice for StatsDevice {
     fn discard(&self, offset_bytes: u64, length_bytes: u64) -> DeviceResult<()> {
         self.measure(
             || self.inner.discard(offset_bytes, length_bytes),
-            |_| {
-                self.discards.fetch_add(1, Ordering::Relaxed);
+            |counters, _| {
+                counters.discards.fetch_add(1, Ordering::Relaxed);
             },
         )
     }
@@ -222,8 +343,8 @@ impl BlockDevice for StatsDevice {
     fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> DeviceResult<()> {
         self.measure(
             || self.inner.write_zeroes(offset_bytes, length_bytes),
-            |_| {
-                self.discards.fetch_add(1, Ordering::Relaxed);
+            |counters, _| {
+                counters.discards.fetch_add(1, Ordering::Relaxed);
             },
         )
     }
@@ -239,6 +360,7 @@ mod tests {
     use super::*;
     use crate::device::memory::MemoryDevice;
     use crate::device::DeviceErrorKind;
+    use parking_lot::Mutex;
     use std::sync::mpsc;
     use tierd_common::clock::ManualClock;
 
@@ -354,6 +476,124 @@ mod tests {
         fn write_zeroes(&self, _offset_bytes: u64, _length_bytes: u64) -> DeviceResult<()> {
             Ok(())
         }
+    }
+
+    /// A clock whose every reading is one tick after the last, in the
+    /// order of its atomic counter: readings order like the atomic
+    /// operations around them, the property [`BusyTime`] relies on. Every
+    /// few readings it gives up the CPU after reading, as a preempted
+    /// thread would, which opens the window between a reading and the
+    /// compare-and-swap that uses it.
+    #[derive(Default)]
+    struct TickClock(AtomicU64);
+
+    impl Clock for TickClock {
+        fn now_ns(&self) -> u64 {
+            let now_ns = self.0.fetch_add(1, Ordering::SeqCst);
+            if now_ns.is_multiple_of(5) {
+                std::thread::yield_now();
+            }
+            now_ns
+        }
+        fn sleep_ns(&self, duration_ns: u64) {
+            self.0.fetch_add(duration_ns, Ordering::SeqCst);
+        }
+    }
+
+    /// Four threads start and end ops on one `BusyTime` as fast as they can
+    /// (some ops spanning clock ticks, some yielding the CPU in flight)
+    /// while a fifth reads it: every reading is at least the one before,
+    /// and at the end the total is exactly the measure of the union of the
+    /// ops' `[start, end]` intervals: no overlap counted twice, no gap
+    /// counted, no interval lost to a race on a 0 <-> 1 transition.
+    /// The busy word takes no lock where the CPU has a 128-bit
+    /// compare-and-swap (portable-atomic would fall back to a lock).
+    #[test]
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    fn busy_word_is_lock_free() {
+        assert!(AtomicU128::is_lock_free());
+    }
+
+    #[test]
+    fn busy_time_is_the_union_of_op_intervals_under_threads() {
+        use std::sync::atomic::AtomicBool;
+        use tierd_common::rng::{Rng, SeededRng};
+        const THREADS: u64 = 4;
+        const OPS: usize = 20_000;
+        let clock = Arc::new(TickClock::default());
+        let busy = Arc::new(BusyTime::new());
+        let done = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (clock, busy, done) = (clock.clone(), busy.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut last = 0;
+                let mut readings = 0u64;
+                while !done.load(Ordering::Acquire) {
+                    let now = busy.busy_ns(clock.as_ref());
+                    assert!(now >= last, "busy time went back from {last} to {now}");
+                    last = now;
+                    readings += 1;
+                }
+                readings
+            })
+        };
+        let workers: Vec<_> = (0..THREADS)
+            .map(|thread| {
+                let (clock, busy) = (clock.clone(), busy.clone());
+                std::thread::spawn(move || {
+                    let mut rng = SeededRng::new(thread);
+                    let mut intervals = Vec::with_capacity(OPS);
+                    for _ in 0..OPS {
+                        let start = busy.begin(clock.as_ref());
+                        for _ in 0..rng.below(3) {
+                            clock.now_ns();
+                        }
+                        if rng.chance(0.01) {
+                            std::thread::yield_now();
+                        }
+                        let end = busy.end(clock.as_ref());
+                        assert!(end > start);
+                        intervals.push((start, end));
+                        if rng.chance(0.3) {
+                            // Idle a little: some gaps between intervals.
+                            clock.now_ns();
+                        }
+                    }
+                    intervals
+                })
+            })
+            .collect();
+        let mut intervals: Vec<(u64, u64)> = workers
+            .into_iter()
+            .flat_map(|worker| worker.join().unwrap())
+            .collect();
+        done.store(true, Ordering::Release);
+        assert!(reader.join().unwrap() > 0);
+        intervals.sort_unstable();
+        let mut union_ns = 0;
+        let mut components = 0;
+        let (mut from, mut to) = intervals[0];
+        for &(start, end) in &intervals[1..] {
+            if start <= to {
+                to = to.max(end);
+            } else {
+                union_ns += to - from;
+                components += 1;
+                (from, to) = (start, end);
+            }
+        }
+        union_ns += to - from;
+        components += 1;
+        // The ops did overlap and did leave gaps, or the test proves little.
+        assert!(
+            components > 10 && components < intervals.len(),
+            "{components}"
+        );
+        assert_eq!(busy.busy_ns(clock.as_ref()), union_ns);
+        assert_eq!(
+            BusyWord::unpack(busy.state.load(Ordering::Acquire)).in_flight,
+            0
+        );
     }
 
     #[test]

@@ -8,16 +8,19 @@ use tierd_policy::{SegmentId, TierId};
 
 use crate::device::{BlockDevice, DeviceError};
 
-use super::{Volume, VolumeError};
+use tierd_core::moves::{Part, Route};
 
-enum Mutation<'a> {
+use super::{ActiveMove, Handed, Volume, VolumeError};
+
+pub(super) enum Mutation<'a> {
     Write(&'a [u8]),
     Discard,
     Zero,
 }
 
 impl Mutation<'_> {
-    fn slice(&self, start: usize, length: usize) -> Mutation<'_> {
+    /// The part `start..start+length` of the request (data only for a write).
+    pub(super) fn slice(&self, start: usize, length: usize) -> Mutation<'_> {
         match self {
             Mutation::Write(data) => Mutation::Write(&data[start..start + length]),
             Mutation::Discard => Mutation::Discard,
@@ -25,11 +28,51 @@ impl Mutation<'_> {
         }
     }
 
-    fn apply(&self, device: &dyn BlockDevice, offset: u64, length: u64) -> Result<(), DeviceError> {
+    /// What the mover needs to apply `part` (segment offsets) of this
+    /// request, which starts at `within` in the segment.
+    pub(super) fn handed(&self, within: u64, part: Part) -> Handed {
         match self {
+            Mutation::Write(data) => {
+                let start = (part.offset_bytes - within) as usize;
+                Handed::Data(data[start..start + part.length_bytes as usize].to_vec())
+            }
+            Mutation::Discard => Handed::Discard,
+            Mutation::Zero => Handed::Zero,
+        }
+    }
+
+    /// `fua`: a write is made durable by itself (only its range);
+    /// discard and zero leave that to the flush after them.
+    pub(super) fn apply(
+        &self,
+        device: &dyn BlockDevice,
+        offset: u64,
+        length: u64,
+        fua: bool,
+    ) -> Result<(), DeviceError> {
+        match self {
+            Mutation::Write(data) if fua => device.write_at_durable(offset, data),
             Mutation::Write(data) => device.write_at(offset, data),
             Mutation::Discard => device.discard(offset, length),
             Mutation::Zero => device.write_zeroes(offset, length),
+        }
+    }
+}
+
+/// Forgets an unfinished tracked write when its thread unwinds.
+struct WriteGuard<'a> {
+    active: Option<&'a ActiveMove>,
+    id: Option<u64>,
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        if let (Some(active), Some(id)) = (self.active, self.id) {
+            let mut state = active.state.lock();
+            state.machine.forget_write(id);
+            state.failure.get_or_insert_with(|| {
+                "failed: a write to the segment ended unfinished".to_string()
+            });
         }
     }
 }
@@ -46,27 +89,24 @@ impl Volume {
         }
     }
 
-    /// Splits `[offset, offset+length)` at segment boundaries:
-    /// `(segment, offset in segment, length, offset in request)`.
+    /// Splits `[offset, offset+length)` at segment boundaries (the shared
+    /// splitter, `tierd_core::split`): `(segment, offset in segment, length,
+    /// offset in request)`.
     fn pieces(
         &self,
         offset_bytes: u64,
         length_bytes: u64,
-    ) -> impl Iterator<Item = (SegmentId, u64, u64, u64)> + '_ {
-        let segment_bytes = self.options.segment_bytes;
-        let end = offset_bytes + length_bytes;
-        let mut at = offset_bytes;
-        std::iter::from_fn(move || {
-            if at >= end {
-                return None;
-            }
-            let segment = at / segment_bytes;
-            let within = at % segment_bytes;
-            let length = (segment_bytes - within).min(end - at);
-            let piece = (segment as SegmentId, within, length, at - offset_bytes);
-            at += length;
-            Some(piece)
-        })
+    ) -> impl Iterator<Item = (SegmentId, u64, u64, u64)> {
+        tierd_core::split::pieces(offset_bytes, length_bytes, self.options.segment_bytes).map(
+            |piece| {
+                (
+                    piece.segment as SegmentId,
+                    piece.within_bytes,
+                    piece.length_bytes,
+                    piece.at_bytes,
+                )
+            },
+        )
     }
 
     /// Reads `buf.len()` bytes at `offset_bytes`.
@@ -96,7 +136,7 @@ impl Volume {
             }
             drop(guard);
             let response_ns = self.clock.now_ns().saturating_sub(started_ns);
-            self.monitor.lock().record_user_io(
+            self.monitor.record_user_io(
                 segment,
                 served_by,
                 false,
@@ -151,13 +191,13 @@ impl Volume {
                 },
             );
             let (tier, moving) =
-                self.mutate_piece(segment, within, length, &piece, &mut touched)?;
+                self.mutate_piece(segment, within, length, &piece, fua, &mut touched)?;
             let response_ns = self.clock.now_ns().saturating_sub(started_ns);
             self.monitor
-                .lock()
                 .record_user_io(segment, tier, true, length, response_ns, moving);
         }
-        if fua {
+        // FUA writes were durable piece by piece; discard and zero flush.
+        if fua && !matches!(mutation, Mutation::Write(_)) {
             for (tier, touched) in self.tiers.iter().zip(touched) {
                 if touched {
                     tier.device.flush()?;
@@ -169,12 +209,24 @@ impl Volume {
 
     /// One segment's part of a write/discard/zero. Returns the tier that
     /// served it and whether the segment was moving.
+    ///
+    /// To a moving segment, the shared move machine
+    /// (`tierd_core::moves`) says which parts also go to the target now
+    /// (chunks already copied) and which are handed to the mover (chunks
+    /// being copied; it applies them after the copy lands). Nothing here
+    /// waits for a copy. A target that fails a mirrored part fails the move,
+    /// not the write: the source stays the segment's home. With `fua` the
+    /// source half (and the write-through to home) is durable before the
+    /// ack; mirrored and handed-over parts need not be, because the source
+    /// is the segment's durable home until the flip, which flushes the
+    /// target first.
     fn mutate_piece(
         &self,
         segment: SegmentId,
         within: u64,
         length: u64,
         mutation: &Mutation,
+        fua: bool,
         touched: &mut [bool; 8],
     ) -> Result<(TierId, bool), VolumeError> {
         let home = self.home();
@@ -183,11 +235,14 @@ impl Volume {
         let source = entry.location;
         let source_tier = &self.tiers[source.tier as usize];
         let active = if entry.moving {
-            self.active.read().clone()
+            self.active
+                .read()
+                .iter()
+                .find(|active| active.segment == segment)
+                .cloned()
         } else {
             None
         };
-        let active = active.filter(|active| active.segment == segment);
         // Home gets every write to a segment on a write-through tier, and to
         // one moving onto such a tier from another fast tier (so home is
         // current when the flip lands it in RAM).
@@ -199,58 +254,86 @@ impl Volume {
             // The home copy goes stale before the data lands on the fast tier.
             self.home_current[segment as usize].store(false, Ordering::Release);
         }
-        let chunk_bytes = self.options.chunk_bytes;
-        let first_chunk = (within / chunk_bytes) as usize;
-        let last_chunk = ((within + length.max(1) - 1) / chunk_bytes) as usize;
-        let _chunk_guards: Vec<_> = match &active {
-            Some(active) => (first_chunk..=last_chunk)
-                .map(|chunk| active.chunk_locks[chunk].read())
-                .collect(),
-            None => Vec::new(),
+        let mut route = Route::default();
+        let mut mirror = Vec::new();
+        // A write that unwinds (a panic below) must not leave its move
+        // waiting for it: the guard forgets it and fails the move.
+        let mut unwinding = WriteGuard {
+            active: active.as_deref(),
+            id: None,
         };
-        mutation.apply(
+        let tracked = active.as_ref().map(|active| {
+            let id = self.next_write_id.fetch_add(1, Ordering::Relaxed);
+            let mut state = active.state.lock();
+            state.machine.write_begin(id, within, length, &mut route);
+            for &(chunk, part) in &route.hand_over {
+                state
+                    .machine
+                    .hand_over(id, chunk, part, mutation.handed(within, part));
+            }
+            mirror.append(&mut route.mirror);
+            id
+        });
+        unwinding.id = tracked;
+        let source_result = mutation.apply(
             source_tier.device.as_ref(),
             self.slot_offset(source) + within,
             length,
-        )?;
-        touched[source.tier as usize] = true;
-        if let Some(active) = &active {
+            fua,
+        );
+        if let (Some(active), Some(id)) = (&active, tracked) {
+            let mut state = active.state.lock();
+            state
+                .machine
+                .write_source_done(id, within, length, &mut route);
+            for &(chunk, part) in &route.hand_over {
+                state
+                    .machine
+                    .hand_over(id, chunk, part, mutation.handed(within, part));
+            }
+            mirror.append(&mut route.mirror);
+        }
+        let source_result = source_result.map_err(VolumeError::from);
+        touched[source.tier as usize] |= source_result.is_ok();
+        if let (Some(active), Some(id)) = (&active, tracked) {
             let target = active.to;
-            let home_write_covers = target.tier == home && needs_home;
-            if !home_write_covers {
-                let target_device = &self.tiers[target.tier as usize].device;
-                // Mirror the parts that fall in chunks already copied.
-                for chunk in first_chunk..=last_chunk {
-                    if !active.copied[chunk].load(Ordering::Acquire) {
-                        continue;
-                    }
-                    let chunk_start = chunk as u64 * chunk_bytes;
-                    let start = within.max(chunk_start);
-                    let end = (within + length).min(chunk_start + chunk_bytes);
-                    if start >= end {
-                        continue;
-                    }
-                    let part = match mutation {
-                        Mutation::Write(data) => Mutation::Write(
-                            &data[(start - within) as usize..(end - within) as usize],
-                        ),
-                        Mutation::Discard => Mutation::Discard,
-                        Mutation::Zero => Mutation::Zero,
-                    };
-                    part.apply(
-                        target_device.as_ref(),
-                        self.slot_offset(target) + start,
-                        end - start,
-                    )?;
-                    touched[target.tier as usize] = true;
+            // A write through to home below covers a target that is home.
+            let covered = target.tier == home && needs_home;
+            let mut failure = None;
+            for part in &mirror {
+                if covered || source_result.is_err() || failure.is_some() {
+                    continue;
+                }
+                let start = (part.offset_bytes - within) as usize;
+                let piece = mutation.slice(start, part.length_bytes as usize);
+                match piece.apply(
+                    self.tiers[target.tier as usize].device.as_ref(),
+                    self.slot_offset(target) + part.offset_bytes,
+                    part.length_bytes,
+                    false,
+                ) {
+                    Ok(()) => touched[target.tier as usize] = true,
+                    Err(error) => failure = Some(error),
                 }
             }
+            let mut state = active.state.lock();
+            for _ in &mirror {
+                state.machine.write_part_done(id);
+            }
+            if let Some(error) = failure {
+                state
+                    .failure
+                    .get_or_insert_with(|| format!("failed: mirroring a write: {error}"));
+            }
         }
+        unwinding.id = None;
+        source_result?;
         if needs_home {
             mutation.apply(
                 self.tiers[home as usize].device.as_ref(),
                 u64::from(segment) * self.options.segment_bytes + within,
                 length,
+                fua,
             )?;
             touched[home as usize] = true;
         }

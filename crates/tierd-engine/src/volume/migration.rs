@@ -1,20 +1,44 @@
-//! Online migration: starting the next queued move, copying it a chunk at
-//! a time, and finishing (flip) or abandoning it.
+//! Online migration with real devices and threads, driven by the shared
+//! move state machine ([`tierd_core::moves::MoveMachine`], the code the
+//! simulator runs in virtual time).
+//!
+//! Several moves copy at once (up to `max_concurrent_moves`), each with up to
+//! `chunks_in_flight` chunks in flight: every call of [`Volume::copy_step`]
+//! does one unit of work (one chunk copy, with the parts handed over for
+//! it, or a flip), so N copier threads calling it keep N chunks in flight.
+//! No lock is held across device IO except the move's own bookkeeping
+//! between IOs; a user write never waits for a chunk copy (see
+//! `tierd_core::moves` for the rule and `io.rs` for the write side).
 
-use parking_lot::RwLock;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tierd_policy::{Move, TierId};
+use tierd_core::moves::{Decision, HandedOver, Landing, MoveMachine, Part, Step};
+use tierd_policy::{Move, SegmentId, TierId};
 
+use crate::device::DeviceError;
 use crate::meta::{Location, MoveRecord, Record};
 
-use super::{ActiveMove, InFlightMove, StepOutcome, Volume, RECENT_MOVES};
+use super::io::Mutation;
+use super::{
+    ActiveMove, ChunkRead, CopyBegun, Handed, InFlightMove, MoveState, StepOutcome, Volume,
+    RECENT_MOVES,
+};
 
 impl Volume {
     /// True while a move is being copied.
     pub fn is_migrating(&self) -> bool {
-        self.active.read().is_some()
+        !self.active.read().is_empty()
+    }
+
+    /// Starts queued moves while fewer than `max_concurrent_moves` copy.
+    fn start_queued_moves(&self) {
+        let limit = self.options.migration.max_concurrent_moves.max(1) as usize;
+        while self.active.read().len() < limit {
+            if self.start_next_move().is_none() {
+                return;
+            }
+        }
     }
 
     fn start_next_move(&self) -> Option<Arc<ActiveMove>> {
@@ -86,98 +110,241 @@ impl Volume {
             self.tiers[to.tier as usize]
                 .used_segments
                 .fetch_add(1, Ordering::Relaxed);
-            let chunks = self
-                .options
-                .segment_bytes
-                .div_ceil(self.options.chunk_bytes) as usize;
             // Demoting a segment whose home copy is current needs no copy:
             // every chunk counts as copied, so writes mirror to home at once.
             let clean_demotion =
                 to.tier == home && self.home_current[segment as usize].load(Ordering::Acquire);
+            let now_ns = self.clock.now_ns();
+            // The entry's write lock is held: no IO to the segment is in
+            // flight, so the machine has no writes from before it to wait for.
+            let mut machine = MoveMachine::new(
+                self.move_rules(),
+                self.options.segment_bytes,
+                now_ns,
+                0,
+                clean_demotion,
+            );
+            if self.decision_log.lock().is_some() {
+                machine.record_decisions();
+            }
             let active = Arc::new(ActiveMove {
                 segment,
                 from,
                 to,
                 reason: planned.reason.clone(),
-                started_ns: self.clock.now_ns(),
-                chunk_locks: (0..chunks).map(|_| RwLock::new(())).collect(),
-                copied: (0..chunks)
-                    .map(|_| AtomicBool::new(clean_demotion))
-                    .collect(),
-                next_chunk: AtomicU32::new(if clean_demotion { chunks as u32 } else { 0 }),
-                copied_bytes: AtomicU64::new(0),
+                started_ns: now_ns,
+                home_too: from.tier != home && self.tiers[to.tier as usize].write_through,
+                state: parking_lot::Mutex::new(MoveState {
+                    machine,
+                    flipping: false,
+                    failure: None,
+                    workers: 0,
+                }),
             });
-            *self.active.write() = Some(active.clone());
+            self.active.write().push(active.clone());
             guard.moving = true;
             return Some(active);
         }
     }
 
-    /// Does one unit of migration work: starts the next queued move if none
-    /// is active, copies one chunk, or finishes the move when all chunks are
-    /// copied. The caller paces calls (see [`crate::runner`]).
+    /// Does one unit of migration work: starts queued moves while there is
+    /// room, then copies one chunk of a move (with the write parts handed
+    /// over for it), or finishes a move whose chunks have all landed. Safe
+    /// to call from several threads at once: each call is one chunk in
+    /// flight. The caller paces by the outcome (see [`crate::runner`]).
     pub fn copy_step(&self) -> StepOutcome {
-        let current = self.active.read().clone();
-        let active = match current {
-            Some(active) => active,
-            None => match self.start_next_move() {
-                Some(active) => active,
-                None => return StepOutcome::Idle,
-            },
-        };
-        let chunks = active.copied.len() as u32;
-        let chunk = active.next_chunk.load(Ordering::Relaxed);
-        if chunk < chunks {
-            let chunk_bytes = self.options.chunk_bytes;
-            let start = u64::from(chunk) * chunk_bytes;
-            let length = chunk_bytes.min(self.options.segment_bytes - start);
-            let hold_started_ns = self.clock.now_ns();
-            let result = {
-                let _exclusive = active.chunk_locks[chunk as usize].write();
-                let mut buffer = self.copy_buffer.lock();
-                buffer.resize(length as usize, 0);
-                let source = &self.tiers[active.from.tier as usize].device;
-                let target = &self.tiers[active.to.tier as usize].device;
-                let home_too = self.home_too(&active);
-                source
-                    .read_at(self.slot_offset(active.from) + start, &mut buffer)
-                    .and_then(|()| target.write_at(self.slot_offset(active.to) + start, &buffer))
-                    .and_then(|()| {
-                        if home_too {
-                            self.tiers[self.home() as usize].device.write_at(
-                                u64::from(active.segment) * self.options.segment_bytes + start,
-                                &buffer,
-                            )
-                        } else {
-                            Ok(())
-                        }
-                    })
-                    .map(|()| active.copied[chunk as usize].store(true, Ordering::Release))
-            };
-            self.max_chunk_hold_ns.fetch_max(
-                self.clock.now_ns().saturating_sub(hold_started_ns),
-                Ordering::Relaxed,
-            );
-            match result {
-                Ok(()) => {
-                    active.next_chunk.store(chunk + 1, Ordering::Relaxed);
-                    active.copied_bytes.fetch_add(length, Ordering::Relaxed);
-                    let mut monitor = self.monitor.lock();
-                    monitor.record_migration_io(active.from.tier, length);
-                    monitor.record_migration_io(active.to.tier, length);
-                    StepOutcome::Copied { bytes: length }
-                }
-                Err(error) => self.abandon(&active, &format!("failed: {error}")),
-            }
-        } else {
-            self.finish(&active)
+        match self.copy_begin() {
+            CopyBegun::Done(outcome) => outcome,
+            CopyBegun::Read(read) => self.copy_end(read),
         }
     }
 
-    /// A move onto a write-through (volatile) tier from another fast tier
-    /// also copies to home, so home backs the RAM copy after the flip.
-    fn home_too(&self, active: &ActiveMove) -> bool {
-        active.from.tier != self.home() && self.tiers[active.to.tier as usize].write_through
+    /// The first half of [`Self::copy_step`]: picks the work and, for a
+    /// chunk copy, reads the chunk from the source. The copy is in flight
+    /// until [`Self::copy_end`]; user IO may run in between (deterministic
+    /// tests use the gap to put writes in the middle of a copy).
+    pub fn copy_begin(&self) -> CopyBegun {
+        self.start_queued_moves();
+        let moves: Vec<Arc<ActiveMove>> = self.active.read().clone();
+        if moves.is_empty() {
+            return CopyBegun::Done(StepOutcome::Idle);
+        }
+        let now_ns = self.clock.now_ns();
+        let mut wake_ns: Option<u64> = None;
+        for active in &moves {
+            let step = {
+                let mut state = active.state.lock();
+                if state.flipping {
+                    continue;
+                }
+                if let Some(reason) = state.failure.clone() {
+                    if state.workers == 0 {
+                        state.flipping = true;
+                        drop(state);
+                        return CopyBegun::Done(self.abandon(active, &reason));
+                    }
+                    continue;
+                }
+                match state.machine.next(now_ns) {
+                    Step::Flip => {
+                        state.flipping = true;
+                        Step::Flip
+                    }
+                    Step::Copy { chunk, part } => {
+                        state.workers += 1;
+                        Step::Copy { chunk, part }
+                    }
+                    other => other,
+                }
+            };
+            match step {
+                Step::Copy { chunk, part } => {
+                    let mut buffer = self.copy_buffers.lock().pop().unwrap_or_default();
+                    buffer.resize(part.length_bytes as usize, 0);
+                    // Built first: a panic in the read drops it, failing the move.
+                    let mut read = ChunkRead {
+                        active: active.clone(),
+                        chunk,
+                        part,
+                        buffer,
+                        result: Ok(()),
+                        started_ns: self.clock.now_ns(),
+                        ended: false,
+                    };
+                    let source = &self.tiers[active.from.tier as usize].device;
+                    read.result = source
+                        .read_at(
+                            self.slot_offset(active.from) + part.offset_bytes,
+                            &mut read.buffer,
+                        )
+                        .map_err(|error| error.to_string());
+                    return CopyBegun::Read(read);
+                }
+                Step::Flip => return CopyBegun::Done(self.finish(active)),
+                Step::WaitUntil { ns } => {
+                    wake_ns = Some(wake_ns.map_or(ns, |earlier| earlier.min(ns)));
+                }
+                Step::Wait => {}
+            }
+        }
+        CopyBegun::Done(StepOutcome::Waiting { until_ns: wake_ns })
+    }
+
+    /// The second half of [`Self::copy_step`]: writes the chunk read by
+    /// [`Self::copy_begin`] to the target, then the write parts handed over
+    /// for it, and tells the machine it landed.
+    pub fn copy_end(&self, mut read: ChunkRead) -> StepOutcome {
+        let active = read.active.clone();
+        let (chunk, part, started_ns) = (read.chunk, read.part, read.started_ns);
+        let buffer = std::mem::take(&mut read.buffer);
+        let mut result = std::mem::replace(&mut read.result, Ok(()));
+        if result.is_ok() {
+            result = self
+                .write_target(&active, part, &Mutation::Write(&buffer))
+                .map_err(|error| error.to_string());
+        }
+        self.copy_buffers.lock().push(buffer);
+        if result.is_ok() {
+            self.monitor
+                .record_migration_io(active.from.tier, part.length_bytes);
+            self.monitor
+                .record_migration_io(active.to.tier, part.length_bytes);
+        }
+        // Parts of writes handed over while the chunk was copied, then any
+        // handed over while those were written.
+        let mut parts: Vec<HandedOver<Handed>> = Vec::new();
+        if result.is_ok() {
+            let mut landing =
+                active
+                    .state
+                    .lock()
+                    .machine
+                    .chunk_copied(chunk, self.clock.now_ns(), &mut parts);
+            'apply: while landing == Landing::Apply {
+                for handed in parts.drain(..) {
+                    let mutation = handed.payload.as_mutation();
+                    if let Err(error) = self.write_target(&active, handed.part, &mutation) {
+                        result = Err(format!("applying a handed-over write: {error}"));
+                        break 'apply;
+                    }
+                }
+                landing = active.state.lock().machine.applied(chunk, &mut parts);
+            }
+        }
+        self.max_chunk_hold_ns.fetch_max(
+            self.clock.now_ns().saturating_sub(started_ns),
+            Ordering::Relaxed,
+        );
+        let failure = {
+            let mut state = active.state.lock();
+            read.ended = true;
+            state.workers -= 1;
+            if let Err(error) = &result {
+                state
+                    .failure
+                    .get_or_insert_with(|| format!("failed: {error}"));
+            }
+            // The last copier of a failed move abandons it: no copy of the
+            // move is in flight to the target slot any more.
+            match state.failure.clone() {
+                Some(reason) if state.workers == 0 && !state.flipping => {
+                    state.flipping = true;
+                    Some(reason)
+                }
+                _ => None,
+            }
+        };
+        match failure {
+            Some(reason) => self.abandon(&active, &reason),
+            None if result.is_err() => StepOutcome::Waiting { until_ns: None },
+            None => StepOutcome::Copied {
+                bytes: part.length_bytes,
+            },
+        }
+    }
+
+    /// Writes `part` of the segment to the move's target (and to home when
+    /// home backs a volatile target).
+    fn write_target(
+        &self,
+        active: &ActiveMove,
+        part: Part,
+        mutation: &Mutation,
+    ) -> Result<(), DeviceError> {
+        let target = &self.tiers[active.to.tier as usize].device;
+        let target_offset = self.slot_offset(active.to) + part.offset_bytes;
+        mutation.apply(target.as_ref(), target_offset, part.length_bytes, false)?;
+        if active.home_too {
+            let home = &self.tiers[self.home() as usize].device;
+            let home_offset =
+                u64::from(active.segment) * self.options.segment_bytes + part.offset_bytes;
+            mutation.apply(home.as_ref(), home_offset, part.length_bytes, false)?;
+        }
+        Ok(())
+    }
+
+    /// Logs every decision of the moves started from now on, for tests
+    /// that compare this engine with the simulator step by step.
+    #[doc(hidden)]
+    pub fn record_move_decisions(&self) {
+        self.decision_log.lock().get_or_insert_with(Vec::new);
+    }
+
+    /// The decision logs of the moves ended since the last call.
+    #[doc(hidden)]
+    pub fn take_move_decisions(&self) -> Vec<(SegmentId, Vec<Decision>)> {
+        self.decision_log
+            .lock()
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    fn keep_decisions(&self, active: &ActiveMove) {
+        if let Some(log) = self.decision_log.lock().as_mut() {
+            let decisions = active.state.lock().machine.decisions().to_vec();
+            log.push((active.segment, decisions));
+        }
     }
 
     /// Gives `location`'s slot back to its tier (home slots are fixed).
@@ -189,18 +356,28 @@ impl Volume {
         tier.used_segments.fetch_sub(1, Ordering::Relaxed);
     }
 
+    fn remove_active(&self, active: &Arc<ActiveMove>) {
+        self.active
+            .write()
+            .retain(|other| !Arc::ptr_eq(other, active));
+    }
+
     fn abandon(&self, active: &Arc<ActiveMove>, outcome: &str) -> StepOutcome {
         let home = self.home();
+        self.keep_decisions(active);
         {
+            // Waits for IO in flight on the segment (mirrored parts to the
+            // target included) before the slot can be given out again.
             let mut guard = self.entries[active.segment as usize].write();
             guard.moving = false;
-            *self.active.write() = None;
+            self.remove_active(active);
         }
         self.release(active.to, home);
+        let copied = active.state.lock().machine.counters().copied_bytes;
         self.record_finished(
             &active.as_move(),
             active.from,
-            active.copied_bytes.load(Ordering::Relaxed),
+            copied,
             active.started_ns,
             outcome.to_string(),
         );
@@ -214,7 +391,7 @@ impl Volume {
         // The copied data must be durable before the mapping that points at it
         // (on home too when home is what backs a volatile target).
         let mut flushed = self.tiers[active.to.tier as usize].device.flush();
-        if flushed.is_ok() && self.home_too(active) {
+        if flushed.is_ok() && active.home_too {
             flushed = self.tiers[home as usize].device.flush();
         }
         if let Err(error) = flushed {
@@ -243,7 +420,7 @@ impl Volume {
                 || (active.from.tier == home
                     && self.home_current[active.segment as usize].load(Ordering::Acquire));
             self.home_current[active.segment as usize].store(home_current, Ordering::Release);
-            *self.active.write() = None;
+            self.remove_active(active);
             drop(guard);
             self.max_switch_over_ns.fetch_max(
                 self.clock.now_ns().saturating_sub(switch_started_ns),
@@ -251,16 +428,18 @@ impl Volume {
             );
         }
         self.release(active.from, home);
+        self.keep_decisions(active);
         {
             let mut planner = self.planner.lock();
             planner.completed_moves += 1;
             planner.timed_moves += 1;
             planner.total_move_ns += elapsed_ns as f64;
         }
+        let copied = active.state.lock().machine.counters().copied_bytes;
         self.record_finished(
             &active.as_move(),
             active.from,
-            active.copied_bytes.load(Ordering::Relaxed),
+            copied,
             active.started_ns,
             "done".to_string(),
         );
@@ -301,16 +480,25 @@ impl Volume {
         planner.recent.push_back(record);
     }
 
-    /// The move being copied now, if any.
+    /// The moves being copied now.
+    pub fn active_moves(&self) -> Vec<InFlightMove> {
+        self.active
+            .read()
+            .iter()
+            .map(|active| InFlightMove {
+                segment: active.segment,
+                from: self.tiers[active.from.tier as usize].name.clone(),
+                to: self.tiers[active.to.tier as usize].name.clone(),
+                rule: active.reason.rule.clone(),
+                detail: active.reason.detail.clone(),
+                copied_bytes: active.state.lock().machine.counters().copied_bytes,
+                total_bytes: self.options.segment_bytes,
+            })
+            .collect()
+    }
+
+    /// The first move being copied now, if any.
     pub fn active_move(&self) -> Option<InFlightMove> {
-        self.active.read().as_ref().map(|active| InFlightMove {
-            segment: active.segment,
-            from: self.tiers[active.from.tier as usize].name.clone(),
-            to: self.tiers[active.to.tier as usize].name.clone(),
-            rule: active.reason.rule.clone(),
-            detail: active.reason.detail.clone(),
-            copied_bytes: active.copied_bytes.load(Ordering::Relaxed),
-            total_bytes: self.options.segment_bytes,
-        })
+        self.active_moves().into_iter().next()
     }
 }

@@ -22,21 +22,24 @@
 //!   also reaches home before the ack, unless the tier has
 //!   `unsafe_volatile = true`.
 //! - FLUSH flushes every tier device, so it covers writes completed on any
-//!   connection. FUA flushes the devices the write touched.
+//!   connection. A FUA write is a durable write on every device it reaches
+//!   (only its range: `BlockDevice::write_at_durable`); a FUA discard or
+//!   zero flushes the devices it touched.
 //!
 //! ## Layout
 //! The types and the small accessors are here; `impl Volume` is split by
 //! concern: `io` (the user IO path), `migration` (the copier), `recovery`
 //! (`open`, checkpoints), `planning` (the policy tick, the move queue, pins)
-//! and `status`.
+//! and `status`; `recorder` is the monitor the IO threads record into.
 
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+
 use std::sync::Arc;
+use tierd_core::moves::{MoveMachine, MoveRules};
 
 use tierd_common::clock::Clock;
-use tierd_policy::monitor::Monitor;
 use tierd_policy::{Move, MoveReason, Policy, PolicyConfig, SegmentId, TierId};
 
 use crate::device::{BlockDevice, DeviceError};
@@ -45,6 +48,7 @@ use crate::meta::{LastPlan, Location, MetaError, MetaFaults, MetaStore, MoveReco
 mod io;
 mod migration;
 mod planning;
+mod recorder;
 mod recovery;
 mod status;
 
@@ -73,6 +77,31 @@ pub struct VolumeOptions {
     pub period_ns: u64,
     pub checkpoint_every_periods: u32,
     pub policy: PolicyConfig,
+    pub migration: MigrationOptions,
+}
+
+/// How moves copy (from `[[volume]]`): the shared machine's pacing plus
+/// how many moves and chunks run at once.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MigrationOptions {
+    /// Moves copying at the same time.
+    pub max_concurrent_moves: u32,
+    /// Chunks of one move in flight (one copier thread each).
+    pub chunks_in_flight: u32,
+    /// Largest share of time a move's copy may run (0 < share ≤ 1).
+    pub share: f64,
+    pub max_rate_bytes_per_second: Option<u64>,
+}
+
+impl Default for MigrationOptions {
+    fn default() -> Self {
+        Self {
+            max_concurrent_moves: 1,
+            chunks_in_flight: 4,
+            share: 1.0,
+            max_rate_bytes_per_second: None,
+        }
+    }
 }
 
 /// Why a volume operation failed.
@@ -119,17 +148,49 @@ struct TierState {
     used_segments: AtomicU32,
 }
 
-/// The move being copied now.
+/// A move being copied.
 struct ActiveMove {
     segment: SegmentId,
     from: Location,
     to: Location,
     reason: MoveReason,
     started_ns: u64,
-    chunk_locks: Vec<RwLock<()>>,
-    copied: Vec<AtomicBool>,
-    next_chunk: AtomicU32,
-    copied_bytes: AtomicU64,
+    /// Home gets the copy too: a move onto a write-through (volatile) tier
+    /// from another fast tier, so home backs the RAM copy after the flip.
+    home_too: bool,
+    state: Mutex<MoveState>,
+}
+
+/// A move's bookkeeping, locked between IOs (never across one).
+struct MoveState {
+    machine: MoveMachine<Handed>,
+    /// A copier is flipping or abandoning the move: nobody else may.
+    flipping: bool,
+    /// A copy or a handed-over part failed: the move is abandoned when its
+    /// last copier is done.
+    failure: Option<String>,
+    /// Copiers doing IO for this move now.
+    workers: u32,
+}
+
+/// A move's segment and its machine's decisions (tests comparing worlds).
+type MoveDecisions = (SegmentId, Vec<tierd_core::moves::Decision>);
+
+/// What a write part handed to the mover carries.
+enum Handed {
+    Data(Vec<u8>),
+    Discard,
+    Zero,
+}
+
+impl Handed {
+    fn as_mutation(&self) -> io::Mutation<'_> {
+        match self {
+            Handed::Data(data) => io::Mutation::Write(data),
+            Handed::Discard => io::Mutation::Discard,
+            Handed::Zero => io::Mutation::Zero,
+        }
+    }
 }
 
 impl ActiveMove {
@@ -154,6 +215,54 @@ pub enum StepOutcome {
     Finished { segment: SegmentId },
     /// A move failed and was abandoned; the segment stays where it was.
     Failed { segment: SegmentId },
+    /// Moves are active but none has work now: pacing lets the next chunk
+    /// start at `until_ns`, or (`None`) chunks, handed-over parts or writes
+    /// are in flight on other threads.
+    Waiting { until_ns: Option<u64> },
+}
+
+/// What [`Volume::copy_begin`] did: finished a step already, or read a
+/// chunk that [`Volume::copy_end`] writes.
+pub enum CopyBegun {
+    Done(StepOutcome),
+    Read(ChunkRead),
+}
+
+/// A chunk read from a move's source, in flight until [`Volume::copy_end`].
+/// Dropped without it (its copier panicked, or a test dropped it), it fails
+/// its move, which is then abandoned: nobody will land the chunk.
+pub struct ChunkRead {
+    active: Arc<ActiveMove>,
+    chunk: u32,
+    part: tierd_core::moves::Part,
+    buffer: Vec<u8>,
+    result: Result<(), String>,
+    started_ns: u64,
+    ended: bool,
+}
+
+impl Drop for ChunkRead {
+    fn drop(&mut self) {
+        if !self.ended {
+            let mut state = self.active.state.lock();
+            state.workers = state.workers.saturating_sub(1);
+            state.failure.get_or_insert_with(|| {
+                "failed: a chunk copy ended unfinished (its copier failed)".to_string()
+            });
+        }
+    }
+}
+
+impl ChunkRead {
+    /// The segment being moved.
+    pub fn segment(&self) -> SegmentId {
+        self.active.segment
+    }
+
+    /// The chunk of the segment.
+    pub fn chunk(&self) -> u32 {
+        self.chunk
+    }
 }
 
 struct Planner {
@@ -193,16 +302,24 @@ pub struct Volume {
     tiers: Vec<TierState>,
     entries: Vec<RwLock<Entry>>,
     home_current: Vec<AtomicBool>,
-    active: RwLock<Option<Arc<ActiveMove>>>,
-    copy_buffer: Mutex<Vec<u8>>,
-    monitor: Mutex<Monitor>,
+    active: RwLock<Vec<Arc<ActiveMove>>>,
+    /// Chunk buffers of the copiers, reused.
+    copy_buffers: Mutex<Vec<Vec<u8>>>,
+    /// Names a user write to a moving segment while its move tracks it.
+    next_write_id: AtomicU64,
+    /// When on, every move's machine logs its decisions, kept here by
+    /// segment when the move ends ([`Volume::record_move_decisions`]).
+    decision_log: Mutex<Option<Vec<MoveDecisions>>>,
+    /// Written by every IO thread without a shared lock (per-thread shards);
+    /// merged when read.
+    monitor: recorder::LiveMonitor,
     planner: Mutex<Planner>,
     meta: Mutex<MetaStore>,
     clock: Arc<dyn Clock>,
     /// Set by startup when volatile tiers lost data (unsafe_volatile).
     warnings: Mutex<Vec<String>>,
-    /// Longest a chunk copy held its chunk lock (writes to that chunk wait
-    /// at most this long), and longest switch-over (waiting for IO in flight
+    /// Longest a chunk copy took (read, write and the write parts handed
+    /// over for it; no user write waits for it), and longest switch-over (waiting for IO in flight
     /// on the segment plus the flip; new IO to the segment waits for it).
     max_chunk_hold_ns: AtomicU64,
     max_switch_over_ns: AtomicU64,
@@ -255,6 +372,18 @@ impl Volume {
         (0..self.segments)
             .map(|segment| self.entry(segment).location.tier)
             .collect()
+    }
+
+    /// The shared move machine's rules for this volume.
+    fn move_rules(&self) -> MoveRules {
+        let migration = &self.options.migration;
+        MoveRules {
+            chunk_bytes: self.options.chunk_bytes,
+            chunks_in_flight: migration.chunks_in_flight.max(1),
+            chunk_gap_ns: 0,
+            share: migration.share,
+            max_bandwidth_bytes_per_second: migration.max_rate_bytes_per_second,
+        }
     }
 
     fn slot_offset(&self, location: Location) -> u64 {

@@ -60,36 +60,41 @@ impl Volume {
     /// true when a period closed.
     pub fn tick(&self) -> Result<bool, VolumeError> {
         let now_ns = self.clock.now_ns();
+        if now_ns < self.monitor.period_end_ns() {
+            return Ok(false);
+        }
         let busy_now: Vec<u64> = self
             .tiers
             .iter()
             .map(|tier| tier.device.stats().map_or(0, |stats| stats.busy_ns))
             .collect();
         let mut planner = self.planner.lock();
-        let history = {
-            let mut monitor = self.monitor.lock();
-            if now_ns < monitor.period_end_ns() {
-                return Ok(false);
-            }
-            let busy: Vec<u64> = busy_now
-                .iter()
-                .zip(&planner.last_busy_ns)
-                .map(|(now, before)| now.saturating_sub(*before))
-                .collect();
-            monitor.close_period(&busy);
-            // Catch up without planning on stale periods after a long stall.
-            while monitor.period_end_ns() <= now_ns {
-                monitor.close_period(&vec![0; self.tiers.len()]);
-            }
-            monitor.history().to_vec()
-        };
+        // Every IO thread's shard merged in. The monitor stays locked
+        // through the plan, so the policy reads the history where it is
+        // (no copy); IO threads keep recording into their shards meanwhile
+        // and never wait for it.
+        let mut monitor = self.monitor.lock();
+        if now_ns < monitor.period_end_ns() {
+            return Ok(false);
+        }
+        let busy: Vec<u64> = busy_now
+            .iter()
+            .zip(&planner.last_busy_ns)
+            .map(|(now, before)| now.saturating_sub(*before))
+            .collect();
+        monitor.close_period(&busy);
+        // Catch up without planning on stale periods after a long stall.
+        while monitor.period_end_ns() <= now_ns {
+            monitor.close_period(&vec![0; self.tiers.len()]);
+        }
+        let history = monitor.history();
         planner.last_busy_ns = busy_now;
         planner.periods_closed += 1;
         self.expire_pins(&mut planner);
         self.requeue_pinned_moves(&mut planner);
         let placement = self.placement();
         let mut in_flight: Vec<Move> = planner.pending.iter().cloned().collect();
-        if let Some(active) = self.active.read().as_ref() {
+        for active in self.active.read().iter() {
             in_flight.push(Move {
                 segment: active.segment,
                 from: active.from.tier,
@@ -116,7 +121,7 @@ impl Volume {
             period_ns: self.options.period_ns,
             segment_bytes: self.options.segment_bytes,
             segments: self.segments,
-            history: &history,
+            history,
             placement: &placement,
             in_flight: &in_flight,
             tiers: &tiers,
@@ -124,6 +129,8 @@ impl Volume {
             pinned: &pinned,
         };
         let plan = planner.policy.plan(&view);
+        let period_end_ns = history.last().map_or(now_ns, |period| period.end_ns);
+        drop(monitor);
         let proposed = plan.moves.len();
         let mut queued = 0;
         let mut pinned_dropped = 0;
@@ -159,7 +166,7 @@ impl Volume {
             ));
         }
         planner.last_plan = Some(LastPlan {
-            period_end_ns: history.last().map_or(now_ns, |period| period.end_ns),
+            period_end_ns,
             planned_unix_ns: self.clock.unix_now_ns(),
             moves: proposed,
             queued,
@@ -211,8 +218,8 @@ impl Volume {
         let arriving = |segment: SegmentId| {
             self.active
                 .read()
-                .as_ref()
-                .is_some_and(|active| active.segment == segment && active.to.tier == tier)
+                .iter()
+                .any(|active| active.segment == segment && active.to.tier == tier)
         };
         let needs_move = current != tier && !arriving(segment);
         if needs_move && tier != self.home() {
@@ -349,12 +356,17 @@ impl Volume {
     /// dropped, or a crash came first) gets its move queued again when
     /// nothing moves it and the tier has a free slot.
     fn requeue_pinned_moves(&self, planner: &mut Planner) {
-        let active_segment = self.active.read().as_ref().map(|active| active.segment);
+        let active_segments: Vec<SegmentId> = self
+            .active
+            .read()
+            .iter()
+            .map(|active| active.segment)
+            .collect();
         let pins: Vec<Pin> = planner.pins.values().copied().collect();
         for pin in pins {
             let current = self.entry(pin.segment).location.tier;
             if current == pin.tier
-                || active_segment == Some(pin.segment)
+                || active_segments.contains(&pin.segment)
                 || planner
                     .pending
                     .iter()

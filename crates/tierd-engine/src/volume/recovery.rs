@@ -244,9 +244,11 @@ impl Volume {
                 })
                 .collect(),
             tiers: tier_states,
-            active: RwLock::new(None),
-            copy_buffer: Mutex::new(Vec::new()),
-            monitor: Mutex::new(monitor),
+            active: RwLock::new(Vec::new()),
+            copy_buffers: Mutex::new(Vec::new()),
+            next_write_id: AtomicU64::new(0),
+            decision_log: Mutex::new(None),
+            monitor: super::recorder::LiveMonitor::new(monitor),
             planner: Mutex::new(Planner {
                 policy,
                 pending: VecDeque::new(),

@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use serde::Serialize;
+use tierd_policy::view::PeriodStats;
 use tierd_policy::{SegmentId, TierId};
 
 use crate::device::DeviceStats;
@@ -124,7 +125,7 @@ impl Volume {
     pub fn status(&self) -> VolumeStatus {
         let placement = self.placement();
         let planner = self.planner.lock();
-        let in_flight = self.active_move().into_iter().collect();
+        let in_flight = self.active_moves();
         VolumeStatus {
             name: self.options.name.clone(),
             size_bytes: self.options.size_bytes,
@@ -190,6 +191,13 @@ impl Volume {
             },
             last_plan: planner.last_plan.clone(),
         }
+    }
+
+    /// The monitor's open period so far, with every IO thread's records
+    /// merged in: the figures the policy gets for it if it closed now (busy
+    /// time 0: the devices' counters give that at the close).
+    pub fn current_period(&self) -> PeriodStats {
+        self.monitor.current()
     }
 
     /// Marks tier `name` unavailable (its device was lost, or a drill says

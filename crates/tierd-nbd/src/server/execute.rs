@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use super::negotiate::Session;
+use super::reply::Replies;
 use super::{
     command_slot, LogLevel, RequestCounters, Shared, ALLOCATION_CONTEXT_ID, MAX_EXTENTS_PER_REPLY,
 };
@@ -89,7 +90,9 @@ fn validate(session: &Session, header: &RequestHeader) -> Result<(), (u32, &'sta
     Ok(())
 }
 
-/// Executes one request (not DISC) and appends its whole reply to `out`.
+/// Executes one request (not DISC) and appends its whole reply to
+/// `replies` (READ data in an aligned buffer of its own, so an aligned
+/// request reaches an `O_DIRECT` tier without a bounce copy).
 /// `payload` is the write data (empty for other commands).
 pub(super) fn handle_request(
     shared: &Shared,
@@ -97,7 +100,7 @@ pub(super) fn handle_request(
     session: &Session,
     header: &RequestHeader,
     payload: &[u8],
-    out: &mut Vec<u8>,
+    replies: &mut Replies,
 ) {
     counters.requests[command_slot(header.command)].fetch_add(1, Ordering::Relaxed);
     if let Err((error, message)) = validate(session, header) {
@@ -113,7 +116,7 @@ pub(super) fn handle_request(
                 error_name(error)
             ),
         );
-        encode_request_error(session, header, error, message, out);
+        encode_request_error(session, header, error, message, replies.bytes());
         return;
     }
     let export = &*session.export;
@@ -121,8 +124,9 @@ pub(super) fn handle_request(
     let length = u64::from(header.length_bytes);
     let result = match header.command {
         NBD_CMD_READ => {
+            let out = replies.bytes();
             let start = out.len();
-            let data_at = if session.structured {
+            if session.structured {
                 if header.length_bytes == 0 {
                     encode_chunk_header(
                         out,
@@ -141,20 +145,20 @@ pub(super) fn handle_request(
                     header.length_bytes + 8,
                 );
                 out.extend_from_slice(&header.offset_bytes.to_be_bytes());
-                out.len()
             } else {
                 encode_simple_reply(out, 0, header.cookie);
-                out.len()
-            };
-            out.resize(data_at + header.length_bytes as usize, 0);
-            match export.read(header.offset_bytes, &mut out[data_at..]) {
+            }
+            let mut data = replies.data_buffer(header.length_bytes as usize);
+            match export.read(header.offset_bytes, &mut data) {
                 Ok(()) => {
+                    replies.push_data(data);
                     counters.bytes_read.fetch_add(length, Ordering::Relaxed);
                     return;
                 }
                 Err(error) => {
                     // Nothing is sent yet: replace the reply with an error.
-                    out.truncate(start);
+                    replies.bytes().truncate(start);
+                    replies.recycle(data);
                     Err(error)
                 }
             }
@@ -186,7 +190,7 @@ pub(super) fn handle_request(
         NBD_CMD_CACHE => Ok(()),
         NBD_CMD_BLOCK_STATUS => match export.block_status(header.offset_bytes, length) {
             Ok(extents) => {
-                encode_block_status(session, header, &extents, out);
+                encode_block_status(session, header, &extents, replies.bytes());
                 return;
             }
             Err(error) => Err(error),
@@ -194,6 +198,7 @@ pub(super) fn handle_request(
         // validate() refused every other command.
         _ => Ok(()),
     };
+    let out = replies.bytes();
     match result {
         Ok(()) => encode_simple_reply(out, 0, header.cookie),
         Err(error) => {

@@ -51,6 +51,7 @@ mod budget;
 mod connection;
 mod execute;
 mod negotiate;
+mod reply;
 mod transmit;
 
 use budget::{ByteBudget, ConnectionBudget};
@@ -233,8 +234,11 @@ pub const ALLOCATION_CONTEXT_ID: u32 = 1;
 pub const MAX_EXTENTS_PER_REPLY: usize = 64 * 1024;
 
 const INPUT_BUFFER_BYTES: usize = 256 * 1024;
-/// Default of [`ServerConfig::workers_per_connection`] (nbdkit's too).
-pub const DEFAULT_WORKERS_PER_CONNECTION: usize = 16;
+/// Default of [`ServerConfig::workers_per_connection`]: the Linux NBD
+/// client's queue depth per connection. Threads start only for slow
+/// requests (a fast export keeps one per connection), so a slow export sees
+/// up to this many of a client's requests at once.
+pub const DEFAULT_WORKERS_PER_CONNECTION: usize = 128;
 /// Default of [`ServerConfig::reply_batch_bytes`].
 pub const DEFAULT_REPLY_BATCH_BYTES: usize = 64 * 1024;
 /// Default of [`ServerConfig::handshake_timeout_ms`].

@@ -21,7 +21,6 @@
 //! together).
 
 use parking_lot::{Mutex, MutexGuard};
-use std::io::Write;
 use std::net::Shutdown;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -32,9 +31,11 @@ use super::budget::{charge_bytes, Charge};
 use super::connection::{protocol, ConnectionEnd};
 use super::execute::handle_request;
 use super::negotiate::Session;
+use super::reply::Replies;
 use super::{command_slot, ConnectionLedger, LogLevel, Shared, MAX_DISCARDED_PAYLOAD_BYTES};
 use crate::io::{Fill, InputBuffer, Stream};
 use crate::proto::*;
+use tierd_common::aligned::AlignedBuf;
 
 /// Reply and payload buffers larger than this are released after use, so
 /// an idle connection keeps little memory whatever it did before.
@@ -84,63 +85,22 @@ struct Reader<'a> {
     stream: &'a mut Stream,
 }
 
-/// The write side: the socket, and the replies waiting to be written (each
-/// in the buffer it was encoded in, written together with one `sendmsg`)
-/// with the charges they hold.
+/// The write side: the socket, and the replies waiting to be written with
+/// the charges they hold (READ data stays in the buffers it was read into;
+/// one vectored write sends them all).
 struct Writer<'a> {
     stream: Stream,
-    pending: Vec<Vec<u8>>,
-    pending_bytes: usize,
+    pending: Replies,
     held: Vec<Charge<'a>>,
-    /// Emptied reply buffers, handed back to threads that leave theirs in
-    /// `pending`.
-    spare: Vec<Vec<u8>>,
 }
 
-/// Reply buffers kept in [`Writer::spare`].
-const SPARE_REPLY_BUFFERS: usize = 64;
-
 impl Writer<'_> {
-    /// Writes every pending reply; the buffers go back to `spare` and the
-    /// charges are given back.
+    /// Writes every pending reply and gives their charges back.
     fn flush(&mut self) -> std::io::Result<()> {
-        let result = write_all_vectored(&mut self.stream, &self.pending);
-        for mut buffer in self.pending.drain(..) {
-            if self.spare.len() < SPARE_REPLY_BUFFERS && buffer.capacity() <= RETAINED_BUFFER_BYTES
-            {
-                buffer.clear();
-                self.spare.push(buffer);
-            }
-        }
-        self.pending_bytes = 0;
+        let result = self.pending.write_to(&mut self.stream);
         self.held.clear();
         result
     }
-}
-
-/// `write_all` over several buffers with as few `sendmsg` calls as the
-/// socket allows.
-fn write_all_vectored(stream: &mut Stream, buffers: &[Vec<u8>]) -> std::io::Result<()> {
-    const MOST_SLICES: usize = 64;
-    let mut start = 0;
-    while start < buffers.len() {
-        let end = (start + MOST_SLICES).min(buffers.len());
-        let mut slices: Vec<std::io::IoSlice<'_>> = buffers[start..end]
-            .iter()
-            .map(|buffer| std::io::IoSlice::new(buffer))
-            .collect();
-        let mut remaining = &mut slices[..];
-        while !remaining.is_empty() {
-            match stream.write_vectored(remaining) {
-                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-                Ok(written) => std::io::IoSlice::advance_slices(&mut remaining, written),
-                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(error) => return Err(error),
-            }
-        }
-        start = end;
-    }
-    Ok(())
 }
 
 /// A request read and charged, ready to execute.
@@ -173,10 +133,8 @@ pub(super) fn transmit(
         reader: Mutex::new(Reader { input, stream }),
         writer: Mutex::new(Writer {
             stream: writer,
-            pending: Vec::new(),
-            pending_bytes: 0,
+            pending: Replies::with_capacity(64 * 1024),
             held: Vec::new(),
-            spare: Vec::new(),
         }),
         writers_waiting: AtomicUsize::new(0),
         readers_waiting: AtomicUsize::new(0),
@@ -203,8 +161,8 @@ fn serve<'scope, 'env, 'a: 'scope>(
 ) {
     let shared = transmission.shared;
     let clock = &*shared.config.clock;
-    let mut out: Vec<u8> = Vec::new();
-    let mut payload: Vec<u8> = Vec::new();
+    let mut out = Replies::with_capacity(4096);
+    let mut payload = AlignedBuf::new();
     // The read side, when the previous request kept it.
     let mut kept: Option<MutexGuard<'scope, Reader<'a>>> = None;
     loop {
@@ -232,7 +190,6 @@ fn serve<'scope, 'env, 'a: 'scope>(
             kept = reader;
             continue;
         }
-        out.clear();
         let started_ns = clock.now_ns();
         handle_request(
             shared,
@@ -251,8 +208,8 @@ fn serve<'scope, 'env, 'a: 'scope>(
             transmission.start_thread_if_needed(scope);
         }
         kept = transmission.reply(&mut out, request.charge, reader, slow);
-        if payload.len() > RETAINED_BUFFER_BYTES {
-            payload = Vec::new();
+        if payload.capacity() > RETAINED_BUFFER_BYTES {
+            payload = AlignedBuf::new();
         }
     }
     drop(kept);
@@ -333,7 +290,11 @@ impl<'a> Transmission<'a> {
 
     /// Reads the next request under the read side and charges it; `None`
     /// when no further request will be read (the connection is closing).
-    fn read_request(&self, reader: &mut Reader<'_>, payload: &mut Vec<u8>) -> Option<Request<'a>> {
+    fn read_request(
+        &self,
+        reader: &mut Reader<'_>,
+        payload: &mut AlignedBuf,
+    ) -> Option<Request<'a>> {
         if self.cancelled.load(Ordering::SeqCst) {
             self.drop_buffered_requests(reader);
             self.close(None);
@@ -397,9 +358,7 @@ impl<'a> Transmission<'a> {
                 )
             } else {
                 payload_bytes = header.length_bytes as usize;
-                if payload.len() < payload_bytes {
-                    payload.resize(payload_bytes, 0);
-                }
+                payload.resize(payload_bytes);
                 reader
                     .input
                     .read_exact(reader.stream, &mut payload[..payload_bytes])
@@ -454,12 +413,12 @@ impl<'a> Transmission<'a> {
     /// Writes `out` (one whole reply), or leaves it pending when another
     /// reply will follow at once: another thread waits for the write side,
     /// or (requests being fast) a further whole request is buffered and this
-    /// thread takes it. A reply left pending moves into the write side (no
-    /// copy) and `out` becomes an empty buffer. Returns the read side when
-    /// this thread keeps it for its next request.
+    /// thread takes it. A reply left pending moves into the write side (its
+    /// READ data is not copied) and `out` is emptied either way. Returns
+    /// the read side when this thread keeps it for its next request.
     fn reply<'t>(
         &'t self,
-        out: &mut Vec<u8>,
+        out: &mut Replies,
         charge: Charge<'a>,
         reader: Option<MutexGuard<'t, Reader<'a>>>,
         slow: bool,
@@ -475,11 +434,12 @@ impl<'a> Transmission<'a> {
             self.writers_waiting.fetch_sub(1, Ordering::SeqCst);
         }
         if self.cancelled.load(Ordering::SeqCst) {
+            out.clear();
             return reader;
         }
         let mut reader = reader;
         let batch_bytes = self.shared.config.reply_batch_bytes.max(1);
-        let defer = writer.pending_bytes + out.len() < batch_bytes
+        let defer = writer.pending.len() + out.len() < batch_bytes
             && (self.writers_waiting.load(Ordering::SeqCst) > 0
                 || (!slow && {
                     if reader.is_none() {
@@ -491,19 +451,26 @@ impl<'a> Transmission<'a> {
                         reader.input.has_complete_request() && !self.closing.load(Ordering::SeqCst)
                     })
                 }));
-        let spare = writer.spare.pop().unwrap_or_default();
-        writer.pending_bytes += out.len();
-        writer.pending.push(std::mem::replace(out, spare));
-        writer.held.push(charge);
-        if !defer {
-            if let Err(error) = writer.flush() {
-                self.write_failed(&writer, error);
-            }
+        let result = if defer {
+            writer.pending.append(out);
+            writer.held.push(charge);
+            Ok(())
+        } else if writer.pending.is_empty() {
+            let result = out.write_to(&mut writer.stream);
+            drop(charge);
+            result
+        } else {
+            writer.pending.append(out);
+            writer.held.push(charge);
+            writer.flush()
+        };
+        if let Err(error) = result {
+            self.write_failed(&writer, error);
         }
         reader
     }
 
-    /// Writes the replies waiting in the buffer.
+    /// Writes the replies waiting in the write side.
     fn flush_pending(&self) {
         let mut writer = self.writer.lock();
         if writer.pending.is_empty() {
@@ -511,7 +478,6 @@ impl<'a> Transmission<'a> {
         }
         if self.cancelled.load(Ordering::SeqCst) {
             writer.pending.clear();
-            writer.pending_bytes = 0;
             writer.held.clear();
             return;
         }

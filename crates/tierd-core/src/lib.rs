@@ -1,0 +1,17 @@
+//! The data-path mechanics of tierd as sans-IO state machines.
+//!
+//! Everything here decides and never does IO or reads a clock: callers pass
+//! the time in and carry out what a machine asks for. The simulator
+//! (`tierd-sim`) drives these machines with device models in virtual time;
+//! the live engine (`tierd-engine`) drives the very same code with real
+//! devices and threads. So a rule about when a write reaches a moving
+//! segment's target, or when a move may flip, is written once.
+//!
+//! - [`moves`]: one segment's move between tiers: which chunk to copy next
+//!   and when (pacing), which part of a user write goes to the target now,
+//!   which part is handed to the mover to apply after a chunk lands, and
+//!   when the move may flip.
+//! - [`split`]: splitting a request at segment boundaries.
+
+pub mod moves;
+pub mod split;
