@@ -37,6 +37,13 @@
 #          BASELINE_TIERD=PATH  (mem only: also run the tierd-mem volume on this
 #          other tierd binary, e.g. one built from an earlier commit into its
 #          own target dir, as tierd-mem-base, and print this tierd against it)
+#          TIERD_VARIANTS ("": more tierd servers in mem and file, to compare
+#          concurrency shapes side by side: space-separated
+#          LABEL:BINARY:WORKERS[:DIRECT[:ENV=VALUE]], e.g.
+#          "old-inline:/tmp/tierd-old:0 old-workers:/tmp/tierd-old:16";
+#          WORKERS is server.workers_per_connection, "-" for the default;
+#          DIRECT (file only) true or false; ENV set for that server only.
+#          Rows tierd-mem-LABEL and tierd-file-LABEL)
 #          PIN=none|split  (split: servers on CPU 0, fio on CPU 1, via taskset)
 #          CARGO_TARGET_DIR (where the release tierd is built)
 #          RESULTS (default /tmp/tierd-nbd-bench.<date>; raw fio JSON lands there)
@@ -53,6 +60,7 @@ parts=("$@")
 ROUNDS=${ROUNDS:-2}
 DIRECT_ENGINES=${DIRECT_ENGINES:-}
 DIRECT_WORKERS=${DIRECT_WORKERS:-}
+TIERD_VARIANTS=${TIERD_VARIANTS:-}
 RUNTIME=${RUNTIME:-10}
 STALL_RUNTIME=${STALL_RUNTIME:-20}
 PIN=${PIN:-none}
@@ -92,12 +100,13 @@ tierd=$target_dir/release/tierd
 
 # ------------------------------------------------------------------ servers
 
-# start_tierd NAME CONFIG_TEXT [BINARY] -> sets $uri; the config's data_dir is $work/NAME
+# start_tierd NAME CONFIG_TEXT [BINARY [ENV=VALUE]] -> sets $uri; the config's
+# data_dir is $work/NAME
 start_tierd() {
-  local name=$1 text=$2 binary=${3:-$tierd}
+  local name=$1 text=$2 binary=${3:-$tierd} environment=${4:-TIERD_COMPARE=1}
   mkdir -p "$work/$name"
   printf '%s\n' "$text" > "$work/$name.toml"
-  "${server_cpu[@]}" "$binary" serve --config "$work/$name.toml" > "$work/$name.out" 2> "$work/$name.err" &
+  env "$environment" "${server_cpu[@]}" "$binary" serve --config "$work/$name.toml" > "$work/$name.out" 2> "$work/$name.err" &
   server_pids+=($!)
   pid_of[$name]=$!
   local waited=0
@@ -289,6 +298,11 @@ kind = "none"
 EOF
 }
 
+# workers_line WORKERS: the [server] line ("-": none, the default)
+workers_line() {
+  [ "$1" = - ] || echo "workers_per_connection = $1"
+}
+
 part_mem() {
   local volatile_config write_through_config
   volatile_config=$(memory_volume_config tmem "")
@@ -309,10 +323,19 @@ part_mem() {
     fill "$tbase" 256M
     group+=("tierd-mem-base=$tbase")
   fi
+  local variant label binary workers direct environment
+  local -a variants=()
+  for variant in $TIERD_VARIANTS; do
+    IFS=: read -r label binary workers direct environment <<< "$variant"
+    start_tierd "tierd-mem-$label" "$(memory_volume_config "tierd-mem-$label" "$(workers_line "$workers")")" "$binary" "${environment:-TIERD_COMPARE=1}"
+    move_all "tierd-mem-$label" mem 4 0000
+    fill "$uri" 256M
+    group+=("tierd-mem-$label=$uri"); variants+=("tierd-mem-$label")
+  done
   run_group "${group[@]}"
   echo "### Memory: tierd (all segments on the memory tier) vs nbdkit memory"
   echo
-  summarize nbdkit-memory tierd-mem nbdkit-memory tierd-mem-wt
+  summarize nbdkit-memory tierd-mem nbdkit-memory "${variants[@]}" tierd-mem-wt
   echo
   if [ -n "${BASELINE_TIERD:-}" ]; then
     echo "### Memory: this tierd vs the baseline binary (same volume)"
@@ -322,11 +345,13 @@ part_mem() {
   fi
 }
 
-# file_config NAME FILE DIRECT [IO_ENGINE]: one file tier holding the whole
-# volume; server defaults, but DIRECT_WORKERS on direct ones
+# file_config NAME FILE DIRECT [IO_ENGINE [WORKERS]]: one file tier holding
+# the whole volume; server defaults, but DIRECT_WORKERS on direct ones and
+# WORKERS ("-": the default) when given
 file_config() {
   local workers="" engine=""
   [ "$3" = false ] || [ -z "$DIRECT_WORKERS" ] || workers="workers_per_connection = $DIRECT_WORKERS"
+  [ -z "${5:-}" ] || workers=$(workers_line "$5")
   [ -z "${4:-}" ] || engine="io_engine = \"$4\""
   cat <<EOF
 data_dir = "$work/$1"
@@ -368,6 +393,13 @@ part_file() {
     cp "$file" "$work/tdirect-$engine.img"
     start_tierd "tierd-direct-$engine" "$(file_config "tierd-direct-$engine" "$work/tdirect-$engine.img" true "$engine")"
     group+=("tierd-direct-$engine=$uri"); names+=("tierd-direct-$engine")
+  done
+  local variant label binary workers direct environment
+  for variant in $TIERD_VARIANTS; do
+    IFS=: read -r label binary workers direct environment <<< "$variant"
+    cp "$file" "$work/tierd-file-$label.img"
+    start_tierd "tierd-file-$label" "$(file_config "tierd-file-$label" "$work/tierd-file-$label.img" "${direct:-false}" "" "$workers")" "$binary" "${environment:-TIERD_COMPARE=1}"
+    group+=("tierd-file-$label=$uri"); names+=("tierd-file-$label")
   done
   pid_of[tierd-file]=${pid_of[tfile]}
   run_group "${group[@]}"

@@ -89,7 +89,6 @@ fn sockets() -> &'static [PathBuf; 2] {
             tls: Some(tls),
             allow_list: false,
             workers_per_connection: 2,
-            queue_depth_per_connection: 4,
             minimum_block_bytes: 512,
             reply_batch_bytes: 4096,
             logger: quiet,

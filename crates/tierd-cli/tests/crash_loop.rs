@@ -883,7 +883,8 @@ fn missing_fast_tier_file_keeps_serving_then_refuses_to_restart_with_zeroes() {
 
 /// A client sends thousands of 16 MiB READs and never reads a reply; the
 /// server must not buffer them (its RSS stays within 256 MiB of where it
-/// started) and must keep serving another client. Both connection modes.
+/// started) and must keep serving another client. With the connection's own
+/// thread alone (0) and with up to four threads per connection.
 #[test]
 fn client_that_stops_reading_replies_cannot_grow_the_server() {
     for workers in [0, 4] {

@@ -128,13 +128,14 @@ pub struct ServerConfig {
     /// Answer NBD_OPT_LIST (export names) to clients.
     #[serde(default = "yes")]
     pub allow_list: bool,
-    /// Worker threads per connection; 0 handles requests on the connection's
-    /// own thread (fastest for memory and page-cache tiers). Emulated
-    /// (latency-model) tiers need workers so requests overlap.
+    /// Threads per connection, at most (default 128): each reads a request,
+    /// executes it and replies. Started only as requests need them (fast
+    /// tiers keep one per connection, slow ones get one per request in
+    /// flight); 0 or 1: the connection's own thread alone.
     #[serde(default)]
     pub workers_per_connection: Option<usize>,
     /// NBD connections open at once per listener (each is a thread, plus
-    /// its workers); more are refused.
+    /// those its slow requests start); more are refused.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
     /// Connections per listener still in their handshake at once; a new one

@@ -9,8 +9,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::proto::{NBD_CMD_WRITE, REQUEST_HEADER_BYTES};
+use crate::tls::SharedTls;
 
 /// A connected stream socket.
 #[derive(Debug)]
@@ -18,8 +20,11 @@ pub enum Stream {
     Unix(UnixStream),
     Tcp(TcpStream),
     /// A server-side TLS session run on the caller's thread (one thread
-    /// both reads and writes it, so it cannot be cloned).
+    /// both reads and writes it, so it cannot be cloned): the handshake.
     ServerTls(Box<rustls::StreamOwned<rustls::ServerConnection, Stream>>),
+    /// A server-side TLS session several threads read and write (one reads
+    /// requests while others write replies): transmission.
+    SharedTls(Arc<SharedTls>),
 }
 
 impl Stream {
@@ -32,10 +37,21 @@ impl Stream {
             Stream::ServerTls(_) => {
                 return Err(io::Error::new(
                     io::ErrorKind::Unsupported,
-                    "a TLS session cannot be shared between threads",
+                    "an in-thread TLS session cannot be shared between threads (share_tls first)",
                 ))
             }
+            Stream::SharedTls(tls) => Stream::SharedTls(Arc::clone(tls)),
         })
+    }
+
+    /// An in-thread server TLS session becomes one its threads can share
+    /// (the socket turns non-blocking); any other stream is returned as it
+    /// is.
+    pub fn share_tls(self) -> io::Result<Stream> {
+        match self {
+            Stream::ServerTls(owned) => Ok(Stream::SharedTls(Arc::new(SharedTls::new(*owned)?))),
+            other => Ok(other),
+        }
     }
 
     pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
@@ -43,6 +59,7 @@ impl Stream {
             Stream::Unix(stream) => stream.shutdown(how),
             Stream::Tcp(stream) => stream.shutdown(how),
             Stream::ServerTls(tls) => tls.sock.shutdown(how),
+            Stream::SharedTls(tls) => tls.socket().shutdown(how),
         }
     }
 
@@ -51,6 +68,9 @@ impl Stream {
             Stream::Unix(stream) => stream.set_nonblocking(nonblocking),
             Stream::Tcp(stream) => stream.set_nonblocking(nonblocking),
             Stream::ServerTls(tls) => tls.sock.set_nonblocking(nonblocking),
+            // Always non-blocking underneath; reads and writes wait in
+            // poll(2) themselves.
+            Stream::SharedTls(_) => Ok(()),
         }
     }
 }
@@ -61,6 +81,7 @@ impl AsRawFd for Stream {
             Stream::Unix(stream) => stream.as_raw_fd(),
             Stream::Tcp(stream) => stream.as_raw_fd(),
             Stream::ServerTls(tls) => tls.sock.as_raw_fd(),
+            Stream::SharedTls(tls) => tls.socket().as_raw_fd(),
         }
     }
 }
@@ -78,6 +99,7 @@ impl Read for Stream {
                 Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => Ok(0),
                 other => other,
             },
+            Stream::SharedTls(tls) => tls.read(buf),
         }
     }
 }
@@ -88,7 +110,7 @@ impl Read for Stream {
 /// plain `writev`, which raises SIGPIPE; rustls writes its records with
 /// `write_vectored`, and `tierd` restores SIGPIPE's default action for its
 /// pipe-friendly commands (a TLS `tierd replay` died of it).
-fn send_vectored_no_signal(fd: RawFd, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+pub(crate) fn send_vectored_no_signal(fd: RawFd, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
     // SAFETY: an all-zero msghdr is a valid empty message.
     let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
     // IoSlice is ABI-compatible with iovec on Unix (std documents it); the
@@ -111,6 +133,7 @@ impl Write for Stream {
             Stream::Unix(stream) => stream.write(buf),
             Stream::Tcp(stream) => stream.write(buf),
             Stream::ServerTls(tls) => tls.write(buf),
+            Stream::SharedTls(tls) => tls.write_all(buf).map(|()| buf.len()),
         }
     }
 
@@ -120,6 +143,7 @@ impl Write for Stream {
             Stream::Unix(stream) => send_vectored_no_signal(stream.as_raw_fd(), bufs),
             Stream::Tcp(stream) => send_vectored_no_signal(stream.as_raw_fd(), bufs),
             Stream::ServerTls(tls) => tls.write_vectored(bufs),
+            Stream::SharedTls(tls) => tls.write_vectored(bufs),
         }
     }
 

@@ -2,21 +2,21 @@
 //! `ring` provider, X.509 certificates): [`TlsServer`] for the server,
 //! [`ClientTls`] for `nbds://` URIs in the client.
 //!
-//! After the server acknowledges `NBD_OPT_STARTTLS`, an inline connection
-//! (one thread reads requests and writes replies) runs the rustls session on
-//! its own thread ([`Stream::ServerTls`]). A connection with worker threads
-//! writes replies from several threads, so its socket is handed to a relay
-//! thread that owns the rustls session: it decrypts what
-//! the client sends and writes the plaintext into one end of a Unix socket
-//! pair, and encrypts what the server writes into the other end. The rest of
-//! the server keeps working on a plain [`Stream`] (the pair end), so the
-//! inline and worker transmission paths, back-pressure and shutdown are the
-//! same with and without TLS.
+//! After the server acknowledges `NBD_OPT_STARTTLS`, the rest of the
+//! handshake runs the rustls session on the connection's thread
+//! ([`Stream::ServerTls`]). Transmission shares it between the connection's
+//! threads ([`SharedTls`], [`Stream::SharedTls`]): the session sits behind a
+//! lock held only while it decrypts, encrypts or moves records to and from
+//! the non-blocking socket, and a thread that must wait for the socket waits
+//! in poll(2) without it. So a thread reading requests and threads writing
+//! replies work on one session with no relay thread and no extra copy, and a
+//! client that stops reading replies stalls its own connection as it does
+//! without TLS (the writer waits for the socket; nothing grows).
 //!
-//! Back-pressure holds through the relay: it reads plaintext from the server
-//! only once the previous encrypted records reached the socket, and reads
-//! from the socket only once rustls has no undelivered plaintext, so a client
-//! that stops reading stalls its own connection as it does without TLS.
+//! The client ([`ClientTls`]) runs its session behind a relay thread that
+//! decrypts what the server sends into one end of a Unix socket pair and
+//! encrypts what the client writes into the other, so the client still
+//! splits into a sending and a receiving thread over a plain [`Stream`].
 
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -26,6 +26,8 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+
+use parking_lot::Mutex;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -199,21 +201,189 @@ impl TlsServer {
             session, socket,
         ))))
     }
+}
 
-    /// Starts TLS on `socket` behind a relay thread, for servers that read
-    /// and write a connection from different threads (the worker server).
-    /// Returns the plaintext stream the server continues on and the relay
-    /// thread, which ends when either side closes. `log` receives why the
-    /// session ended when it ended badly (handshake failure, bad record,
-    /// socket error).
-    pub fn start(
-        &self,
-        socket: Stream,
-        log: Box<dyn Fn(String) + Send>,
-    ) -> io::Result<(Stream, JoinHandle<()>)> {
-        let session = ServerConnection::new(Arc::clone(&self.config))
-            .map_err(|error| io::Error::other(format!("cannot start a TLS session: {error}")))?;
-        start_relay(Connection::Server(session), socket, log)
+/// A server TLS session after its handshake, shared by the threads of one
+/// connection: one reads requests while others write replies. See the
+/// module documentation.
+pub struct SharedTls {
+    session: Mutex<ServerConnection>,
+    /// Non-blocking; waits happen in poll(2), outside the session lock.
+    socket: Stream,
+}
+
+impl fmt::Debug for SharedTls {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter
+            .debug_struct("SharedTls")
+            .field("socket", &self.socket)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedTls {
+    /// Takes over an in-thread session (plaintext it decrypted and nobody
+    /// read yet stays in it).
+    pub(crate) fn new(
+        owned: rustls::StreamOwned<ServerConnection, Stream>,
+    ) -> io::Result<SharedTls> {
+        let rustls::StreamOwned { conn, sock } = owned;
+        sock.set_nonblocking(true)?;
+        Ok(SharedTls {
+            session: Mutex::new(conn),
+            socket: sock,
+        })
+    }
+
+    pub(crate) fn socket(&self) -> &Stream {
+        &self.socket
+    }
+
+    /// Plaintext from the client; `Ok(0)` at the end of the stream (with or
+    /// without close_notify: NBD frames every message, so a cut message is
+    /// caught by whoever reads it). A bad record is `InvalidData`.
+    pub(crate) fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            {
+                let mut session = self.session.lock();
+                match session.reader().read(buf) {
+                    Ok(count) => return Ok(count),
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
+                    Err(error) => return Err(error),
+                }
+                let mut socket = SocketIo(self.socket.as_raw_fd());
+                match session.read_tls(&mut socket) {
+                    Ok(_) => {
+                        // After Ok(0) (the peer closed) the reader above
+                        // reports the end.
+                        if let Err(error) = session.process_new_packets() {
+                            // The alert, best effort.
+                            let _ = session.write_tls(&mut socket);
+                            return Err(io::Error::new(io::ErrorKind::InvalidData, error));
+                        }
+                        // A key update answer or the like: out now if the
+                        // socket takes it, else with the next reply.
+                        while session.wants_write() {
+                            if session.write_tls(&mut socket).is_err() {
+                                break;
+                            }
+                        }
+                        continue;
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(error) => return Err(error),
+                }
+            }
+            wait_for_socket(self.socket.as_raw_fd(), libc::POLLIN)?;
+        }
+    }
+
+    /// Encrypts `data` and writes it whole. Waits for the socket without
+    /// the session lock, so the reading thread goes on meanwhile. Callers
+    /// serialise whole messages themselves (one writer at a time).
+    pub(crate) fn write_all(&self, mut data: &[u8]) -> io::Result<()> {
+        while !data.is_empty() {
+            let taken = self.write_vectored(&[io::IoSlice::new(data)])?;
+            data = &data[taken..];
+        }
+        Ok(())
+    }
+
+    /// Encrypts as much of `bufs` as rustls buffers at once (one record
+    /// stream for all slices, not a record per slice), writes the records
+    /// out and returns the plaintext bytes taken. Waits for the socket
+    /// without the session lock.
+    pub(crate) fn write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let mut socket = SocketIo(self.socket.as_raw_fd());
+        let mut session = self.session.lock();
+        loop {
+            // Nothing taken only when rustls' buffer was full: it is empty
+            // after the records go out, so the next round takes some.
+            let taken = session.writer().write_vectored(bufs)?;
+            while session.wants_write() {
+                match session.write_tls(&mut socket) {
+                    Ok(_) => {}
+                    Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                        drop(session);
+                        wait_for_socket(self.socket.as_raw_fd(), libc::POLLOUT)?;
+                        session = self.session.lock();
+                    }
+                    Err(error) => return Err(error),
+                }
+            }
+            if taken > 0 || bufs.iter().all(|buf| buf.is_empty()) {
+                return Ok(taken);
+            }
+        }
+    }
+
+    /// Sends close_notify (best effort, without waiting).
+    pub(crate) fn close_notify(&self) {
+        let mut session = self.session.lock();
+        session.send_close_notify();
+        let mut socket = SocketIo(self.socket.as_raw_fd());
+        while session.wants_write() {
+            if session.write_tls(&mut socket).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+/// Reads and writes a socket by descriptor (writes never raise SIGPIPE),
+/// for rustls' `read_tls`/`write_tls` on a socket several threads share.
+struct SocketIo(std::os::fd::RawFd);
+
+impl Read for SocketIo {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: `buf` is valid for writes of its length.
+        let read = unsafe { libc::recv(self.0, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if read < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(read as usize)
+        }
+    }
+}
+
+impl Write for SocketIo {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_vectored(&[io::IoSlice::new(buf)])
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        crate::io::send_vectored_no_signal(self.0, bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Waits until `fd` is ready for `events` (or has hung up or failed: the
+/// next read or write then says so).
+fn wait_for_socket(fd: std::os::fd::RawFd, events: libc::c_short) -> io::Result<()> {
+    loop {
+        let mut poll_fd = libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut poll_fd, 1, -1) };
+        if ready >= 0 {
+            return Ok(());
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
     }
 }
 

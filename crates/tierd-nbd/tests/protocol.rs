@@ -3,7 +3,10 @@
 
 mod common;
 
-use std::sync::{Arc, Barrier};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tierd_common::clock::{Clock, SystemClock};
 
 use common::{pattern, MemoryExport, TestServer, BLOCK_BYTES};
 use tierd_nbd::client::{ConnectOptions, Negotiation};
@@ -596,23 +599,26 @@ fn sixteen_deep_pipelining_inline() {
 fn sixteen_deep_pipelining_with_workers() {
     pipelined_round_trip(ServerConfig {
         workers_per_connection: 4,
-        queue_depth_per_connection: 8,
         ..ServerConfig::default()
     });
 }
 
-/// Reads wait at a barrier of `parties`: they complete only if that many run
-/// at the same time.
-struct RendezvousExport {
-    barrier: Barrier,
+/// Reads that take `delay_ns` each, recording how many ran at once.
+struct SlowExport {
+    delay_ns: u64,
+    running: AtomicUsize,
+    most_at_once: AtomicUsize,
 }
 
-impl Export for RendezvousExport {
+impl Export for SlowExport {
     fn size_bytes(&self) -> u64 {
         1 << 20
     }
     fn read(&self, _offset_bytes: u64, buf: &mut [u8]) -> ExportResult<()> {
-        self.barrier.wait();
+        let running = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_at_once.fetch_max(running, Ordering::SeqCst);
+        SystemClock::new().sleep_ns(self.delay_ns);
+        self.running.fetch_sub(1, Ordering::SeqCst);
         buf.fill(1);
         Ok(())
     }
@@ -630,33 +636,47 @@ impl Export for RendezvousExport {
     }
 }
 
+/// Slow requests of one connection overlap, up to `workers_per_connection`
+/// at once (the first runs alone: nothing says yet that they are slow); a
+/// fast export's requests run on the connection's own thread, one at a
+/// time.
 #[test]
-fn workers_overlap_slow_requests() {
-    let export: Arc<dyn Export> = Arc::new(RendezvousExport {
-        barrier: Barrier::new(4),
-    });
-    let config = ServerConfig {
-        workers_per_connection: 4,
-        ..ServerConfig::default()
-    };
-    let server = Server::new(vec![("slow".into(), export)], config).unwrap();
-    let directory = tempfile::tempdir().unwrap();
-    let _handle = server.serve_unix(directory.path().join("s")).unwrap();
-    let mut client = Client::connect_uri(&format!(
-        "nbd+unix:///slow?socket={}",
-        directory.path().join("s").display()
-    ))
-    .unwrap();
-    for round in 0..3u64 {
-        for index in 0..4u64 {
-            client
-                .sender()
-                .submit_read((round * 4 + index) * 512, 512)
-                .unwrap();
+fn slow_requests_overlap_up_to_the_thread_limit() {
+    for (delay_ns, threads, expected) in [(30_000_000, 4, 4), (30_000_000, 1, 1), (0, 4, 1)] {
+        let export = Arc::new(SlowExport {
+            delay_ns,
+            running: AtomicUsize::new(0),
+            most_at_once: AtomicUsize::new(0),
+        });
+        let served: Arc<dyn Export> = export.clone();
+        let config = ServerConfig {
+            workers_per_connection: threads,
+            ..ServerConfig::default()
+        };
+        let server = Server::new(vec![("slow".into(), served)], config).unwrap();
+        let directory = tempfile::tempdir().unwrap();
+        let _handle = server.serve_unix(directory.path().join("s")).unwrap();
+        let mut client = Client::connect_uri(&format!(
+            "nbd+unix:///slow?socket={}",
+            directory.path().join("s").display()
+        ))
+        .unwrap();
+        for round in 0..4u64 {
+            for index in 0..8u64 {
+                client
+                    .sender()
+                    .submit_read((round * 8 + index) * 512, 512)
+                    .unwrap();
+            }
+            for _ in 0..8 {
+                assert_eq!(client.receive().unwrap().data, vec![1; 512]);
+            }
         }
-        for _ in 0..4 {
-            assert_eq!(client.receive().unwrap().data, vec![1; 512]);
-        }
+        assert_eq!(
+            export.most_at_once.load(Ordering::SeqCst),
+            expected,
+            "delay {delay_ns} ns, {threads} threads"
+        );
     }
 }
 

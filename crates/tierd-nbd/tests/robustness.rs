@@ -387,7 +387,6 @@ fn seeded_garbage_never_breaks_the_inline_server() {
 fn seeded_garbage_never_breaks_the_worker_server() {
     let config = ServerConfig {
         workers_per_connection: 2,
-        queue_depth_per_connection: 4,
         ..ServerConfig::default()
     };
     hostile_conversations(config, 0x776f726b, 1000);
@@ -479,7 +478,6 @@ fn a_client_that_never_reads_replies_stalls_only_itself_with_workers() {
     stalled_reader_does_not_block_shutdown(ServerConfig {
         shutdown_grace_ms: 50,
         workers_per_connection: 2,
-        queue_depth_per_connection: 4,
         ..ServerConfig::default()
     });
 }
@@ -775,7 +773,6 @@ fn queued_requests_of_a_client_that_left_are_cancelled() {
         100_000_000,
         ServerConfig {
             workers_per_connection: 1,
-            queue_depth_per_connection: 64,
             ..ServerConfig::default()
         },
     );
@@ -801,49 +798,90 @@ fn queued_requests_of_a_client_that_left_are_cancelled() {
     handle.shutdown();
 }
 
-/// A thread that cannot be started (here: a stack no machine has) refuses
-/// that connection with a log line; the server does not panic and goes on.
+/// A connection thread that cannot be started (here: a stack no machine
+/// has) refuses that connection with a log line; the server does not panic
+/// and goes on.
 #[test]
-fn failed_thread_spawns_refuse_the_connection() {
-    for (config, expected) in [
-        (
-            ServerConfig {
-                connection_stack_bytes: Some(1 << 60),
-                ..ServerConfig::default()
-            },
-            "cannot start its thread",
-        ),
-        (
-            ServerConfig {
-                workers_per_connection: 4,
-                worker_stack_bytes: Some(1 << 60),
-                ..ServerConfig::default()
-            },
-            "cannot start worker thread 1 of 4",
-        ),
-    ] {
-        count_panics();
-        let panics = PANICS.load(Ordering::SeqCst);
-        let server = TestServer::start_with(MemoryExport::new(1 << 20), config);
-        for _ in 0..3 {
-            let connected =
-                Client::connect_uri(&server.uri()).and_then(|mut client| client.flush());
-            assert!(connected.is_err(), "the connection was served");
-        }
-        let logged = || {
-            server
-                .logs
-                .lines
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|(level, line)| {
-                    *level == tierd_nbd::LogLevel::Error && line.contains(expected)
-                })
-                .count()
-        };
-        wait_for("three refusals logged", || logged() == 3);
-        assert_eq!(server.server.stats().connections_refused, 3);
-        assert_eq!(PANICS.load(Ordering::SeqCst), panics);
+fn failed_connection_thread_spawns_refuse_the_connection() {
+    count_panics();
+    let panics = PANICS.load(Ordering::SeqCst);
+    let server = TestServer::start_with(
+        MemoryExport::new(1 << 20),
+        ServerConfig {
+            connection_stack_bytes: Some(1 << 60),
+            ..ServerConfig::default()
+        },
+    );
+    for _ in 0..3 {
+        let connected = Client::connect_uri(&server.uri()).and_then(|mut client| client.flush());
+        assert!(connected.is_err(), "the connection was served");
     }
+    let logged = || {
+        server
+            .logs
+            .lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(level, line)| {
+                *level == tierd_nbd::LogLevel::Error && line.contains("cannot start its thread")
+            })
+            .count()
+    };
+    wait_for("three refusals logged", || logged() == 3);
+    assert_eq!(server.server.stats().connections_refused, 3);
+    assert_eq!(PANICS.load(Ordering::SeqCst), panics);
+}
+
+/// When an extra request thread cannot be started, the connection goes on
+/// with the threads it has (one error line per connection), and every
+/// request is still answered.
+#[test]
+fn failed_request_thread_spawns_leave_the_connection_served() {
+    count_panics();
+    let panics = PANICS.load(Ordering::SeqCst);
+    let logs = common::LogSink::default();
+    let (_export, server, handle, directory) = slow_server(
+        5_000_000,
+        ServerConfig {
+            workers_per_connection: 4,
+            worker_stack_bytes: Some(1 << 60),
+            logger: logs.config().logger,
+            ..ServerConfig::default()
+        },
+    );
+    let mut client = Client::connect_uri(&format!(
+        "nbd+unix:///mem?socket={}",
+        directory.path().join("nbd.sock").display()
+    ))
+    .unwrap();
+    for round in 0..3u64 {
+        for index in 0..4u64 {
+            client
+                .sender()
+                .submit_read((round * 4 + index) * 4096, 4096)
+                .unwrap();
+        }
+        for _ in 0..4 {
+            assert!(client.receive().unwrap().is_ok());
+        }
+    }
+    client.disconnect().unwrap();
+    let errors: Vec<String> = logs
+        .lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(level, _)| *level == tierd_nbd::LogLevel::Error)
+        .map(|(_, line)| line.clone())
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("cannot start request thread 2 of 4")
+            && errors[0].contains("going on with 1"),
+        "{errors:?}"
+    );
+    assert_eq!(server.stats().connections_refused, 0);
+    handle.shutdown();
+    assert_eq!(PANICS.load(Ordering::SeqCst), panics);
 }

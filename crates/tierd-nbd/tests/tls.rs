@@ -767,3 +767,170 @@ fn odd_sized_rsa_keys_made_by_openssl_are_explained() {
     };
     TlsServer::load(&files, TlsMode::Require).unwrap();
 }
+
+/// Reads and writes of a [`MemoryExport`] that each take `delay_ns`, and
+/// the most that ran at once.
+struct SlowMemory {
+    inner: MemoryExport,
+    delay_ns: u64,
+    running: std::sync::atomic::AtomicUsize,
+    most_at_once: std::sync::atomic::AtomicUsize,
+}
+
+impl SlowMemory {
+    fn enter(&self) {
+        use std::sync::atomic::Ordering;
+        let running = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_at_once.fetch_max(running, Ordering::SeqCst);
+        tierd_common::clock::Clock::sleep_ns(
+            &tierd_common::clock::SystemClock::new(),
+            self.delay_ns,
+        );
+        self.running.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl tierd_nbd::Export for SlowMemory {
+    fn size_bytes(&self) -> u64 {
+        tierd_nbd::Export::size_bytes(&self.inner)
+    }
+    fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> tierd_nbd::ExportResult<()> {
+        self.enter();
+        tierd_nbd::Export::read(&self.inner, offset_bytes, buf)
+    }
+    fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> tierd_nbd::ExportResult<()> {
+        self.enter();
+        tierd_nbd::Export::write(&self.inner, offset_bytes, data, fua)
+    }
+    fn flush(&self) -> tierd_nbd::ExportResult<()> {
+        tierd_nbd::Export::flush(&self.inner)
+    }
+    fn trim(&self, offset_bytes: u64, length_bytes: u64, fua: bool) -> tierd_nbd::ExportResult<()> {
+        tierd_nbd::Export::trim(&self.inner, offset_bytes, length_bytes, fua)
+    }
+    fn write_zeroes(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+        fua: bool,
+        may_trim: bool,
+        fast_only: bool,
+    ) -> tierd_nbd::ExportResult<()> {
+        tierd_nbd::Export::write_zeroes(
+            &self.inner,
+            offset_bytes,
+            length_bytes,
+            fua,
+            may_trim,
+            fast_only,
+        )
+    }
+}
+
+/// Slow requests over TLS run on several threads at once, all reading and
+/// writing one TLS session: pipelined writes and reads of distinct blocks
+/// come back whole and right, replies interleave in any order, and DISC
+/// still answers what was in flight.
+#[test]
+fn one_tls_session_serves_several_threads_at_once() {
+    use std::sync::atomic::Ordering;
+    let pki = Pki::new();
+    let export = Arc::new(SlowMemory {
+        inner: MemoryExport::new(SIZE_BYTES),
+        delay_ns: 5_000_000,
+        running: Default::default(),
+        most_at_once: Default::default(),
+    });
+    let served: Arc<dyn tierd_nbd::Export> = export.clone();
+    let logs = common::LogSink::default();
+    let config = ServerConfig {
+        tls: Some(TlsServer::load(&pki.files(false), TlsMode::Require).unwrap()),
+        workers_per_connection: 8,
+        logger: logs.config().logger,
+        ..ServerConfig::default()
+    };
+    let server = tierd_nbd::Server::new(vec![("mem".into(), served)], config).unwrap();
+    let directory = tempfile::tempdir().unwrap();
+    let socket = directory.path().join("tls.sock");
+    let handle = server.serve_unix(&socket).unwrap();
+    let mut plain = UnixStream::connect(&socket).unwrap();
+    let mut greeting = [0u8; 18];
+    plain.read_exact(&mut greeting).unwrap();
+    plain
+        .write_all(&(NBD_FLAG_C_FIXED_NEWSTYLE | NBD_FLAG_C_NO_ZEROES).to_be_bytes())
+        .unwrap();
+    let mut stream = upgrade(plain, client_config(&pki.ca_pem, None)).unwrap();
+    let replies = ask(&mut stream, NBD_OPT_GO, &go_data("mem"));
+    assert_eq!(final_reply(&replies), NBD_REP_ACK, "{replies:?}");
+    const BLOCKS: u64 = 24;
+    const BLOCK_BYTES: usize = 64 * 1024;
+    for round in 0..2u64 {
+        let blocks: Vec<Vec<u8>> = (0..BLOCKS)
+            .map(|index| pattern(round * 100 + index, BLOCK_BYTES))
+            .collect();
+        let mut batch = Vec::new();
+        for (index, block) in blocks.iter().enumerate() {
+            batch.extend_from_slice(&request(
+                NBD_CMD_WRITE,
+                index as u64,
+                index as u64 * BLOCK_BYTES as u64,
+                BLOCK_BYTES as u32,
+            ));
+            batch.extend_from_slice(block);
+        }
+        stream.write_all(&batch).unwrap();
+        stream.flush().unwrap();
+        let mut answered: Vec<u64> = (0..BLOCKS)
+            .map(|_| simple_reply(&mut stream))
+            .map(|(error, cookie)| {
+                assert_eq!(error, 0);
+                cookie
+            })
+            .collect();
+        answered.sort_unstable();
+        assert_eq!(answered, (0..BLOCKS).collect::<Vec<_>>());
+        let mut batch = Vec::new();
+        for index in 0..BLOCKS {
+            batch.extend_from_slice(&request(
+                NBD_CMD_READ,
+                1000 + index,
+                index * BLOCK_BYTES as u64,
+                BLOCK_BYTES as u32,
+            ));
+        }
+        stream.write_all(&batch).unwrap();
+        stream.flush().unwrap();
+        for _ in 0..BLOCKS {
+            let (error, cookie) = simple_reply(&mut stream);
+            assert_eq!(error, 0);
+            let mut back = vec![0u8; BLOCK_BYTES];
+            stream.read_exact(&mut back).unwrap();
+            assert!(
+                back == blocks[(cookie - 1000) as usize],
+                "block {}",
+                cookie - 1000
+            );
+        }
+    }
+    // DISC behind a pipelined batch: every read in flight is answered.
+    let mut batch = Vec::new();
+    for index in 0..8u64 {
+        batch.extend_from_slice(&request(NBD_CMD_READ, 2000 + index, index * 4096, 4096));
+    }
+    batch.extend_from_slice(&request(NBD_CMD_DISC, 3000, 0, 0));
+    stream.write_all(&batch).unwrap();
+    stream.flush().unwrap();
+    for _ in 0..8 {
+        let (error, _) = simple_reply(&mut stream);
+        assert_eq!(error, 0);
+        let mut back = vec![0u8; 4096];
+        stream.read_exact(&mut back).unwrap();
+    }
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "{} bytes after DISC", rest.len());
+    let most = export.most_at_once.load(Ordering::SeqCst);
+    assert!(most >= 4, "at most {most} requests ran at once");
+    assert!(logs.warnings().is_empty(), "{:?}", logs.warnings());
+    handle.shutdown();
+}

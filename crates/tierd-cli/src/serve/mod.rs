@@ -33,25 +33,6 @@ use tierd_nbd::{Export, Server, ServerConfig, ServerHandle, TlsFiles, TlsMode, T
 
 use crate::CliError;
 
-/// Worker threads per NBD connection when a stack has an emulated
-/// (latency-model) tier and `server.workers_per_connection` is not set: the
-/// most the server allows. An emulated device holds each request's thread
-/// for its modelled time, so the worker count is how many requests the
-/// device model can see at once; fewer workers than the requests a client
-/// keeps in flight would starve the model's queue (an HDD model reorders
-/// its queue shortest-positioning-first, and a shorter queue means longer
-/// seeks) and hold requests for a fast tier behind those for a slow one.
-/// 128 is also the Linux NBD client's queue depth per connection and
-/// `tierd sim`'s default device queue depth (`docs/engine/replay.md`).
-const EMULATED_WORKERS_PER_CONNECTION: usize =
-    tierd_engine::config::server_limits::MAX_WORKERS_PER_CONNECTION;
-
-/// Workers per connection when a volume has an O_DIRECT file tier (and no
-/// emulated one) and `server.workers_per_connection` is not set: every
-/// request waits for the disk, so requests must overlap (inline, a client's
-/// queue depth of 16 would reach the disk as 1).
-const DIRECT_WORKERS_PER_CONNECTION: usize = 16;
-
 #[derive(Args)]
 pub struct ServeArgs {
     /// TOML configuration (tiers, volumes, listen addresses, metadata dir).
@@ -243,32 +224,17 @@ fn wait_for_stop_signal(set: &libc::sigset_t) -> &'static str {
     }
 }
 
-/// Worker threads per NBD connection: the configured number, else 0 (each
-/// connection's thread serves its requests inline) unless a volume's stack
-/// has an emulated tier, whose held-back completions need one thread per
-/// request in flight ([`EMULATED_WORKERS_PER_CONNECTION`]), or an O_DIRECT
-/// tier ([`DIRECT_WORKERS_PER_CONNECTION`]).
+/// Threads per NBD connection, at most: the configured number, else the
+/// server's default (128). Threads start only as requests need them: fast
+/// tiers (memory, page cache) keep one per connection, slow ones (emulated
+/// models, O_DIRECT files) get one per request in flight, so a device model
+/// sees the client's whole queue (`docs/engine/nbd.md`, "Concurrency
+/// model").
 fn workers_per_connection(config: &Config) -> usize {
-    if let Some(workers) = config.server.workers_per_connection {
-        return workers;
-    }
-    let used = |wanted: &dyn Fn(&tierd_engine::config::TierConfig) -> bool| {
-        config.volumes.iter().any(|volume| {
-            volume.tiers.iter().any(|name| {
-                config
-                    .tiers
-                    .iter()
-                    .any(|tier| &tier.name == name && wanted(tier))
-            })
-        })
-    };
-    if used(&|tier| tier.model.is_some()) {
-        EMULATED_WORKERS_PER_CONNECTION
-    } else if used(&|tier| tier.direct) {
-        DIRECT_WORKERS_PER_CONNECTION
-    } else {
-        0
-    }
+    config
+        .server
+        .workers_per_connection
+        .unwrap_or(tierd_nbd::server::DEFAULT_WORKERS_PER_CONNECTION)
 }
 
 /// Prints one line to stdout and flushes it (the line is how scripts and
@@ -656,11 +622,10 @@ mod tests {
         }
     }
 
-    /// With an emulated tier every request a client keeps in flight (up to
-    /// the server's limit) gets a thread, so the device model sees it;
-    /// without one requests run inline; a configured number wins.
+    /// One default whatever the tiers (threads start as requests need
+    /// them, so fast tiers still use one); a configured number wins.
     #[test]
-    fn emulated_tiers_get_a_worker_per_request_in_flight() {
+    fn workers_per_connection_has_one_default_and_a_configured_number_wins() {
         let config = |model: &str, server: &str| {
             let text = format!(
                 "data_dir = \"data\"\n[server]\n{server}\n\
@@ -673,7 +638,8 @@ mod tests {
             workers_per_connection(&config("model = \"savvio10k4\"", "")),
             128
         );
-        assert_eq!(workers_per_connection(&config("", "")), 0);
+        assert_eq!(workers_per_connection(&config("", "")), 128);
+        assert_eq!(workers_per_connection(&config("direct = true", "")), 128);
         assert_eq!(
             workers_per_connection(&config(
                 "model = \"savvio10k4\"",
@@ -681,21 +647,9 @@ mod tests {
             )),
             16
         );
-        let with_direct = |server: &str| {
-            let text = format!(
-                "data_dir = \"data\"\n[server]\n{server}\n\
-                 [[tier]]\nname = \"disk\"\nbackend = \"file\"\npath = \"disk.img\"\nsize = \"64MiB\"\ndirect = true\n\
-                 [[volume]]\nname = \"vol0\"\nsize = \"64MiB\"\nsegment = \"16MiB\"\ntiers = [\"disk\"]\n"
-            );
-            Config::parse(&text, "test.toml", std::path::Path::new("/tmp")).unwrap()
-        };
         assert_eq!(
-            workers_per_connection(&with_direct("")),
-            DIRECT_WORKERS_PER_CONNECTION
-        );
-        assert_eq!(
-            workers_per_connection(&with_direct("workers_per_connection = 2")),
-            2
+            workers_per_connection(&config("", "workers_per_connection = 0")),
+            0
         );
     }
 }

@@ -4,10 +4,9 @@
 use std::io;
 use std::net::Shutdown;
 use std::sync::atomic::Ordering;
-use std::thread::JoinHandle;
 
 use super::negotiate::{negotiate, tls_active};
-use super::transmit::{transmit_inline, transmit_with_workers};
+use super::transmit::transmit;
 use super::{ListenerState, LogLevel, Phase, Shared, INPUT_BUFFER_BYTES};
 use crate::io::{InputBuffer, Stream};
 use crate::proto::ProtocolError;
@@ -28,24 +27,13 @@ impl From<io::Error> for ConnectionEnd {
 
 pub(super) fn run_connection(shared: &Shared, state: &ListenerState, stream: Stream, id: u64) {
     let _span = tracing::info_span!("connection", conn = id).entered();
-    let mut tls_relay: Option<JoinHandle<()>> = None;
-    serve_connection(shared, state, stream, id, &mut tls_relay);
-    if let Some(relay) = tls_relay {
-        // The connection's end of the relay is closed, so the relay ends.
-        let _ = relay.join();
-    }
+    serve_connection(shared, state, stream, id);
 }
 
-fn serve_connection(
-    shared: &Shared,
-    state: &ListenerState,
-    mut stream: Stream,
-    id: u64,
-    tls_relay: &mut Option<JoinHandle<()>>,
-) {
+fn serve_connection(shared: &Shared, state: &ListenerState, mut stream: Stream, id: u64) {
     shared.log(LogLevel::Debug, &format!("connection {id}: accepted"));
     let mut input = InputBuffer::with_capacity(INPUT_BUFFER_BYTES);
-    let negotiated = negotiate(shared, &mut input, &mut stream, tls_relay, id);
+    let negotiated = negotiate(shared, &mut input, &mut stream, id);
     let session = match negotiated {
         Ok(Some(session)) => session,
         Ok(None) => {
@@ -97,15 +85,28 @@ fn serve_connection(
             "connection {id}: serving export {:?} (structured replies: {}, TLS: {})",
             shared.exports[session.export_index].name,
             session.structured,
-            tls_active(&stream, tls_relay)
+            tls_active(&stream)
         ),
     );
-    let stopping = &state.stopping;
-    let result = if shared.config.workers_per_connection == 0 {
-        transmit_inline(shared, &session, &mut input, &mut stream, stopping)
-    } else {
-        transmit_with_workers(shared, &session, &mut input, &mut stream, stopping, id)
+    // The connection's threads share a TLS session from here on.
+    let mut stream = match stream.share_tls() {
+        Ok(stream) => stream,
+        Err(error) => {
+            report_end(shared, id, "transmission", ConnectionEnd::Io(error));
+            return;
+        }
     };
+    let ledger = shared.register_connection();
+    let result = transmit(
+        shared,
+        &session,
+        &ledger,
+        &mut input,
+        &mut stream,
+        &state.stopping,
+        id,
+    );
+    shared.retire_connection(&ledger);
     match result {
         Ok(()) => shared.log(LogLevel::Debug, &format!("connection {id}: closed")),
         Err(end) => {
@@ -122,8 +123,7 @@ fn serve_connection(
 fn tls_failure(shared: &Shared, id: u64, stream: &Stream, end: ConnectionEnd) -> ConnectionEnd {
     match end {
         ConnectionEnd::Io(error)
-            if matches!(stream, Stream::ServerTls(_))
-                && error.kind() == io::ErrorKind::InvalidData =>
+            if tls_active(stream) && error.kind() == io::ErrorKind::InvalidData =>
         {
             shared.log(
                 LogLevel::Warn,
@@ -135,11 +135,15 @@ fn tls_failure(shared: &Shared, id: u64, stream: &Stream, end: ConnectionEnd) ->
     }
 }
 
-/// Sends close_notify on an in-thread TLS session (best effort).
+/// Sends close_notify on a TLS session (best effort).
 fn end_tls(stream: &mut Stream) {
-    if let Stream::ServerTls(tls) = stream {
-        tls.conn.send_close_notify();
-        let _ = tls.conn.write_tls(&mut tls.sock);
+    match stream {
+        Stream::ServerTls(tls) => {
+            tls.conn.send_close_notify();
+            let _ = tls.conn.write_tls(&mut tls.sock);
+        }
+        Stream::SharedTls(tls) => tls.close_notify(),
+        _ => {}
     }
 }
 

@@ -1,14 +1,16 @@
 //! The NBD server: fixed-newstyle handshake, then the transmission phase over
 //! any [`Export`].
 //!
-//! Concurrency: one thread per connection reads requests. With
-//! `workers_per_connection == 0` that thread also executes each request and
-//! batches replies (the socket is written only when no further whole request
-//! is already buffered), which suits fast exports. With workers, requests go
-//! through a bounded queue to that many threads so slow requests overlap;
-//! each reply is written as soon as it is ready. Either way a client that
-//! stops reading replies stalls its own connection (the socket send buffer
-//! fills, then the queue, then request reading stops) and nothing grows.
+//! Concurrency, after nbdkit's model: each of a connection's threads (up to
+//! `workers_per_connection`, started as requests need them) takes the read
+//! side, reads one request, executes it and writes its reply; nothing is
+//! queued or handed between threads. While requests are fast a thread keeps
+//! the read side through its request and batches replies (the socket is
+//! written only when no further whole request is buffered), so a fast
+//! export costs one thread per connection; slow requests are handed over
+//! and overlap (`transmit`). A client that stops reading replies stalls its
+//! own connection (the socket send buffer fills, then the threads wait to
+//! write, then request reading stops) and nothing grows.
 //!
 //! Memory: every READ reply and WRITE payload is charged against a
 //! per-connection and a server-wide byte budget before the server reads or
@@ -21,8 +23,9 @@
 //! Layout: this module holds the public types, the listeners (accept loop,
 //! connection table, handshake watchdog) and the counters; `connection`
 //! runs one connection from handshake to close, `negotiate` the option
-//! phase (with STARTTLS), `transmit` the transmission phase (inline and
-//! worker modes), and `budget` the in-flight byte budgets.
+//! phase (with STARTTLS), `transmit` the transmission phase (the
+//! connection's threads), `execute` one request against the export, and
+//! `budget` the in-flight byte budgets.
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::BTreeMap;
@@ -46,11 +49,12 @@ use crate::tls::TlsServer;
 
 mod budget;
 mod connection;
+mod execute;
 mod negotiate;
 mod reply;
 mod transmit;
 
-use budget::ByteBudget;
+use budget::{ByteBudget, ConnectionBudget};
 use connection::run_connection;
 use negotiate::advertised_max_block_bytes;
 
@@ -106,14 +110,11 @@ pub fn stderr_logger() -> Logger {
 pub struct ServerConfig {
     /// Answer `NBD_OPT_LIST`; when false it gets `NBD_REP_ERR_POLICY`.
     pub allow_list: bool,
-    /// 0: each connection's reader thread executes requests itself (best for
-    /// memory and page-cache exports). N > 0: N worker threads per
-    /// connection so slow requests overlap.
+    /// Threads per connection, at most: each reads one request, executes
+    /// it and writes its reply, so this many requests of one connection
+    /// execute at once. Started as requests need them (an idle connection
+    /// has one); 0 and 1 both mean the connection's own thread alone.
     pub workers_per_connection: usize,
-    /// Requests queued per connection for the workers before the reader
-    /// stops reading (back-pressure). Ignored when `workers_per_connection`
-    /// is 0.
-    pub queue_depth_per_connection: usize,
     /// Advertised minimum block size: 1 (any alignment) or 512 (requests
     /// that are not multiples of 512 get EINVAL).
     pub minimum_block_bytes: u32,
@@ -122,7 +123,7 @@ pub struct ServerConfig {
     /// On shutdown, how long connections get to finish in-flight requests
     /// after reading stops, before their sockets are closed.
     pub shutdown_grace_ms: u64,
-    /// Inline mode: replies wait in a buffer while further whole requests
+    /// While requests are fast, replies wait while further whole requests
     /// are already buffered, but are written once this many bytes wait.
     /// Smaller values let the client work on early replies while the server
     /// handles the rest of a pipelined batch.
@@ -158,8 +159,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             allow_list: true,
-            workers_per_connection: 0,
-            queue_depth_per_connection: 64,
+            workers_per_connection: DEFAULT_WORKERS_PER_CONNECTION,
             minimum_block_bytes: 1,
             max_connections: 256,
             shutdown_grace_ms: 5_000,
@@ -183,10 +183,6 @@ impl std::fmt::Debug for ServerConfig {
             .debug_struct("ServerConfig")
             .field("allow_list", &self.allow_list)
             .field("workers_per_connection", &self.workers_per_connection)
-            .field(
-                "queue_depth_per_connection",
-                &self.queue_depth_per_connection,
-            )
             .field("minimum_block_bytes", &self.minimum_block_bytes)
             .field("max_connections", &self.max_connections)
             .field("shutdown_grace_ms", &self.shutdown_grace_ms)
@@ -238,6 +234,11 @@ pub const ALLOCATION_CONTEXT_ID: u32 = 1;
 pub const MAX_EXTENTS_PER_REPLY: usize = 64 * 1024;
 
 const INPUT_BUFFER_BYTES: usize = 256 * 1024;
+/// Default of [`ServerConfig::workers_per_connection`]: the Linux NBD
+/// client's queue depth per connection. Threads start only for slow
+/// requests (a fast export keeps one per connection), so a slow export sees
+/// up to this many of a client's requests at once.
+pub const DEFAULT_WORKERS_PER_CONNECTION: usize = 128;
 /// Default of [`ServerConfig::reply_batch_bytes`].
 pub const DEFAULT_REPLY_BATCH_BYTES: usize = 64 * 1024;
 /// Default of [`ServerConfig::handshake_timeout_ms`].
@@ -255,12 +256,10 @@ pub const MIN_IN_FLIGHT_BYTES_PER_CONNECTION: u64 = 1 << 20;
 /// Counter slot per command: 0..=7 are the commands, 8 is anything else.
 const COMMAND_SLOTS: usize = 9;
 
+/// Counters of connections and handshakes (per connection, not per
+/// request).
 #[derive(Default)]
 struct Counters {
-    requests: [AtomicU64; COMMAND_SLOTS],
-    bytes_read: AtomicU64,
-    bytes_written: AtomicU64,
-    request_errors: AtomicU64,
     connections_accepted: AtomicU64,
     connections_active: AtomicU64,
     connections_refused: AtomicU64,
@@ -268,7 +267,51 @@ struct Counters {
     handshakes_timed_out: AtomicU64,
     connections_evicted: AtomicU64,
     protocol_errors: AtomicU64,
+}
+
+/// Counters of requests: one set per connection, written only by that
+/// connection's threads, and one for the connections that ended.
+#[derive(Default)]
+struct RequestCounters {
+    requests: [AtomicU64; COMMAND_SLOTS],
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
+    request_errors: AtomicU64,
     requests_cancelled: AtomicU64,
+}
+
+impl RequestCounters {
+    fn add_to(&self, total: &RequestCounters) {
+        for (from, to) in self.requests.iter().zip(total.requests.iter()) {
+            to.fetch_add(from.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        for (from, to) in [
+            (&self.bytes_read, &total.bytes_read),
+            (&self.bytes_written, &total.bytes_written),
+            (&self.request_errors, &total.request_errors),
+            (&self.requests_cancelled, &total.requests_cancelled),
+        ] {
+            to.fetch_add(from.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+}
+
+/// What one connection in transmission counts and holds: its request
+/// counters and its side of the in-flight budgets. Requests touch only
+/// this (aligned, so two connections never share a cache line); the
+/// server finds it in [`Shared::ledgers`] for stats and to reclaim spare
+/// credit.
+#[repr(align(128))]
+struct ConnectionLedger {
+    counters: RequestCounters,
+    budget: ConnectionBudget,
+}
+
+#[derive(Default)]
+struct Ledgers {
+    live: Vec<Arc<ConnectionLedger>>,
+    /// The request counters of connections that ended.
+    retired: RequestCounters,
 }
 
 /// A snapshot of a server's counters (all listeners together), for metrics.
@@ -340,8 +383,11 @@ struct Shared {
     exports: Vec<ServedExport>,
     config: ServerConfig,
     counters: Counters,
-    /// Server-wide in-flight bytes (`max_in_flight_bytes`).
+    /// Server-wide in-flight bytes (`max_in_flight_bytes`): bytes in flight
+    /// plus the connections' spare credit.
     budget: ByteBudget,
+    /// Connections in transmission.
+    ledgers: Mutex<Ledgers>,
     /// The longest READ/WRITE accepted: [`MAX_REQUEST_BYTES`], or less when
     /// the per-connection budget is smaller.
     max_request_bytes: u32,
@@ -350,6 +396,35 @@ struct Shared {
 impl Shared {
     fn log(&self, level: LogLevel, message: &str) {
         (self.config.logger)(level, message);
+    }
+
+    /// A ledger for a connection entering transmission.
+    fn register_connection(&self) -> Arc<ConnectionLedger> {
+        let ledger = Arc::new(ConnectionLedger {
+            counters: RequestCounters::default(),
+            budget: ConnectionBudget::new(self.config.max_in_flight_bytes_per_connection),
+        });
+        self.ledgers.lock().live.push(Arc::clone(&ledger));
+        ledger
+    }
+
+    /// A connection ended: its counters join the retired ones (under the
+    /// lock, so a stats snapshot counts them exactly once) and its spare
+    /// credit goes back.
+    fn retire_connection(&self, ledger: &Arc<ConnectionLedger>) {
+        let mut ledgers = self.ledgers.lock();
+        ledger.counters.add_to(&ledgers.retired);
+        ledgers.live.retain(|live| !Arc::ptr_eq(live, ledger));
+        drop(ledgers);
+        ledger.budget.return_spare(&self.budget);
+    }
+
+    /// Gives every connection's spare credit back to the server-wide
+    /// budget (a request is about to wait for server-wide bytes).
+    fn reclaim_spare_credit(&self) {
+        for ledger in &self.ledgers.lock().live {
+            ledger.budget.return_spare(&self.budget);
+        }
     }
 
     /// The export a client names; the empty name is the first export.
@@ -390,11 +465,6 @@ impl Server {
                 "minimum_block_bytes is {}, expected 1 or 512",
                 config.minimum_block_bytes
             )));
-        }
-        if config.workers_per_connection > 0 && config.queue_depth_per_connection == 0 {
-            return Err(ServerError::Config(
-                "queue_depth_per_connection must be at least 1 when workers are used".into(),
-            ));
         }
         if config.max_connections == 0 || config.max_unnegotiated_connections == 0 {
             return Err(ServerError::Config(
@@ -441,6 +511,7 @@ impl Server {
             shared: Arc::new(Shared {
                 exports: served,
                 budget: ByteBudget::new(config.max_in_flight_bytes),
+                ledgers: Mutex::new(Ledgers::default()),
                 config,
                 counters: Counters::default(),
                 max_request_bytes,
@@ -451,15 +522,25 @@ impl Server {
     /// Counters of every listener of this server.
     pub fn stats(&self) -> ServerStats {
         let counters = &self.shared.counters;
+        let total = RequestCounters::default();
+        let mut in_flight_bytes = 0;
+        {
+            let ledgers = self.shared.ledgers.lock();
+            ledgers.retired.add_to(&total);
+            for ledger in &ledgers.live {
+                ledger.counters.add_to(&total);
+                in_flight_bytes += ledger.budget.in_flight_bytes();
+            }
+        }
         let mut requests = [0u64; COMMAND_SLOTS];
-        for (slot, counter) in requests.iter_mut().zip(counters.requests.iter()) {
+        for (slot, counter) in requests.iter_mut().zip(total.requests.iter()) {
             *slot = counter.load(Ordering::Relaxed);
         }
         ServerStats {
             requests,
-            bytes_read: counters.bytes_read.load(Ordering::Relaxed),
-            bytes_written: counters.bytes_written.load(Ordering::Relaxed),
-            request_errors: counters.request_errors.load(Ordering::Relaxed),
+            bytes_read: total.bytes_read.load(Ordering::Relaxed),
+            bytes_written: total.bytes_written.load(Ordering::Relaxed),
+            request_errors: total.request_errors.load(Ordering::Relaxed),
             connections_accepted: counters.connections_accepted.load(Ordering::Relaxed),
             connections_active: counters.connections_active.load(Ordering::Relaxed),
             connections_refused: counters.connections_refused.load(Ordering::Relaxed),
@@ -467,8 +548,8 @@ impl Server {
             protocol_errors: counters.protocol_errors.load(Ordering::Relaxed),
             handshakes_timed_out: counters.handshakes_timed_out.load(Ordering::Relaxed),
             connections_evicted: counters.connections_evicted.load(Ordering::Relaxed),
-            requests_cancelled: counters.requests_cancelled.load(Ordering::Relaxed),
-            in_flight_bytes: self.shared.budget.usage().0,
+            requests_cancelled: total.requests_cancelled.load(Ordering::Relaxed),
+            in_flight_bytes,
             in_flight_bytes_max: self.shared.budget.usage().1,
         }
     }

@@ -3,9 +3,7 @@
 //! ending in the [`Session`] a connection transmits with.
 
 use std::io::Write;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use super::connection::{protocol, ConnectionEnd};
 use super::{
@@ -57,7 +55,6 @@ pub(super) fn negotiate(
     shared: &Shared,
     input: &mut InputBuffer,
     stream: &mut Stream,
-    tls_relay: &mut Option<JoinHandle<()>>,
     id: u64,
 ) -> Result<Option<Session>, ConnectionEnd> {
     let mut greeting = [0u8; 18];
@@ -104,7 +101,7 @@ pub(super) fn negotiate(
             .tls
             .as_ref()
             .is_some_and(|tls| tls.mode == TlsMode::Require)
-            && !tls_active(stream, tls_relay);
+            && !tls_active(stream);
         if tls_required && option != NBD_OPT_STARTTLS && option != NBD_OPT_ABORT {
             if option == NBD_OPT_EXPORT_NAME {
                 // This option cannot be answered with an error: the spec
@@ -138,7 +135,7 @@ pub(super) fn negotiate(
                     stream.write_all(&reply)?;
                     continue;
                 };
-                if tls_active(stream, tls_relay) {
+                if tls_active(stream) {
                     encode_error_reply(
                         &mut reply,
                         option,
@@ -164,7 +161,7 @@ pub(super) fn negotiate(
                     }
                     encode_option_reply(&mut reply, option, NBD_REP_ACK, &[]);
                     stream.write_all(&reply)?;
-                    start_tls(shared, tls, stream, tls_relay, id)?;
+                    start_tls(shared, tls, stream, id)?;
                     // The spec: no negotiation state survives STARTTLS.
                     structured = false;
                     allocation = None;
@@ -346,49 +343,21 @@ pub(super) fn negotiate(
 }
 
 /// True once `NBD_OPT_STARTTLS` succeeded on this connection.
-pub(super) fn tls_active(stream: &Stream, tls_relay: &Option<JoinHandle<()>>) -> bool {
-    tls_relay.is_some() || matches!(stream, Stream::ServerTls(_))
+pub(super) fn tls_active(stream: &Stream) -> bool {
+    matches!(stream, Stream::ServerTls(_) | Stream::SharedTls(_))
 }
 
-/// Starts TLS: in this thread for an inline connection, else behind a
-/// relay thread whose plaintext end the connection continues on.
+/// Starts TLS on this thread: the rest of the handshake runs the rustls
+/// session here, and transmission shares it between the connection's
+/// threads ([`crate::tls::SharedTls`]).
 fn start_tls(
     shared: &Shared,
     tls: &TlsServer,
     stream: &mut Stream,
-    tls_relay: &mut Option<JoinHandle<()>>,
     id: u64,
 ) -> Result<(), ConnectionEnd> {
     let socket = stream.try_clone()?;
-    if shared.config.workers_per_connection == 0 {
-        // One thread reads and writes: the session runs right here, with
-        // no relay hop.
-        *stream = tls.start_in_thread(socket)?;
-        shared.log(LogLevel::Debug, &format!("connection {id}: TLS started"));
-        return Ok(());
-    }
-    let logger = shared.config.logger.clone();
-    let log = Box::new(move |message: String| {
-        logger(
-            LogLevel::Warn,
-            &format!("connection {id}: TLS ended: {message}"),
-        )
-    });
-    let (plain, relay) = tls.start(socket, log).inspect_err(|error| {
-        // Out of threads, most likely: the connection is refused.
-        shared
-            .counters
-            .connections_refused
-            .fetch_add(1, Ordering::Relaxed);
-        shared.log(
-            LogLevel::Error,
-            &format!("connection {id}: refused: cannot start its TLS relay thread: {error}"),
-        );
-    })?;
-    // Our duplicate of the socket closes here; the relay and the connection
-    // table hold the others.
-    *stream = plain;
-    *tls_relay = Some(relay);
+    *stream = tls.start_in_thread(socket)?;
     shared.log(LogLevel::Debug, &format!("connection {id}: TLS started"));
     Ok(())
 }

@@ -91,6 +91,24 @@ impl Replies {
         }
     }
 
+    /// Moves `other`'s replies behind these (its header bytes are copied,
+    /// its READ data buffers moved, not copied) and hands this queue's
+    /// spare data buffers to `other` for its next replies.
+    pub(super) fn append(&mut self, other: &mut Replies) {
+        let offset = self.bytes.len();
+        self.bytes.extend_from_slice(&other.bytes);
+        other.bytes.clear();
+        for (at, buffer) in other.data.drain(..) {
+            self.data_bytes += buffer.len();
+            self.data.push((offset + at, buffer));
+        }
+        other.data_bytes = 0;
+        self.spare_bytes = 0;
+        for buffer in std::mem::take(&mut self.spare) {
+            other.recycle(buffer);
+        }
+    }
+
     /// Drops every queued reply, keeping the data buffers for reuse.
     pub(super) fn clear(&mut self) {
         self.bytes.clear();
@@ -200,5 +218,41 @@ mod tests {
         // A buffer beyond the spare budget is not kept.
         replies.recycle(AlignedBuf::zeroed(SPARE_BYTES_MAX));
         assert_eq!(replies.spare.len(), 2);
+    }
+
+    /// Appending moves another queue's replies behind these in order (data
+    /// buffers moved, not copied) and hands this queue's spares over.
+    #[test]
+    fn appended_replies_go_out_in_order_and_spares_move_over() {
+        let mut pending = Replies::with_capacity(1024);
+        let mut thread = Replies::with_capacity(1024);
+        pending.recycle(AlignedBuf::zeroed(4096));
+        let mut expected = Vec::new();
+        for reply in 0..3u8 {
+            thread.bytes().extend_from_slice(&[reply, 0xAA]);
+            expected.extend_from_slice(&[reply, 0xAA]);
+            let mut data = thread.data_buffer(512);
+            data.fill(reply);
+            expected.extend_from_slice(&data);
+            let address = data.as_ptr() as usize;
+            thread.push_data(data);
+            pending.append(&mut thread);
+            assert!(thread.is_empty());
+            if reply == 0 {
+                assert_eq!(thread.spare.len(), 1, "the pending queue's spare went over");
+                assert!(pending.spare.is_empty());
+            }
+            assert_eq!(
+                pending.data.last().unwrap().1.as_ptr() as usize,
+                address,
+                "moved, not copied"
+            );
+        }
+        let mut sink = Trickle {
+            written: Vec::new(),
+            step: 100,
+        };
+        pending.write_to(&mut sink).unwrap();
+        assert_eq!(sink.written, expected);
     }
 }

@@ -1,314 +1,510 @@
-//! The transmission phase: reading requests, validating and executing them
-//! against the export, and writing replies, either on the connection's own
-//! thread (inline) or through a bounded queue to worker threads.
+//! The transmission phase, after nbdkit's model: a connection has up to
+//! `workers_per_connection` threads, and each of them in turn takes the
+//! read side, reads one whole request (header and payload), lets go of the
+//! read side, executes the request and writes its reply under the write
+//! side. Nothing is queued and no request passes from one thread to
+//! another.
 //!
-//! WRITE payloads are read into page-aligned buffers ([`AlignedBuf`], reused
-//! per connection) and READ data is read into aligned buffers and sent from
-//! them ([`Replies`]), so an aligned request reaches an `O_DIRECT` device
-//! without a bounce copy.
+//! Threads are started as they are needed: the connection's own thread
+//! serves alone until a request is read while every other thread is busy;
+//! an extra thread that has waited [`IDLE_THREAD_EXIT`] for the read side
+//! ends. Whether a thread lets go of the read side before executing depends
+//! on what the export costs: while this connection's requests execute in
+//! under [`HANDOFF_EXECUTE_NS`] on average and no further whole request is
+//! buffered, a thread keeps the read side through the request and its
+//! reply (no other thread is woken: a QD1 client costs one thread and no
+//! lock hand-over, as an inline server does), and replies wait in a shared
+//! buffer while further whole requests are buffered (one `send` for a
+//! pipelined batch, at most `reply_batch_bytes`). Slower requests are
+//! handed over at once, so they overlap, and each reply is written as soon
+//! as it is ready (replies of threads that queue for the write side go out
+//! together).
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use std::net::Shutdown;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::thread::Scope;
+use std::time::Duration;
 
-use tierd_common::aligned::AlignedBuf;
-
-use super::budget::{charge_bytes, ByteBudget, Charge};
+use super::budget::{charge_bytes, Charge};
 use super::connection::{protocol, ConnectionEnd};
+use super::execute::handle_request;
 use super::negotiate::Session;
 use super::reply::Replies;
-use super::{
-    command_slot, LogLevel, Shared, ALLOCATION_CONTEXT_ID, MAX_DISCARDED_PAYLOAD_BYTES,
-    MAX_EXTENTS_PER_REPLY,
-};
+use super::{command_slot, ConnectionLedger, LogLevel, Shared, MAX_DISCARDED_PAYLOAD_BYTES};
 use crate::io::{Fill, InputBuffer, Stream};
 use crate::proto::*;
+use tierd_common::aligned::AlignedBuf;
 
 /// Reply and payload buffers larger than this are released after use, so
 /// an idle connection keeps little memory whatever it did before.
 const RETAINED_BUFFER_BYTES: usize = 1024 * 1024;
-/// Worker mode: payload buffers kept for reuse per connection, in bytes.
-const POOLED_BUFFER_BYTES: usize = 8 * 1024 * 1024;
+/// A connection whose requests take at least this long in the export on
+/// average (a moving mean over about 8 requests) hands each request's read
+/// side over before executing it, so requests overlap. Below it, waking
+/// another thread costs more than the request: memory and page-cache
+/// requests take 1-5 µs, an O_DIRECT read on an SSD 50-100 µs, an emulated
+/// disk milliseconds.
+pub(super) const HANDOFF_EXECUTE_NS: u64 = 20_000;
+/// An extra thread that waited this long for a request ends.
+pub(super) const IDLE_THREAD_EXIT: Duration = Duration::from_secs(2);
 
-/// Appends an error reply for `header`: a structured error chunk when
-/// structured replies were negotiated, else a simple reply.
-fn encode_request_error(
-    session: &Session,
-    header: &RequestHeader,
-    error: u32,
-    message: &str,
-    out: &mut Vec<u8>,
-) {
-    if session.structured {
-        encode_error_chunk(out, header.cookie, error, message);
-    } else {
-        encode_simple_reply(out, error, header.cookie);
+/// One connection in transmission, shared by its threads.
+struct Transmission<'a> {
+    shared: &'a Shared,
+    session: &'a Session,
+    ledger: &'a ConnectionLedger,
+    stopping: &'a AtomicBool,
+    id: u64,
+    reader: Mutex<Reader<'a>>,
+    writer: Mutex<Writer<'a>>,
+    /// Threads waiting for `writer`: a reply may wait for theirs.
+    writers_waiting: AtomicUsize,
+    /// Threads waiting for `reader`.
+    readers_waiting: AtomicUsize,
+    /// Threads serving this connection, its own included.
+    threads: AtomicUsize,
+    /// No further requests are read: DISC, end of stream, an error, or the
+    /// server stopping. Threads finish what they read, then end.
+    closing: AtomicBool,
+    /// Replies can no longer be delivered: requests read are dropped
+    /// unexecuted.
+    cancelled: AtomicBool,
+    /// Why the connection ended, when it ended badly (the first reason).
+    end: Mutex<Option<ConnectionEnd>>,
+    /// Moving mean of the export's time per request, in ns.
+    execute_ns: AtomicU64,
+    /// An extra thread could not be started (logged once).
+    spawn_failed: AtomicBool,
+}
+
+/// The read side: the input buffer and the socket it fills from.
+struct Reader<'a> {
+    input: &'a mut InputBuffer,
+    stream: &'a mut Stream,
+}
+
+/// The write side: the socket, and the replies waiting to be written with
+/// the charges they hold (READ data stays in the buffers it was read into;
+/// one vectored write sends them all).
+struct Writer<'a> {
+    stream: Stream,
+    pending: Replies,
+    held: Vec<Charge<'a>>,
+}
+
+impl Writer<'_> {
+    /// Writes every pending reply and gives their charges back.
+    fn flush(&mut self) -> std::io::Result<()> {
+        let result = self.pending.write_to(&mut self.stream);
+        self.held.clear();
+        result
     }
 }
 
-/// Checks a request against the session; returns the error to reply with.
-fn validate(session: &Session, header: &RequestHeader) -> Result<(), (u32, &'static str)> {
-    let allowed_flags = NBD_CMD_FLAG_FUA
-        | match header.command {
-            NBD_CMD_READ if session.structured => NBD_CMD_FLAG_DF,
-            NBD_CMD_WRITE_ZEROES => NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO,
-            NBD_CMD_BLOCK_STATUS => NBD_CMD_FLAG_REQ_ONE,
-            NBD_CMD_READ | NBD_CMD_WRITE | NBD_CMD_FLUSH | NBD_CMD_TRIM | NBD_CMD_CACHE => 0,
-            _ => return Err((NBD_EINVAL, "unknown command")),
-        };
-    if header.flags & !allowed_flags != 0 {
-        return Err((NBD_EINVAL, "command flag not valid for this command"));
-    }
-    if header.command == NBD_CMD_FLUSH {
-        return Ok(());
-    }
-    let writes = matches!(
-        header.command,
-        NBD_CMD_WRITE | NBD_CMD_TRIM | NBD_CMD_WRITE_ZEROES
-    );
-    if writes && !session.writable {
-        return Err((NBD_EPERM, "the export is read-only"));
-    }
-    if matches!(header.command, NBD_CMD_READ | NBD_CMD_WRITE)
-        && header.length_bytes > session.max_request_bytes
-    {
-        return Err((
-            NBD_EINVAL,
-            "length exceeds the server's maximum request length",
-        ));
-    }
-    let end = header
-        .offset_bytes
-        .checked_add(u64::from(header.length_bytes));
-    if end.is_none_or(|end| end > session.size_bytes) {
-        return Err(
-            if matches!(header.command, NBD_CMD_WRITE | NBD_CMD_WRITE_ZEROES) {
-                (NBD_ENOSPC, "request extends past the end of the export")
-            } else {
-                (NBD_EINVAL, "request extends past the end of the export")
-            },
-        );
-    }
-    let alignment = u64::from(session.minimum_block_bytes);
-    if alignment > 1
-        && (!header.offset_bytes.is_multiple_of(alignment)
-            || !u64::from(header.length_bytes).is_multiple_of(alignment))
-    {
-        return Err((
-            NBD_EINVAL,
-            "request is not aligned to the minimum block size",
-        ));
-    }
-    if header.command == NBD_CMD_BLOCK_STATUS {
-        if session.allocation_context.is_none() {
-            return Err((NBD_EINVAL, "no metadata context was negotiated"));
-        }
-        if header.length_bytes == 0 {
-            return Err((NBD_EINVAL, "block status of zero bytes"));
-        }
-    }
-    Ok(())
+/// A request read and charged, ready to execute.
+struct Request<'a> {
+    header: RequestHeader,
+    /// The write payload's length in the thread's payload buffer.
+    payload_bytes: usize,
+    charge: Charge<'a>,
 }
 
-/// Executes one request (not DISC) and appends its whole reply to `out`.
-/// `payload` is the write data (empty for other commands).
-fn handle_request(
+/// Serves requests until the client disconnects, the connection fails or
+/// the server stops; returns why it ended. Every thread it starts has ended
+/// when it returns.
+pub(super) fn transmit(
     shared: &Shared,
     session: &Session,
-    header: &RequestHeader,
-    payload: &[u8],
-    replies: &mut Replies,
-) {
-    let counters = &shared.counters;
-    counters.requests[command_slot(header.command)].fetch_add(1, Ordering::Relaxed);
-    if let Err((error, message)) = validate(session, header) {
-        counters.request_errors.fetch_add(1, Ordering::Relaxed);
-        shared.log(
-            LogLevel::Debug,
-            &format!(
-                "{} offset {} length {} flags {:#x}: {} ({message})",
-                command_name(header.command),
-                header.offset_bytes,
-                header.length_bytes,
-                header.flags,
-                error_name(error)
-            ),
-        );
-        encode_request_error(session, header, error, message, replies.bytes());
-        return;
-    }
-    let export = &*session.export;
-    let fua = header.flags & NBD_CMD_FLAG_FUA != 0;
-    let length = u64::from(header.length_bytes);
-    let result = match header.command {
-        NBD_CMD_READ => {
-            let out = replies.bytes();
-            let start = out.len();
-            if session.structured {
-                if header.length_bytes == 0 {
-                    encode_chunk_header(
-                        out,
-                        NBD_REPLY_FLAG_DONE,
-                        NBD_REPLY_TYPE_NONE,
-                        header.cookie,
-                        0,
-                    );
-                    return;
-                }
-                encode_chunk_header(
-                    out,
-                    NBD_REPLY_FLAG_DONE,
-                    NBD_REPLY_TYPE_OFFSET_DATA,
-                    header.cookie,
-                    header.length_bytes + 8,
-                );
-                out.extend_from_slice(&header.offset_bytes.to_be_bytes());
-            } else {
-                encode_simple_reply(out, 0, header.cookie);
-            }
-            let mut data = replies.data_buffer(header.length_bytes as usize);
-            match export.read(header.offset_bytes, &mut data) {
-                Ok(()) => {
-                    replies.push_data(data);
-                    counters.bytes_read.fetch_add(length, Ordering::Relaxed);
-                    return;
-                }
-                Err(error) => {
-                    // Nothing is sent yet: replace the reply with an error.
-                    replies.bytes().truncate(start);
-                    replies.recycle(data);
-                    Err(error)
-                }
-            }
-        }
-        NBD_CMD_WRITE => export.write(header.offset_bytes, payload, fua).map(|()| {
-            counters.bytes_written.fetch_add(length, Ordering::Relaxed);
+    ledger: &ConnectionLedger,
+    input: &mut InputBuffer,
+    stream: &mut Stream,
+    stopping: &AtomicBool,
+    id: u64,
+) -> Result<(), ConnectionEnd> {
+    let writer = stream.try_clone()?;
+    let transmission = Transmission {
+        shared,
+        session,
+        ledger,
+        stopping,
+        id,
+        reader: Mutex::new(Reader { input, stream }),
+        writer: Mutex::new(Writer {
+            stream: writer,
+            pending: Replies::with_capacity(64 * 1024),
+            held: Vec::new(),
         }),
-        NBD_CMD_FLUSH => export.flush(),
-        NBD_CMD_TRIM => {
-            if length == 0 {
-                Ok(())
-            } else {
-                export.trim(header.offset_bytes, length, fua)
-            }
-        }
-        NBD_CMD_WRITE_ZEROES => {
-            if length == 0 {
-                Ok(())
-            } else {
-                export.write_zeroes(
-                    header.offset_bytes,
-                    length,
-                    fua,
-                    header.flags & NBD_CMD_FLAG_NO_HOLE == 0,
-                    header.flags & NBD_CMD_FLAG_FAST_ZERO != 0,
-                )
-            }
-        }
-        NBD_CMD_CACHE => Ok(()),
-        NBD_CMD_BLOCK_STATUS => match export.block_status(header.offset_bytes, length) {
-            Ok(extents) => {
-                encode_block_status(session, header, &extents, replies.bytes());
-                return;
-            }
-            Err(error) => Err(error),
-        },
-        // validate() refused every other command.
-        _ => Ok(()),
+        writers_waiting: AtomicUsize::new(0),
+        readers_waiting: AtomicUsize::new(0),
+        threads: AtomicUsize::new(1),
+        closing: AtomicBool::new(false),
+        cancelled: AtomicBool::new(false),
+        end: Mutex::new(None),
+        execute_ns: AtomicU64::new(0),
+        spawn_failed: AtomicBool::new(false),
     };
-    let out = replies.bytes();
-    match result {
-        Ok(()) => encode_simple_reply(out, 0, header.cookie),
-        Err(error) => {
-            let code = nbd_error(&error);
-            counters.request_errors.fetch_add(1, Ordering::Relaxed);
-            // FAST_ZERO refusals are part of normal operation.
-            let level = if code == NBD_ENOTSUP {
-                LogLevel::Debug
-            } else {
-                LogLevel::Warn
-            };
-            shared.log(
-                level,
-                &format!(
-                    "{} offset {} length {}: export error errno {} ({}): {}",
-                    command_name(header.command),
-                    header.offset_bytes,
-                    header.length_bytes,
-                    error.errno,
-                    error_name(code),
-                    error.message
-                ),
-            );
-            encode_request_error(session, header, code, error_name(code), out);
-        }
+    std::thread::scope(|scope| serve(&transmission, scope, true));
+    match transmission.end.into_inner() {
+        Some(end) => Err(end),
+        None => Ok(()),
     }
 }
 
-/// Appends a `NBD_REPLY_TYPE_BLOCK_STATUS` chunk: extents clipped to the
-/// export's end, empty ones dropped, each at most u32::MAX (rounded down to
-/// 4 KiB); stops once the requested length is covered. With REQ_ONE, one
-/// extent no longer than the request.
-fn encode_block_status(
-    session: &Session,
-    header: &RequestHeader,
-    extents: &[crate::Extent],
-    out: &mut Vec<u8>,
+/// One thread of a connection: read a request, execute it, reply; again.
+/// `own`: the connection's own thread, which ends only with the connection.
+fn serve<'scope, 'env, 'a: 'scope>(
+    transmission: &'scope Transmission<'a>,
+    scope: &'scope Scope<'scope, 'env>,
+    own: bool,
 ) {
-    const LARGEST_EXTENT_BYTES: u64 = (u32::MAX as u64) & !4095;
-    let requested = u64::from(header.length_bytes);
-    let req_one = header.flags & NBD_CMD_FLAG_REQ_ONE != 0;
-    let limit_end = session.size_bytes;
-    let start = out.len();
-    encode_chunk_header(
-        out,
-        NBD_REPLY_FLAG_DONE,
-        NBD_REPLY_TYPE_BLOCK_STATUS,
-        header.cookie,
-        0,
-    );
-    out.extend_from_slice(
-        &session
-            .allocation_context
-            .unwrap_or(ALLOCATION_CONTEXT_ID)
-            .to_be_bytes(),
-    );
-    let mut position = header.offset_bytes;
-    let mut covered = 0u64;
-    let mut count = 0usize;
-    for extent in extents {
-        if covered >= requested || count >= MAX_EXTENTS_PER_REPLY {
+    let shared = transmission.shared;
+    let clock = &*shared.config.clock;
+    let mut out = Replies::with_capacity(4096);
+    let mut payload = AlignedBuf::new();
+    // The read side, when the previous request kept it.
+    let mut kept: Option<MutexGuard<'scope, Reader<'a>>> = None;
+    loop {
+        let mut reader = match kept.take() {
+            Some(reader) => reader,
+            None => match transmission.wait_for_reader(own) {
+                Some(reader) => reader,
+                None => break,
+            },
+        };
+        let Some(request) = transmission.read_request(&mut reader, &mut payload) else {
             break;
+        };
+        let mut reader = Some(reader);
+        if transmission.is_slow() {
+            reader = None;
+            transmission.start_thread_if_needed(scope);
         }
-        let mut length = extent
-            .length_bytes
-            .min(LARGEST_EXTENT_BYTES)
-            .min(limit_end.saturating_sub(position));
-        if req_one {
-            length = length.min(requested);
-        }
-        if length == 0 {
+        if transmission.cancelled.load(Ordering::SeqCst) {
+            transmission
+                .ledger
+                .counters
+                .requests_cancelled
+                .fetch_add(1, Ordering::Relaxed);
+            kept = reader;
             continue;
         }
-        out.extend_from_slice(&(length as u32).to_be_bytes());
-        out.extend_from_slice(&(extent.flags & (NBD_STATE_HOLE | NBD_STATE_ZERO)).to_be_bytes());
-        position += length;
-        covered += length;
-        count += 1;
-        if req_one {
-            break;
+        let started_ns = clock.now_ns();
+        handle_request(
+            shared,
+            &transmission.ledger.counters,
+            transmission.session,
+            &request.header,
+            &payload[..request.payload_bytes],
+            &mut out,
+        );
+        transmission.record_execute(clock.now_ns().saturating_sub(started_ns));
+        // A request that turned out slow lets go of the read side before
+        // its reply, which may block on a client that reads slowly.
+        let slow = transmission.is_slow();
+        if slow && reader.is_some() {
+            reader = None;
+            transmission.start_thread_if_needed(scope);
+        }
+        kept = transmission.reply(&mut out, request.charge, reader, slow);
+        if payload.capacity() > RETAINED_BUFFER_BYTES {
+            payload = AlignedBuf::new();
         }
     }
-    if count == 0 {
-        // The export gave nothing usable: "allocated, contents unknown" is
-        // always a correct answer.
-        out.extend_from_slice(&header.length_bytes.to_be_bytes());
-        out.extend_from_slice(&0u32.to_be_bytes());
+    drop(kept);
+    transmission.flush_pending();
+    transmission.threads.fetch_sub(1, Ordering::SeqCst);
+}
+
+impl<'a> Transmission<'a> {
+    /// Waits for the read side. An extra thread gives up after
+    /// [`IDLE_THREAD_EXIT`] (`None`: it ends).
+    fn wait_for_reader(&self, own: bool) -> Option<MutexGuard<'_, Reader<'a>>> {
+        self.readers_waiting.fetch_add(1, Ordering::SeqCst);
+        let reader = if own {
+            Some(self.reader.lock())
+        } else {
+            self.reader.try_lock_for(IDLE_THREAD_EXIT)
+        };
+        self.readers_waiting.fetch_sub(1, Ordering::SeqCst);
+        reader
     }
-    let payload_length = (out.len() - start - STRUCTURED_REPLY_HEADER_BYTES) as u32;
-    out[start + 16..start + 20].copy_from_slice(&payload_length.to_be_bytes());
+
+    fn is_slow(&self) -> bool {
+        self.execute_ns.load(Ordering::Relaxed) >= HANDOFF_EXECUTE_NS
+    }
+
+    fn record_execute(&self, elapsed_ns: u64) {
+        // Threads may race here; a lost sample does not matter.
+        let mean_ns = self.execute_ns.load(Ordering::Relaxed);
+        self.execute_ns
+            .store(mean_ns - mean_ns / 8 + elapsed_ns / 8, Ordering::Relaxed);
+    }
+
+    /// Starts one more thread when none waits for the read side and fewer
+    /// than `workers_per_connection` run. A failure is logged once; the
+    /// connection goes on with the threads it has.
+    fn start_thread_if_needed<'scope, 'env>(&'scope self, scope: &'scope Scope<'scope, 'env>)
+    where
+        'a: 'scope,
+    {
+        let limit = self.shared.config.workers_per_connection.max(1);
+        if self.readers_waiting.load(Ordering::SeqCst) > 0 || self.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        let running = self.threads.load(Ordering::SeqCst);
+        if running >= limit
+            || self
+                .threads
+                .compare_exchange(running, running + 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+        {
+            return;
+        }
+        let mut builder =
+            std::thread::Builder::new().name(format!("nbd-conn-{}-{}", self.id, running));
+        if let Some(stack_bytes) = self.shared.config.worker_stack_bytes {
+            builder = builder.stack_size(stack_bytes);
+        }
+        // Extra threads log inside their connection's span.
+        let span = tracing::Span::current();
+        let spawned = builder.spawn_scoped(scope, move || {
+            let _span = span.entered();
+            serve(self, scope, false);
+        });
+        if let Err(error) = spawned {
+            self.threads.fetch_sub(1, Ordering::SeqCst);
+            if !self.spawn_failed.swap(true, Ordering::SeqCst) {
+                self.shared.log(
+                    LogLevel::Error,
+                    &format!(
+                        "connection {}: cannot start request thread {} of {limit} (workers_per_connection): {error}; going on with {running}",
+                        self.id,
+                        running + 1
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Reads the next request under the read side and charges it; `None`
+    /// when no further request will be read (the connection is closing).
+    fn read_request(
+        &self,
+        reader: &mut Reader<'_>,
+        payload: &mut AlignedBuf,
+    ) -> Option<Request<'a>> {
+        if self.cancelled.load(Ordering::SeqCst) {
+            self.drop_buffered_requests(reader);
+            self.close(None);
+            return None;
+        }
+        if self.closing.load(Ordering::SeqCst) {
+            return None;
+        }
+        let header = match next_header(reader.input, reader.stream) {
+            Ok(Some(header)) => header,
+            Ok(None) => {
+                // A client that closed its socket entirely reads no
+                // replies: drop what the other threads have not executed
+                // yet. (When only its sending side is closed, they are
+                // answered.)
+                if peer_gone(reader.stream) {
+                    self.cancelled.store(true, Ordering::SeqCst);
+                }
+                self.close(None);
+                return None;
+            }
+            Err(end) => {
+                self.close(Some(end));
+                return None;
+            }
+        };
+        let shared = self.shared;
+        let bytes = charge_bytes(shared, &header);
+        let budget = &self.ledger.budget;
+        let charge = match budget.try_charge(&shared.budget, bytes) {
+            Some(charge) => charge,
+            None => {
+                // Replies waiting in the buffer hold bytes: write them
+                // first, so a waiting connection holds only what its
+                // executing requests and blocked writes hold.
+                self.flush_pending();
+                let give_up = || {
+                    self.stopping.load(Ordering::SeqCst) || self.cancelled.load(Ordering::SeqCst)
+                };
+                match budget.charge(&shared.budget, bytes, &give_up, &|| {
+                    shared.reclaim_spare_credit()
+                }) {
+                    Some(charge) => charge,
+                    None => {
+                        // Stopping, or the client is gone: the request is
+                        // dropped with the connection.
+                        self.close(None);
+                        return None;
+                    }
+                }
+            }
+        };
+        let mut payload_bytes = 0;
+        if header.has_payload() {
+            let result = if header.length_bytes > self.session.max_request_bytes {
+                discard_oversized_payload(
+                    reader.input,
+                    reader.stream,
+                    &header,
+                    self.session.max_request_bytes,
+                )
+            } else {
+                payload_bytes = header.length_bytes as usize;
+                payload.resize(payload_bytes);
+                reader
+                    .input
+                    .read_exact(reader.stream, &mut payload[..payload_bytes])
+                    .map_err(ConnectionEnd::from)
+            };
+            if let Err(end) = result {
+                self.close(Some(end));
+                return None;
+            }
+        }
+        if header.command == NBD_CMD_DISC {
+            self.ledger.counters.requests[command_slot(NBD_CMD_DISC)]
+                .fetch_add(1, Ordering::Relaxed);
+            // The spec: requests in flight are still answered; the threads
+            // executing them reply, then end.
+            self.close(None);
+            return None;
+        }
+        Some(Request {
+            header,
+            payload_bytes,
+            charge,
+        })
+    }
+
+    /// Counts the whole requests already buffered as cancelled (their
+    /// client is gone), without reading the socket.
+    fn drop_buffered_requests(&self, reader: &mut Reader<'_>) {
+        while reader.input.has_complete_request() {
+            let buffered = reader.input.buffered();
+            let mut bytes = [0u8; REQUEST_HEADER_BYTES];
+            bytes.copy_from_slice(&buffered[..REQUEST_HEADER_BYTES]);
+            let Ok(header) = parse_request_header(&bytes) else {
+                return;
+            };
+            let payload_bytes = if header.has_payload() {
+                header.length_bytes as usize
+            } else {
+                0
+            };
+            reader.input.consume(REQUEST_HEADER_BYTES + payload_bytes);
+            if header.command == NBD_CMD_DISC {
+                return;
+            }
+            self.ledger
+                .counters
+                .requests_cancelled
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Writes `out` (one whole reply), or leaves it pending when another
+    /// reply will follow at once: another thread waits for the write side,
+    /// or (requests being fast) a further whole request is buffered and this
+    /// thread takes it. A reply left pending moves into the write side (its
+    /// READ data is not copied) and `out` is emptied either way. Returns
+    /// the read side when this thread keeps it for its next request.
+    fn reply<'t>(
+        &'t self,
+        out: &mut Replies,
+        charge: Charge<'a>,
+        reader: Option<MutexGuard<'t, Reader<'a>>>,
+        slow: bool,
+    ) -> Option<MutexGuard<'t, Reader<'a>>> {
+        // Alone, no other thread can want the write side (only this one
+        // could start another): skip telling them.
+        let alone = self.threads.load(Ordering::SeqCst) == 1;
+        if !alone {
+            self.writers_waiting.fetch_add(1, Ordering::SeqCst);
+        }
+        let mut writer = self.writer.lock();
+        if !alone {
+            self.writers_waiting.fetch_sub(1, Ordering::SeqCst);
+        }
+        if self.cancelled.load(Ordering::SeqCst) {
+            out.clear();
+            return reader;
+        }
+        let mut reader = reader;
+        let batch_bytes = self.shared.config.reply_batch_bytes.max(1);
+        let defer = writer.pending.len() + out.len() < batch_bytes
+            && (self.writers_waiting.load(Ordering::SeqCst) > 0
+                || (!slow && {
+                    if reader.is_none() {
+                        // Never blocks, so taking it under the write side
+                        // cannot deadlock with a reader that flushes.
+                        reader = self.reader.try_lock();
+                    }
+                    reader.as_ref().is_some_and(|reader| {
+                        reader.input.has_complete_request() && !self.closing.load(Ordering::SeqCst)
+                    })
+                }));
+        let result = if defer {
+            writer.pending.append(out);
+            writer.held.push(charge);
+            Ok(())
+        } else if writer.pending.is_empty() {
+            let result = out.write_to(&mut writer.stream);
+            drop(charge);
+            result
+        } else {
+            writer.pending.append(out);
+            writer.held.push(charge);
+            writer.flush()
+        };
+        if let Err(error) = result {
+            self.write_failed(&writer, error);
+        }
+        reader
+    }
+
+    /// Writes the replies waiting in the write side.
+    fn flush_pending(&self) {
+        let mut writer = self.writer.lock();
+        if writer.pending.is_empty() {
+            return;
+        }
+        if self.cancelled.load(Ordering::SeqCst) {
+            writer.pending.clear();
+            writer.held.clear();
+            return;
+        }
+        if let Err(error) = writer.flush() {
+            self.write_failed(&writer, error);
+        }
+    }
+
+    /// A reply could not be written: nobody will get replies any more.
+    fn write_failed(&self, writer: &Writer<'_>, error: std::io::Error) {
+        if !self.cancelled.swap(true, Ordering::SeqCst) {
+            // Unblock the thread reading: the connection is over.
+            let _ = writer.stream.shutdown(Shutdown::Both);
+            self.close(Some(ConnectionEnd::Io(error)));
+        }
+    }
+
+    /// Stops reading requests; `end` is why, when the connection failed.
+    fn close(&self, end: Option<ConnectionEnd>) {
+        self.closing.store(true, Ordering::SeqCst);
+        if let Some(end) = end {
+            let mut recorded = self.end.lock();
+            if recorded.is_none() {
+                *recorded = Some(end);
+            }
+        }
+    }
 }
 
 /// Reads the next request header. `Ok(None)`: the client closed the socket
@@ -358,273 +554,4 @@ fn peer_gone(stream: &Stream) -> bool {
     // SAFETY: one valid pollfd, zero timeout.
     let ready = unsafe { libc::poll(&mut poll_fd, 1, 0) };
     ready > 0 && poll_fd.revents & (libc::POLLHUP | libc::POLLERR) != 0
-}
-
-/// Transmission with requests executed on the reading thread; replies are
-/// written when no further whole request is buffered (or much is waiting).
-/// Reply bytes waiting in `out` are charged to the server-wide budget; a
-/// request that does not fit waits, with earlier replies written first so
-/// this connection holds nothing while it waits.
-pub(super) fn transmit_inline(
-    shared: &Shared,
-    session: &Session,
-    input: &mut InputBuffer,
-    stream: &mut Stream,
-    stopping: &AtomicBool,
-) -> Result<(), ConnectionEnd> {
-    let batch_bytes = shared.config.reply_batch_bytes.max(1);
-    let connection_limit_bytes = shared.config.max_in_flight_bytes_per_connection;
-    let mut out = Replies::with_capacity(batch_bytes.min(RETAINED_BUFFER_BYTES) + 64 * 1024);
-    let mut payload = AlignedBuf::new();
-    // Charged for the replies in `out`; given back once they are written.
-    let mut held = Charge::none();
-    let give_up = || stopping.load(Ordering::SeqCst);
-    let result = loop {
-        if !out.is_empty() && (out.len() >= batch_bytes || !input.has_complete_request()) {
-            out.write_to(stream)?;
-            held = Charge::none();
-        }
-        let header = match next_header(input, stream) {
-            Ok(Some(header)) => header,
-            Ok(None) => break Ok(()),
-            Err(end) => break Err(end),
-        };
-        let charge = charge_bytes(shared, &header);
-        if charge > 0 {
-            let fits =
-                held.bytes + charge <= connection_limit_bytes && shared.budget.try_acquire(charge);
-            if fits {
-                held.budgets[0] = Some(&shared.budget);
-                held.bytes += charge;
-            } else {
-                if !out.is_empty() {
-                    out.write_to(stream)?;
-                }
-                held = Charge::none();
-                if !shared.budget.acquire(charge, &give_up) {
-                    // Stopping: the request is dropped with the connection.
-                    break Ok(());
-                }
-                held = Charge {
-                    budgets: [Some(&shared.budget), None],
-                    bytes: charge,
-                };
-            }
-        }
-        let mut data: &[u8] = &[];
-        if header.has_payload() {
-            if header.length_bytes > session.max_request_bytes {
-                if let Err(end) =
-                    discard_oversized_payload(input, stream, &header, session.max_request_bytes)
-                {
-                    break Err(end);
-                }
-            } else {
-                let length = header.length_bytes as usize;
-                payload.resize(length);
-                input.read_exact(stream, &mut payload)?;
-                data = &payload;
-            }
-        }
-        if header.command == NBD_CMD_DISC {
-            shared.counters.requests[command_slot(NBD_CMD_DISC)].fetch_add(1, Ordering::Relaxed);
-            break Ok(());
-        }
-        handle_request(shared, session, &header, data, &mut out);
-        if payload.capacity() > RETAINED_BUFFER_BYTES {
-            payload = AlignedBuf::new();
-        }
-    };
-    if !out.is_empty() {
-        out.write_to(stream)?;
-    }
-    drop(held);
-    result
-}
-
-struct Job<'a> {
-    header: RequestHeader,
-    payload: AlignedBuf,
-    /// Given back when the job is dropped: after its reply is written, or
-    /// unexecuted when its client is gone.
-    charge: Charge<'a>,
-}
-
-/// Transmission with a bounded queue feeding worker threads; each worker
-/// writes its reply whole under the writer lock. Each request takes its
-/// bytes from this connection's budget and the server's before the reader
-/// reads its payload or queues it; the reader waits (reading nothing more)
-/// while either is exhausted.
-pub(super) fn transmit_with_workers(
-    shared: &Shared,
-    session: &Session,
-    input: &mut InputBuffer,
-    stream: &mut Stream,
-    stopping: &AtomicBool,
-    id: u64,
-) -> Result<(), ConnectionEnd> {
-    let writer = Mutex::new(stream.try_clone()?);
-    // Set when a reply cannot be written or the client is gone: queued
-    // requests are then dropped unexecuted.
-    let cancelled = AtomicBool::new(false);
-    let pool: Mutex<Vec<AlignedBuf>> = Mutex::new(Vec::new());
-    let connection_budget = ByteBudget::new(shared.config.max_in_flight_bytes_per_connection);
-    let (sender, receiver) = sync_channel::<Job<'_>>(shared.config.queue_depth_per_connection);
-    let receiver = Mutex::new(receiver);
-    let give_up = || cancelled.load(Ordering::SeqCst) || stopping.load(Ordering::SeqCst);
-
-    let send_reply = |replies: &mut Replies| {
-        let mut writer = writer.lock();
-        if replies.write_to(&mut *writer).is_err() && !cancelled.swap(true, Ordering::SeqCst) {
-            // Unblock the reader: nobody will get replies any more.
-            let _ = writer.shutdown(Shutdown::Both);
-        }
-    };
-
-    std::thread::scope(|scope| {
-        let workers = shared.config.workers_per_connection;
-        for index in 0..workers {
-            let mut builder = std::thread::Builder::new().name(format!("nbd-conn-{id}-worker"));
-            if let Some(stack_bytes) = shared.config.worker_stack_bytes {
-                builder = builder.stack_size(stack_bytes);
-            }
-            // Workers log inside their connection's span.
-            let span = tracing::Span::current();
-            let (receiver, pool, cancelled, send_reply) =
-                (&receiver, &pool, &cancelled, &send_reply);
-            let spawned = builder.spawn_scoped(scope, move || {
-                let _span = span.entered();
-                worker_loop(shared, session, receiver, pool, cancelled, send_reply)
-            });
-            if let Err(error) = spawned {
-                shared
-                    .counters
-                    .connections_refused
-                    .fetch_add(1, Ordering::Relaxed);
-                shared.log(
-                    LogLevel::Error,
-                    &format!(
-                        "connection {id}: refused: cannot start worker thread {} of {workers} (workers_per_connection): {error}",
-                        index + 1
-                    ),
-                );
-                // The workers already started see the queue closed and end.
-                drop(sender);
-                return Ok(());
-            }
-        }
-        let mut error_reply = Replies::with_capacity(256);
-        let mut disconnect_requested = false;
-        let result = loop {
-            if cancelled.load(Ordering::SeqCst) {
-                break Ok(());
-            }
-            let header = match next_header(input, stream) {
-                Ok(Some(header)) => header,
-                Ok(None) => break Ok(()),
-                Err(end) => break Err(end),
-            };
-            let charge = match Charge::acquire(
-                &connection_budget,
-                &shared.budget,
-                charge_bytes(shared, &header),
-                &give_up,
-            ) {
-                Some(charge) => charge,
-                // Stopping, or the client is gone: the request is dropped
-                // with the connection.
-                None => break Ok(()),
-            };
-            let fits = header.length_bytes <= session.max_request_bytes;
-            let mut payload = if header.has_payload() && fits {
-                pool.lock().pop().unwrap_or_default()
-            } else {
-                AlignedBuf::new()
-            };
-            if header.has_payload() {
-                if !fits {
-                    if let Err(end) =
-                        discard_oversized_payload(input, stream, &header, session.max_request_bytes)
-                    {
-                        break Err(end);
-                    }
-                    handle_request(shared, session, &header, &[], &mut error_reply);
-                    send_reply(&mut error_reply);
-                    continue;
-                }
-                payload.resize(header.length_bytes as usize);
-                if let Err(error) = input.read_exact(stream, &mut payload) {
-                    break Err(error.into());
-                }
-            }
-            if header.command == NBD_CMD_DISC {
-                shared.counters.requests[command_slot(NBD_CMD_DISC)]
-                    .fetch_add(1, Ordering::Relaxed);
-                // The spec: every outstanding request is still handled.
-                disconnect_requested = true;
-                break Ok(());
-            }
-            // Blocks while the queue is full: back-pressure on the client.
-            let job = Job {
-                header,
-                payload,
-                charge,
-            };
-            if sender.send(job).is_err() {
-                break Ok(());
-            }
-        };
-        // A client that closed its socket without DISC will read no
-        // replies: drop what is queued instead of executing it. (After
-        // DISC, or when only its sending side is closed, the queued
-        // requests are answered.)
-        if !disconnect_requested && peer_gone(stream) {
-            cancelled.store(true, Ordering::SeqCst);
-        }
-        // Workers finish (or drop) the queued requests, then see the
-        // channel closed.
-        drop(sender);
-        result
-    })
-}
-
-fn worker_loop(
-    shared: &Shared,
-    session: &Session,
-    receiver: &Mutex<Receiver<Job<'_>>>,
-    pool: &Mutex<Vec<AlignedBuf>>,
-    cancelled: &AtomicBool,
-    send_reply: &(dyn Fn(&mut Replies) + Sync),
-) {
-    let mut out = Replies::with_capacity(64 * 1024);
-    loop {
-        let job = {
-            let receiver = receiver.lock();
-            match receiver.recv() {
-                Ok(job) => job,
-                Err(_) => return,
-            }
-        };
-        if cancelled.load(Ordering::SeqCst) {
-            shared
-                .counters
-                .requests_cancelled
-                .fetch_add(1, Ordering::Relaxed);
-            continue;
-        }
-        handle_request(shared, session, &job.header, &job.payload, &mut out);
-        send_reply(&mut out);
-        let Job {
-            payload, charge, ..
-        } = job;
-        drop(charge);
-        let capacity = payload.capacity();
-        if capacity > 0 && capacity <= RETAINED_BUFFER_BYTES {
-            let mut pool = pool.lock();
-            let pooled_bytes: usize = pool.iter().map(AlignedBuf::capacity).sum();
-            if pooled_bytes + capacity <= POOLED_BUFFER_BYTES {
-                pool.push(payload);
-            }
-        }
-    }
 }
