@@ -274,16 +274,16 @@ fn requests_up_to_64_mib_are_served(config: ServerConfig) {
 }
 
 #[test]
-fn requests_up_to_64_mib_are_served_inline() {
-    requests_up_to_64_mib_are_served(ServerConfig::default());
+fn requests_up_to_64_mib_are_served_on_one_thread() {
+    requests_up_to_64_mib_are_served(ServerConfig {
+        workers_per_connection: 1,
+        ..ServerConfig::default()
+    });
 }
 
 #[test]
-fn requests_up_to_64_mib_are_served_with_workers() {
-    requests_up_to_64_mib_are_served(ServerConfig {
-        workers_per_connection: 2,
-        ..ServerConfig::default()
-    });
+fn requests_up_to_64_mib_are_served_with_the_default_threads() {
+    requests_up_to_64_mib_are_served(ServerConfig::default());
 }
 
 /// A per-connection memory bound below 64 MiB lowers the request limit and
@@ -591,12 +591,12 @@ fn pipelined_round_trip(config: ServerConfig) {
 }
 
 #[test]
-fn sixteen_deep_pipelining_inline() {
+fn sixteen_deep_pipelining_with_the_default_threads() {
     pipelined_round_trip(ServerConfig::default());
 }
 
 #[test]
-fn sixteen_deep_pipelining_with_workers() {
+fn sixteen_deep_pipelining_with_four_threads() {
     pipelined_round_trip(ServerConfig {
         workers_per_connection: 4,
         ..ServerConfig::default()

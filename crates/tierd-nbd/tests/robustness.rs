@@ -379,12 +379,12 @@ fn hostile_conversations(config: ServerConfig, seed: u64, cases: usize) {
 }
 
 #[test]
-fn seeded_garbage_never_breaks_the_inline_server() {
+fn seeded_garbage_never_breaks_the_default_server() {
     hostile_conversations(ServerConfig::default(), 0x6e6264, 2500);
 }
 
 #[test]
-fn seeded_garbage_never_breaks_the_worker_server() {
+fn seeded_garbage_never_breaks_a_server_of_two_threads_per_connection() {
     let config = ServerConfig {
         workers_per_connection: 2,
         ..ServerConfig::default()
@@ -466,18 +466,18 @@ fn stalled_reader_does_not_block_shutdown(config: ServerConfig) {
 }
 
 #[test]
-fn a_client_that_never_reads_replies_stalls_only_itself_inline() {
+fn a_client_that_never_reads_replies_stalls_only_itself_on_one_thread() {
     stalled_reader_does_not_block_shutdown(ServerConfig {
         shutdown_grace_ms: 50,
+        workers_per_connection: 1,
         ..ServerConfig::default()
     });
 }
 
 #[test]
-fn a_client_that_never_reads_replies_stalls_only_itself_with_workers() {
+fn a_client_that_never_reads_replies_stalls_only_itself_with_the_default_threads() {
     stalled_reader_does_not_block_shutdown(ServerConfig {
         shutdown_grace_ms: 50,
-        workers_per_connection: 2,
         ..ServerConfig::default()
     });
 }
@@ -709,18 +709,18 @@ fn pipelined_big_reads_stay_bounded(config: ServerConfig) {
 }
 
 #[test]
-fn pipelined_big_reads_never_read_stay_bounded_inline() {
+fn pipelined_big_reads_never_read_stay_bounded_on_one_thread() {
     pipelined_big_reads_stay_bounded(ServerConfig {
         shutdown_grace_ms: 300,
+        workers_per_connection: 1,
         ..ServerConfig::default()
     });
 }
 
 #[test]
-fn pipelined_big_reads_never_read_stay_bounded_with_workers() {
+fn pipelined_big_reads_never_read_stay_bounded_with_the_default_threads() {
     pipelined_big_reads_stay_bounded(ServerConfig {
         shutdown_grace_ms: 300,
-        workers_per_connection: 16,
         ..ServerConfig::default()
     });
 }

@@ -361,7 +361,7 @@ fn bytes_sent_before_the_starttls_reply_end_the_connection() {
 #[test]
 fn client_certificates_are_checked_when_a_client_ca_is_set() {
     let pki = Pki::new();
-    // In-thread sessions (inline) and the relay (workers) alike.
+    // One thread per connection and several (the shared session) alike.
     for workers in [0, 2] {
         let server = pki.server(TlsMode::Require, true, workers);
         // Signed by the configured CA: served.
