@@ -310,12 +310,21 @@ part_mem() {
   write_through_config=${write_through_config//unsafe_volatile = true/unsafe_volatile = false}
   start_tierd tmem "$volatile_config"; local tmem=$uri
   start_tierd twt "$write_through_config"; local twt=$uri
+  # The write-through tier's home alone (the same file home, no memory
+  # tier): what a write-through write should cost at most.
+  local home_config
+  home_config=$(printf '%s\n' "${write_through_config//twt/thome}" | awk '
+    /^\[\[tier\]\]/ { block = $0; getline; if ($0 ~ /name = "mem"/) { skip = 1; next } skip = 0; print block }
+    /^\[\[volume\]\]/ { skip = 0 }
+    !skip { print }' | sed 's/tiers = \["mem", "home"\]/tiers = ["home"]/')
+  start_tierd thome "$home_config"; local thome=$uri
   start_nbdkit kmem memory 256M; local kmem=$uri
   pid_of[tierd-mem]=${pid_of[tmem]}; pid_of[tierd-mem-wt]=${pid_of[twt]}; pid_of[nbdkit-memory]=${pid_of[kmem]}
+  pid_of[tierd-home]=${pid_of[thome]}
   move_all tmem mem 4 0000
   move_all twt mem 4 0000
-  for target in "$tmem" "$twt" "$kmem"; do fill "$target" 256M; done
-  local group=("tierd-mem=$tmem" "nbdkit-memory=$kmem" "tierd-mem-wt=$twt")
+  for target in "$tmem" "$twt" "$thome" "$kmem"; do fill "$target" 256M; done
+  local group=("tierd-mem=$tmem" "nbdkit-memory=$kmem" "tierd-mem-wt=$twt" "tierd-home=$thome")
   if [ -n "${BASELINE_TIERD:-}" ]; then
     echo "baseline tierd: $BASELINE_TIERD ($("$BASELINE_TIERD" --version 2>/dev/null || echo 'no --version'))" >&2
     start_tierd tbase "${volatile_config//tmem/tbase}" "$BASELINE_TIERD"; local tbase=$uri
@@ -336,6 +345,10 @@ part_mem() {
   echo "### Memory: tierd (all segments on the memory tier) vs nbdkit memory"
   echo
   summarize nbdkit-memory tierd-mem nbdkit-memory "${variants[@]}" tierd-mem-wt
+  echo
+  echo "### Write-through memory tier vs its file home alone (tierd-home)"
+  echo
+  summarize tierd-home tierd-mem-wt tierd-home
   echo
   if [ -n "${BASELINE_TIERD:-}" ]; then
     echo "### Memory: this tierd vs the baseline binary (same volume)"
