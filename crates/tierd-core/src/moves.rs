@@ -272,25 +272,8 @@ impl<P> MoveMachine<P> {
         }
     }
 
-    pub fn chunks(&self) -> u32 {
-        self.chunks
-    }
-
-    pub fn segment_len(&self) -> u64 {
-        self.segment_len
-    }
-
     pub fn counters(&self) -> MoveCounters {
         self.counters
-    }
-
-    pub fn rules(&self) -> &MoveRules {
-        &self.rules
-    }
-
-    /// Chunks copying or applying now.
-    pub fn chunks_in_flight(&self) -> u32 {
-        self.in_flight
     }
 
     /// Writes to the segment the machine is tracking.
@@ -399,7 +382,8 @@ impl<P> MoveMachine<P> {
         let write = self.writes[index];
         let first = write.first.max(write.cursor_at_begin);
         let last = write.last.min(self.cursor.saturating_sub(1));
-        if self.cursor > 0 && first <= last && first < self.cursor {
+        // Chunks issued after the write began (a Pending chunk routes nothing).
+        if first <= last {
             let length_bytes = length_bytes.min(self.segment_len - offset_bytes);
             self.route_chunks(offset_bytes, length_bytes, first, last, route);
         }
@@ -512,14 +496,6 @@ impl<P> MoveMachine<P> {
         } else {
             Step::Wait
         }
-    }
-
-    /// True when [`Self::next`] would say `Flip`.
-    pub fn may_flip(&self) -> bool {
-        self.pre_move_writes == 0
-            && self.cursor >= self.chunks
-            && self.in_flight == 0
-            && !self.owing_writes()
     }
 
     /// Takes the handed-over parts of `chunk` into `out` and reports whether

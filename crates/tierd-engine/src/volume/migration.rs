@@ -496,9 +496,4 @@ impl Volume {
             })
             .collect()
     }
-
-    /// The first move being copied now, if any.
-    pub fn active_move(&self) -> Option<InFlightMove> {
-        self.active_moves().into_iter().next()
-    }
 }
