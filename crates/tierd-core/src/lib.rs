@@ -11,7 +11,10 @@
 //!   and when (pacing), which part of a user write goes to the target now,
 //!   which part is handed to the mover to apply after a chunk lands, and
 //!   when the move may flip.
+//! - [`placement`]: where every segment lives, the fast tiers' free slots,
+//!   and which moves are accepted, queued and started.
 //! - [`split`]: splitting a request at segment boundaries.
 
 pub mod moves;
+pub mod placement;
 pub mod split;

@@ -128,7 +128,10 @@ impl<'run> Engine<'run> {
                 if *count == 0 && self.draining[tier][slot] {
                     // The segment left this slot; its last IO there is done.
                     self.draining[tier][slot] = false;
-                    self.free_slots[tier].push(slot as u32);
+                    self.table.release_slot(Location {
+                        tier: tier as TierId,
+                        slot: slot as u32,
+                    });
                     self.start_moves();
                 }
             }
@@ -215,7 +218,7 @@ impl<'run> Engine<'run> {
             }
         }
         let move_slot = self.moving[segment];
-        if move_slot == NOT_MOVING || move_slot == QUEUED {
+        if move_slot == NOT_MOVING {
             return;
         }
         if let Some(active) = self.active[move_slot as usize].as_mut() {

@@ -22,8 +22,6 @@ pub(super) struct ActiveMove {
     pub(super) start_sequence: u64,
     pub(super) source_base: u64,
     pub(super) target_base: u64,
-    /// Slot taken on the target (fast tiers), `None` for home.
-    pub(super) target_slot: Option<u32>,
     /// Bytes of the segment (the volume's last segment may be short).
     pub(super) segment_len: u64,
     pub(super) machine: tierd_core::moves::MoveMachine<Stamp>,
@@ -175,68 +173,45 @@ impl<'run> Engine<'run> {
         Ok(())
     }
 
-    /// Validates the plan's moves in order and queues the valid ones.
+    /// Queues the plan's moves the placement table accepts, in order (the
+    /// table's rules, `tierd_core::placement`, are the live engine's too).
     pub(super) fn accept_plan(&mut self, plan: Plan) {
-        let tiers = self.devices.len();
         for proposed in plan.moves {
-            let segment = proposed.segment as usize;
-            let valid = (segment as u64) < self.segments
-                && (proposed.to as usize) < tiers
-                && proposed.to != proposed.from
-                && self.placement[segment] == proposed.from
-                && self.moving[segment] == NOT_MOVING
-                && self.used_segments[proposed.to as usize]
-                    < self.capacity_segments[proposed.to as usize];
-            if !valid {
-                self.moves_dropped += 1;
-                continue;
-            }
-            self.moving[segment] = QUEUED;
-            self.used_segments[proposed.from as usize] -= 1;
-            self.used_segments[proposed.to as usize] += 1;
-            self.queued.push_back(QueuedMove {
+            let (segment, from, to) = (proposed.segment, proposed.from, proposed.to);
+            let queued = QueuedMove {
                 plan: proposed,
                 accepted_ns: self.now_ns,
-            });
+            };
+            if self.table.accept(segment, from, to, queued, false).is_err() {
+                self.moves_dropped += 1;
+            }
         }
         self.start_moves();
     }
 
-    /// Starts queued moves while move slots are free and their target has a
-    /// free physical slot (a demotion ahead in the queue may free it).
+    /// Starts queued moves while move slots are free and the table finds
+    /// one whose target has a free physical slot (a demotion ahead in the
+    /// queue may free it).
     pub(super) fn start_moves(&mut self) {
         let limit = self.config.stack.migration.max_concurrent_moves;
         while self.active_count < limit {
-            let Some(position) = self.queued.iter().position(|queued| {
-                let target = queued.plan.to as usize;
-                target == self.home || !self.free_slots[target].is_empty()
-            }) else {
+            let Some(started) = self.table.start_next() else {
                 break;
             };
-            let Some(queued) = self.queued.remove(position) else {
-                break;
-            };
-            self.start_move(queued);
+            self.start_move(started);
         }
     }
 
-    pub(super) fn start_move(&mut self, queued: QueuedMove) {
+    pub(super) fn start_move(&mut self, started: Started<QueuedMove>) {
+        let queued = started.item;
         let segment_bytes = self.config.segment_bytes;
         let segment = queued.plan.segment as usize;
         let from = queued.plan.from as usize;
         let to = queued.plan.to as usize;
         let segment_start = segment as u64 * segment_bytes;
         let segment_len = segment_bytes.min(self.config.volume_bytes - segment_start);
-        let source_base = self.segment_base(segment, from);
-        let target_slot = if to == self.home {
-            None
-        } else {
-            self.free_slots[to].pop()
-        };
-        let target_base = match target_slot {
-            Some(slot) => u64::from(slot) * segment_bytes,
-            None => segment_start,
-        };
+        let source_base = u64::from(started.from.slot) * segment_bytes;
+        let target_base = u64::from(started.to.slot) * segment_bytes;
         let pre_move_writes = self.segment_writes_in_flight[segment];
         let active = ActiveMove {
             plan: queued.plan,
@@ -245,7 +220,6 @@ impl<'run> Engine<'run> {
             start_sequence: self.route_sequence + 1,
             source_base,
             target_base,
-            target_slot,
             segment_len,
             machine: tierd_core::moves::MoveMachine::new(
                 move_rules(self.config),
@@ -506,25 +480,21 @@ impl<'run> Engine<'run> {
         let segment = active.plan.segment as usize;
         let from = active.plan.from as usize;
         let to = active.plan.to as usize;
+        let left = self.table.finish(active.plan.segment);
         if from != self.home {
-            let slot = self.slot[segment] as usize;
+            let slot = left.slot as usize;
             if self.slot_ios[from][slot] > 0 {
                 self.draining[from][slot] = true;
             } else {
-                self.free_slots[from].push(slot as u32);
+                self.table.release_slot(left);
             }
         }
-        if let Some(slot) = active.target_slot {
-            self.slot[segment] = slot;
-        }
-        self.placement[segment] = to as TierId;
         self.moving[segment] = NOT_MOVING;
         #[cfg(test)]
         if let Some(shadow) = self.shadow.as_ref() {
             let segment_start = segment as u64 * self.config.segment_bytes;
-            let base = active.target_slot.map_or(segment_start, |slot| {
-                u64::from(slot) * self.config.segment_bytes
-            });
+            let base = u64::from(self.table.location(active.plan.segment).slot)
+                * self.config.segment_bytes;
             shadow.verify(to, base, segment_start, active.segment_len);
         }
         self.active_count -= 1;

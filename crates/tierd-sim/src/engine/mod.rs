@@ -21,6 +21,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use tierd_common::units::PAGE_BYTES;
+use tierd_core::placement::{Location, PlacementTable, Started};
 use tierd_device::{Completion, DeviceCounters, DeviceIo, DeviceModel};
 use tierd_policy::cache::PageCache;
 use tierd_policy::monitor::Monitor;
@@ -89,10 +90,8 @@ fn is_user_io(id: u64) -> bool {
     matches!(id >> KIND_SHIFT, KIND_USER | KIND_MIRROR_WRITE)
 }
 
-/// `moving[segment]`: not moving.
+/// `moving[segment]`: no move of it is copying.
 const NOT_MOVING: u32 = u32::MAX;
-/// `moving[segment]`: accepted, waiting for a move slot.
-const QUEUED: u32 = u32::MAX - 1;
 
 const HOUR_NS: u64 = 3_600_000_000_000;
 
@@ -189,9 +188,9 @@ struct Engine<'run> {
     pieces: Slab<Piece>,
     outstanding_requests: u64,
 
-    // Tiering table.
-    placement: Vec<TierId>,
-    slot: Vec<u32>,
+    // Tiering table: the shared placement table (`tierd_core::placement`),
+    // the same the live engine keeps; it holds the accepted moves' queue.
+    table: PlacementTable<QueuedMove>,
     /// User write pieces of each segment routed and not yet acknowledged.
     segment_writes_in_flight: Vec<u32>,
     route_sequence: u64,
@@ -200,20 +199,19 @@ struct Engine<'run> {
     handed: Vec<tierd_core::moves::HandedOver<migration::Stamp>>,
     /// Mirrored parts of user writes in flight.
     mirror_ios: Slab<migration::MirrorIo>,
+    /// Per segment: the `active` index of the move copying it, or
+    /// `NOT_MOVING`.
     moving: Vec<u32>,
-    free_slots: Vec<Vec<u32>>,
     /// Per fast tier and slot: user IOs in flight there. A slot a segment
-    /// left is freed only when this reaches 0 (`draining` meanwhile).
+    /// left goes back to the table only when this reaches 0 (`draining`
+    /// meanwhile).
     slot_ios: Vec<Vec<u32>>,
     draining: Vec<Vec<bool>>,
-    capacity_segments: Vec<u32>,
-    used_segments: Vec<u32>,
     moves_touching: Vec<u32>,
 
     // Migration.
     active: Vec<Option<ActiveMove>>,
     active_count: u32,
-    queued: VecDeque<QueuedMove>,
     move_log: Vec<MoveRecord>,
     moves_dropped: u64,
     moved_ns_total: u128,
@@ -330,15 +328,6 @@ impl<'run> Engine<'run> {
                 }
             })
             .collect();
-        let free_slots = (0..tiers)
-            .map(|tier| {
-                if tier == home || matches!(controller, Controller::Cache(_)) {
-                    Vec::new()
-                } else {
-                    (0..capacity_segments[tier]).rev().collect()
-                }
-            })
-            .collect();
         let slot_ios: Vec<Vec<u32>> = (0..tiers)
             .map(|tier| {
                 if tier == home || matches!(controller, Controller::Cache(_)) {
@@ -352,8 +341,6 @@ impl<'run> Engine<'run> {
             .iter()
             .map(|slots| vec![false; slots.len()])
             .collect();
-        let mut used_segments = vec![0; tiers];
-        used_segments[home] = segments as u32;
         let queue_limit = config
             .stack
             .tiers
@@ -395,23 +382,18 @@ impl<'run> Engine<'run> {
             requests: Slab::new(),
             pieces: Slab::new(),
             outstanding_requests: 0,
-            placement: vec![home as TierId; segments as usize],
-            slot: vec![0; segments as usize],
+            table: PlacementTable::new(segments as u32, &capacity_segments),
             segment_writes_in_flight: vec![0; segments as usize],
             route_sequence: 0,
             route: Default::default(),
             handed: Vec::new(),
             mirror_ios: Slab::new(),
             moving: vec![NOT_MOVING; segments as usize],
-            free_slots,
             slot_ios,
             draining,
-            capacity_segments,
-            used_segments,
             moves_touching: vec![0; tiers],
             active: Vec::new(),
             active_count: 0,
-            queued: VecDeque::new(),
             move_log: Vec::new(),
             moves_dropped: 0,
             moved_ns_total: 0,
@@ -603,7 +585,9 @@ impl<'run> Engine<'run> {
         if tier == self.home {
             segment as u64 * segment_bytes
         } else {
-            u64::from(self.slot[segment]) * segment_bytes
+            let location = self.table.location(segment as SegmentId);
+            debug_assert_eq!(location.tier as usize, tier);
+            u64::from(location.slot) * segment_bytes
         }
     }
 
@@ -617,10 +601,11 @@ impl<'run> Engine<'run> {
     fn route_piece(&mut self, piece_index: u32) {
         let piece = self.pieces.items[piece_index as usize];
         let segment = piece.segment as usize;
-        let tier = self.placement[segment];
+        let location = self.table.location(piece.segment);
+        let tier = location.tier;
         let segment_bytes = self.config.segment_bytes;
         if tier as usize != self.home {
-            self.slot_ios[tier as usize][self.slot[segment] as usize] += 1;
+            self.slot_ios[tier as usize][location.slot as usize] += 1;
         }
         let device_offset =
             self.segment_base(segment, tier as usize) + piece.volume_offset % segment_bytes;
@@ -644,7 +629,7 @@ impl<'run> Engine<'run> {
                 });
             }
             let move_slot = self.moving[segment];
-            if move_slot != NOT_MOVING && move_slot != QUEUED {
+            if move_slot != NOT_MOVING {
                 self.track_write(move_slot, piece_index);
             }
         }

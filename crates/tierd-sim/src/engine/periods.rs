@@ -18,7 +18,8 @@ impl<'run> Engine<'run> {
                 }
             }
             Controller::Policy(_) => {
-                u64::from(self.capacity_segments[tier] - self.free_slots[tier].len() as u32)
+                let tier = tier as TierId;
+                u64::from(self.table.capacity_segments(tier) - self.table.free_slots(tier))
                     * self.config.segment_bytes
             }
         }
@@ -114,7 +115,7 @@ impl<'run> Engine<'run> {
             .iter()
             .flatten()
             .map(|active| active.plan.clone())
-            .chain(self.queued.iter().map(|queued| queued.plan.clone()))
+            .chain(self.table.queued().map(|queued| queued.item.plan.clone()))
             .collect();
         let tier_infos: Vec<TierInfo> = self
             .config
@@ -124,8 +125,8 @@ impl<'run> Engine<'run> {
             .enumerate()
             .map(|(index, tier)| TierInfo {
                 name: tier.name.clone(),
-                capacity_segments: self.capacity_segments[index],
-                used_segments: self.used_segments[index],
+                capacity_segments: self.table.capacity_segments(index as TierId),
+                used_segments: self.table.used(index as TierId),
             })
             .collect();
         let completed_moves = self.move_log.len() as u64;
@@ -135,7 +136,7 @@ impl<'run> Engine<'run> {
             segment_bytes: self.config.segment_bytes,
             segments: self.segments as u32,
             history: self.monitor.history(),
-            placement: &self.placement,
+            placement: self.table.tiers_of(),
             in_flight: &in_flight,
             tiers: &tier_infos,
             migration: MigrationStats {

@@ -270,7 +270,7 @@ fn moves_never_lose_a_write() {
         let shadow = engine.shadow.take().unwrap();
         for segment in 0..engine.segments as usize {
             let start = segment as u64 * config.segment_bytes;
-            let tier = engine.placement[segment] as usize;
+            let tier = engine.table.tiers_of()[segment] as usize;
             let base = engine.segment_base(segment, tier);
             shadow.verify(tier, base, start, config.segment_bytes);
         }
@@ -364,7 +364,7 @@ fn a_segment_written_all_the_time_flips_without_a_stall_on_a_saturated_disk() {
     engine.shadow = Some(Shadow::new(2));
     engine.run(&mut |_| {}).unwrap();
     let shadow = engine.shadow.take().unwrap();
-    assert_eq!(engine.placement[segment as usize], 0);
+    assert_eq!(engine.table.tiers_of()[segment as usize], 0);
     let base = engine.segment_base(segment as usize, 0);
     shadow.verify(0, base, segment_start, config.segment_bytes);
     let result = engine.finish("promote-once");
@@ -499,7 +499,7 @@ fn a_slot_is_reused_only_after_the_io_still_going_to_it_has_landed() {
     let shadow = engine.shadow.take().unwrap();
     for segment in 0..4usize {
         let start = segment as u64 * config.segment_bytes;
-        let tier = engine.placement[segment] as usize;
+        let tier = engine.table.tiers_of()[segment] as usize;
         let base = engine.segment_base(segment, tier);
         shadow.verify(tier, base, start, config.segment_bytes);
     }

@@ -178,7 +178,11 @@ fn the_simulator_and_the_engine_make_the_same_decisions_and_hold_the_same_blocks
     engine.world_log = Some(WorldLog::default());
     engine.run(&mut |_| {}).unwrap();
     let log = engine.world_log.take().unwrap();
-    assert_eq!(engine.placement[1], 0, "the simulator moved segment 1");
+    assert_eq!(
+        engine.table.tiers_of()[1],
+        0,
+        "the simulator moved segment 1"
+    );
     assert_eq!(log.decisions.len(), 1);
 
     // The live engine, driven through the same sequence.
