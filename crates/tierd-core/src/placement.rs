@@ -42,6 +42,7 @@ pub type TierId = u8;
 /// Where a segment lives: `tier` and the slot (segment-sized extent) on
 /// that tier's device. On the home tier the slot is the segment id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Location {
     pub tier: TierId,
     pub slot: u32,

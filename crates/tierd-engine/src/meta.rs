@@ -49,13 +49,9 @@ const JOURNAL_HEADER_BYTES: usize = 8 + 4 + 8 + 4;
 const MAX_RECORD_BYTES: u32 = 16 << 20;
 const MAX_CHECKPOINT_BYTES: u64 = 1 << 30;
 
-/// Where a segment lives: `tier` and the slot (segment-sized extent) on that
-/// tier's device. On the home tier the slot is always the segment id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Location {
-    pub tier: TierId,
-    pub slot: u32,
-}
+/// Where a segment lives (the shared placement table's type; journaled as
+/// `{"tier": T, "slot": S}`).
+pub use tierd_core::placement::Location;
 
 /// One journal record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

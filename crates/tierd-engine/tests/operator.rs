@@ -240,18 +240,21 @@ fn pins_are_refused_clearly() {
     assert!(text.contains("tier 2 does not exist"), "{text}");
     let text = refusal(volume.pin(1, 0, Some(START_NS - 1)));
     assert!(text.contains("has passed"), "{text}");
-    // Two slots: the second pin's move is still queued, yet its slot is
+    // Two slots: the pins' moves are still queued, yet their slots are
     // promised, so a third pin is refused before any copy ran.
     volume.pin(0, 0, None).unwrap();
     volume.pin(1, 0, None).unwrap();
     let text = refusal(volume.pin(2, 0, None));
     assert!(
-        text.contains("tier fast has no room to pin segment 2 of volume v: 2 of its 2 slots are free and 2 of them are promised"),
+        text.contains("tier fast has no room to pin segment 2 of volume v: its 2 slots are taken or promised to 2 queued moves"),
         "{text}"
     );
     lab.run_moves(&volume, 1_000_000);
     let text = refusal(volume.pin(2, 0, None));
-    assert!(text.contains("0 of its 2 slots are free"), "{text}");
+    assert!(
+        text.ends_with("its 2 slots are taken; unpin or move a segment off it first"),
+        "{text}"
+    );
     // Re-pinning a segment where it is needs no room; pinning to home
     // (keeping a segment down) always has room.
     volume.pin(1, 0, Some(START_NS + PERIOD_NS * 10)).unwrap();

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tierd_core::moves::{Decision, HandedOver, Landing, MoveMachine, Part, Step};
-use tierd_policy::{Move, SegmentId, TierId};
+use tierd_policy::{Move, SegmentId};
 
 use crate::device::DeviceError;
 use crate::meta::{Location, MoveRecord, Record};
@@ -43,108 +43,52 @@ impl Volume {
 
     fn start_next_move(&self) -> Option<Arc<ActiveMove>> {
         let home = self.home();
-        loop {
-            // The pin is read with the queue (planner before entry locks,
-            // the order `tick` takes them in).
-            let (planned, pin) = {
-                let mut planner = self.planner.lock();
-                let planned = planner.pending.pop_front()?;
-                let pin = planner.pins.get(&planned.segment).copied();
-                (planned, pin)
-            };
-            let segment = planned.segment;
-            let mut guard = self.entries[segment as usize].write();
-            let from = guard.location;
-            let drop_reason = if guard.moving {
-                Some("segment already moving".to_string())
-            } else if let Some(pin) = pin.filter(|pin| pin.tier != planned.to) {
-                Some(format!(
-                    "segment is pinned to {}",
-                    self.tiers[pin.tier as usize].name
-                ))
-            } else if from.tier != planned.from && planned.reason.rule != "operator" {
-                Some(format!(
-                    "segment is on {} now, not {}",
-                    self.tiers[from.tier as usize].name, self.tiers[planned.from as usize].name
-                ))
-            } else if from.tier == planned.to {
-                Some("segment is already there".to_string())
-            } else {
-                None
-            };
-            let to = if drop_reason.is_none() {
-                if planned.to == home {
-                    Some(Location {
-                        tier: home,
-                        slot: segment,
-                    })
-                } else {
-                    self.tiers[planned.to as usize]
-                        .free_slots
-                        .lock()
-                        .pop()
-                        .map(|slot| Location {
-                            tier: planned.to,
-                            slot,
-                        })
-                }
-            } else {
-                None
-            };
-            let Some(to) = to else {
-                drop(guard);
-                let reason = drop_reason.unwrap_or_else(|| {
-                    format!("tier {} is full", self.tiers[planned.to as usize].name)
-                });
-                self.record_finished(
-                    &planned,
-                    from,
-                    0,
-                    self.clock.now_ns(),
-                    format!("dropped: {reason}"),
-                );
-                continue;
-            };
-            // Counted on the target from the start (home included, as the
-            // simulator counts it), released from the source at the flip.
-            self.tiers[to.tier as usize]
-                .used_segments
-                .fetch_add(1, Ordering::Relaxed);
-            // Demoting a segment whose home copy is current needs no copy:
-            // every chunk counts as copied, so writes mirror to home at once.
-            let clean_demotion =
-                to.tier == home && self.home_current[segment as usize].load(Ordering::Acquire);
-            let now_ns = self.clock.now_ns();
-            // The entry's write lock is held: no IO to the segment is in
-            // flight, so the machine has no writes from before it to wait for.
-            let mut machine = MoveMachine::new(
-                self.move_rules(),
-                self.options.segment_bytes,
-                now_ns,
-                0,
-                clean_demotion,
-            );
-            if self.decision_log.lock().is_some() {
-                machine.record_decisions();
-            }
-            let active = Arc::new(ActiveMove {
-                segment,
-                from,
-                to,
-                reason: planned.reason.clone(),
-                started_ns: now_ns,
-                home_too: from.tier != home && self.tiers[to.tier as usize].write_through,
-                state: parking_lot::Mutex::new(MoveState {
-                    machine,
-                    flipping: false,
-                    failure: None,
-                    workers: 0,
-                }),
-            });
-            self.active.write().push(active.clone());
-            guard.moving = true;
-            return Some(active);
+        // Planner, then the entry (the order `tick` and the flip take
+        // them in). The table picks the move (the first queued one whose
+        // target has a free slot) and its slot; it accepted the move against
+        // the pins and the placement when it was queued, and a pin since
+        // took it out of the queue.
+        let mut planner = self.planner.lock();
+        let started = planner.table.start_next()?;
+        let segment = started.segment;
+        let (from, to) = (started.from, started.to);
+        let planned = started.item;
+        let mut guard = self.entries[segment as usize].write();
+        debug_assert_eq!(guard.location, from);
+        // Demoting a segment whose home copy is current needs no copy:
+        // every chunk counts as copied, so writes mirror to home at once.
+        let clean_demotion =
+            to.tier == home && self.home_current[segment as usize].load(Ordering::Acquire);
+        let now_ns = self.clock.now_ns();
+        // The entry's write lock is held: no IO to the segment is in
+        // flight, so the machine has no writes from before it to wait for.
+        let mut machine = MoveMachine::new(
+            self.move_rules(),
+            self.options.segment_bytes,
+            now_ns,
+            0,
+            clean_demotion,
+        );
+        if self.decision_log.lock().is_some() {
+            machine.record_decisions();
         }
+        let active = Arc::new(ActiveMove {
+            segment,
+            from,
+            to,
+            reason: planned.reason,
+            started_ns: now_ns,
+            home_too: from.tier != home && self.tiers[to.tier as usize].write_through,
+            state: parking_lot::Mutex::new(MoveState {
+                machine,
+                flipping: false,
+                failure: None,
+                workers: 0,
+            }),
+        });
+        self.active.write().push(active.clone());
+        guard.moving = true;
+        Some(active)
     }
 
     /// Does one unit of migration work: starts queued moves while there is
@@ -347,13 +291,9 @@ impl Volume {
         }
     }
 
-    /// Gives `location`'s slot back to its tier (home slots are fixed).
-    pub(super) fn release(&self, location: Location, home: TierId) {
-        let tier = &self.tiers[location.tier as usize];
-        if location.tier != home {
-            tier.free_slots.lock().push(location.slot);
-        }
-        tier.used_segments.fetch_sub(1, Ordering::Relaxed);
+    /// Where `segment` lives (the planner's table).
+    fn placement_of(&self, segment: SegmentId) -> Location {
+        self.planner.lock().table.location(segment)
     }
 
     fn remove_active(&self, active: &Arc<ActiveMove>) {
@@ -363,16 +303,31 @@ impl Volume {
     }
 
     fn abandon(&self, active: &Arc<ActiveMove>, outcome: &str) -> StepOutcome {
-        let home = self.home();
         self.keep_decisions(active);
-        {
+        let shed = {
+            let mut planner = self.planner.lock();
             // Waits for IO in flight on the segment (mirrored parts to the
             // target included) before the slot can be given out again.
             let mut guard = self.entries[active.segment as usize].write();
             guard.moving = false;
             self.remove_active(active);
+            let undone = planner.table.abandon(active.segment);
+            planner.table.release_slot(undone.item);
+            undone.shed
+        };
+        for planned in &shed {
+            let from = self.placement_of(planned.segment);
+            self.record_finished(
+                planned,
+                from,
+                0,
+                self.clock.now_ns(),
+                format!(
+                    "dropped: it counted on the room the failed move of segment {} would have made",
+                    active.segment
+                ),
+            );
         }
-        self.release(active.to, home);
         let copied = active.state.lock().machine.counters().copied_bytes;
         self.record_finished(
             &active.as_move(),
@@ -401,6 +356,9 @@ impl Volume {
         // move time survives a restart that replays the record.
         let elapsed_ns = self.clock.now_ns().saturating_sub(active.started_ns);
         {
+            // Planner, journal, entry: the record and the flip in the table
+            // happen together (a checkpoint sees both or neither).
+            let mut planner = self.planner.lock();
             let mut meta = self.meta.lock();
             if let Err(error) = meta.append(&Record::Place {
                 segment: active.segment,
@@ -408,6 +366,7 @@ impl Volume {
                 move_ns: Some(elapsed_ns),
             }) {
                 drop(meta);
+                drop(planner);
                 return self.abandon(active, &format!("failed: journal: {error}"));
             }
             let switch_started_ns = self.clock.now_ns();
@@ -421,20 +380,21 @@ impl Volume {
                     && self.home_current[active.segment as usize].load(Ordering::Acquire));
             self.home_current[active.segment as usize].store(home_current, Ordering::Release);
             self.remove_active(active);
+            // The entry's write lock is held: no IO reads the old slot.
+            let left = planner.table.finish(active.segment);
+            planner.table.release_slot(left);
             drop(guard);
+            drop(meta);
+            planner.completed_moves += 1;
+            planner.timed_moves += 1;
+            planner.total_move_ns += elapsed_ns as f64;
+            drop(planner);
             self.max_switch_over_ns.fetch_max(
                 self.clock.now_ns().saturating_sub(switch_started_ns),
                 Ordering::Relaxed,
             );
         }
-        self.release(active.from, home);
         self.keep_decisions(active);
-        {
-            let mut planner = self.planner.lock();
-            planner.completed_moves += 1;
-            planner.timed_moves += 1;
-            planner.total_move_ns += elapsed_ns as f64;
-        }
         let copied = active.state.lock().machine.counters().copied_bytes;
         self.record_finished(
             &active.as_move(),

@@ -5,19 +5,26 @@
 //! `s * segment_bytes`. Faster tiers hold segments in slots (segment-sized
 //! extents) given out from a free list.
 //!
-//! ## Rules (the same the simulator models, `docs/engine/volume.md`)
+//! ## Rules (the same the simulator runs, `docs/engine/volume.md`)
+//! - Which moves are accepted, which slot a move takes and when a slot is
+//!   free again is decided by the shared placement table
+//!   ([`tierd_core::placement`]), kept in the planner. Each segment's entry
+//!   holds its location for the IO path.
 //! - Every IO to a segment holds the segment's entry lock shared for the
 //!   IO's duration; starting and finishing a move takes it exclusively, so a
 //!   placement never changes under an IO and a freed slot is never read.
-//! - During a move of segment `s` from A to B, reads go to A; writes go to A
-//!   and, for chunks already copied, to B as well (mirrored). A write holds
-//!   the locks of the chunks it touches shared; the copier holds a chunk's
-//!   lock exclusively while it reads it from A and writes it to B. So every
-//!   write reaches B either through the copy or through the mirror.
+//! - During a move of segment `s` from A to B, reads go to A; writes go to
+//!   A and, as the shared move machine ([`tierd_core::moves`]) routes them,
+//!   to B as well: at once for a chunk already landed, handed to the mover
+//!   for a chunk being copied (applied after the copy lands; the write does
+//!   not wait for it). So every write reaches B through the copy, the
+//!   mirror or the hand-over.
 //! - When every chunk is copied: flush B, append `Place{s, B}` to the journal
 //!   (fsync), then flip the entry under its lock. The mapping is durable only
 //!   after the data is. Writes keep mirroring until the flip, so the flip
 //!   waits only for IOs in flight on that segment.
+//! - Locks are taken in this order: planner, journal (`meta`), a segment's
+//!   entry, the list of active moves, a move's state.
 //! - A volatile (memory) tier is written through: a write to a segment on it
 //!   also reaches home before the ack, unless the tier has
 //!   `unsafe_volatile = true`.
@@ -34,10 +41,11 @@
 
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 
 use std::sync::Arc;
 use tierd_core::moves::{MoveMachine, MoveRules};
+use tierd_core::placement::PlacementTable;
 
 use tierd_common::clock::Clock;
 use tierd_policy::{Move, MoveReason, Policy, PolicyConfig, SegmentId, TierId};
@@ -143,9 +151,6 @@ struct TierState {
     device: Arc<dyn BlockDevice>,
     volatile: bool,
     write_through: bool,
-    capacity_segments: u32,
-    free_slots: Mutex<Vec<u32>>,
-    used_segments: AtomicU32,
 }
 
 /// A move being copied.
@@ -267,7 +272,9 @@ impl ChunkRead {
 
 struct Planner {
     policy: Box<dyn Policy>,
-    pending: VecDeque<Move>,
+    /// Where every segment lives, the fast tiers' free slots and the moves
+    /// accepted and not started (the simulator's table too).
+    table: PlacementTable<Move>,
     recent: VecDeque<MoveRecord>,
     completed_moves: u64,
     /// Of `completed_moves`, those whose time is known (journal records
@@ -369,9 +376,7 @@ impl Volume {
 
     /// Current tier of every segment.
     pub fn placement(&self) -> Vec<TierId> {
-        (0..self.segments)
-            .map(|segment| self.entry(segment).location.tier)
-            .collect()
+        self.planner.lock().table.tiers_of().to_vec()
     }
 
     /// The shared move machine's rules for this volume.

@@ -1,8 +1,7 @@
 //! Planning: the policy tick at each period end, the move queue, and
 //! operator pins.
 
-use std::sync::atomic::Ordering;
-
+use tierd_core::placement::Refusal;
 use tierd_policy::view::{MigrationStats, TierInfo};
 use tierd_policy::{Move, MoveReason, SegmentId, TierId, View};
 
@@ -37,8 +36,8 @@ impl Volume {
                 self.options.name, self.tiers[pin.tier as usize].name
             )));
         }
-        let from = self.entry(segment).location.tier;
-        planner.pending.push_back(Move {
+        let from = planner.table.location(segment).tier;
+        let planned = Move {
             segment,
             from,
             to,
@@ -46,13 +45,23 @@ impl Volume {
                 rule: "operator".to_string(),
                 detail: why.to_string(),
             },
-        });
-        Ok(())
+        };
+        planner
+            .table
+            .accept(segment, from, to, planned, false)
+            .map_err(|(refusal, _)| {
+                VolumeError::Invalid(format!(
+                    "segment {segment} of volume {} cannot move to {}: {}",
+                    self.options.name,
+                    self.tiers[to as usize].name,
+                    refusal.describe(&self.tier_names())
+                ))
+            })
     }
 
     /// Moves waiting to start.
     pub fn pending_moves(&self) -> usize {
-        self.planner.lock().pending.len()
+        self.planner.lock().table.queued_len()
     }
 
     /// Ends the monitor period if it is due: runs the policy and queues its
@@ -68,7 +77,8 @@ impl Volume {
             .iter()
             .map(|tier| tier.device.stats().map_or(0, |stats| stats.busy_ns))
             .collect();
-        let mut planner = self.planner.lock();
+        let mut guard = self.planner.lock();
+        let planner = &mut *guard;
         // Every IO thread's shard merged in. The monitor stays locked
         // through the plan, so the policy reads the history where it is
         // (no copy); IO threads keep recording into their shards meanwhile
@@ -90,10 +100,13 @@ impl Volume {
         let history = monitor.history();
         planner.last_busy_ns = busy_now;
         planner.periods_closed += 1;
-        self.expire_pins(&mut planner);
-        self.requeue_pinned_moves(&mut planner);
-        let placement = self.placement();
-        let mut in_flight: Vec<Move> = planner.pending.iter().cloned().collect();
+        self.expire_pins(planner);
+        self.requeue_pinned_moves(planner);
+        let mut in_flight: Vec<Move> = planner
+            .table
+            .queued()
+            .map(|queued| queued.item.clone())
+            .collect();
         for active in self.active.read().iter() {
             in_flight.push(Move {
                 segment: active.segment,
@@ -105,10 +118,11 @@ impl Volume {
         let tiers: Vec<TierInfo> = self
             .tiers
             .iter()
-            .map(|tier| TierInfo {
+            .enumerate()
+            .map(|(index, tier)| TierInfo {
                 name: tier.name.clone(),
-                capacity_segments: tier.capacity_segments,
-                used_segments: tier.used_segments.load(Ordering::Relaxed),
+                capacity_segments: planner.table.capacity_segments(index as TierId),
+                used_segments: planner.table.used(index as TierId),
             })
             .collect();
         let migration = MigrationStats {
@@ -122,7 +136,7 @@ impl Volume {
             segment_bytes: self.options.segment_bytes,
             segments: self.segments,
             history,
-            placement: &placement,
+            placement: planner.table.tiers_of(),
             in_flight: &in_flight,
             tiers: &tiers,
             migration,
@@ -142,21 +156,17 @@ impl Volume {
                 pinned_dropped += 1;
                 continue;
             }
-            let duplicate = planner
-                .pending
-                .iter()
-                .any(|queued| queued.segment == planned.segment)
-                || in_flight
-                    .iter()
-                    .any(|moving| moving.segment == planned.segment);
-            if duplicate
-                || planned.to as usize >= self.tiers.len()
-                || planned.segment >= self.segments
+            // The shared table's rules: the segment is where the plan
+            // thinks, not queued or moving already, and the target has room.
+            let (segment, from, to) = (planned.segment, planned.from, planned.to);
+            if planner
+                .table
+                .accept(segment, from, to, planned, false)
+                .is_err()
             {
                 planner.dropped_moves += 1;
                 continue;
             }
-            planner.pending.push_back(planned);
             queued += 1;
         }
         let mut summary = plan.summary;
@@ -174,7 +184,7 @@ impl Volume {
         });
         planner.periods_since_checkpoint += 1;
         let due = planner.periods_since_checkpoint >= self.options.checkpoint_every_periods;
-        drop(planner);
+        drop(guard);
         if due {
             self.checkpoint()?;
         }
@@ -214,36 +224,34 @@ impl Volume {
             )));
         }
         let mut planner = self.planner.lock();
-        let current = self.entry(segment).location.tier;
-        let arriving = |segment: SegmentId| {
-            self.active
-                .read()
-                .iter()
-                .any(|active| active.segment == segment && active.to.tier == tier)
-        };
-        let needs_move = current != tier && !arriving(segment);
+        let current = planner.table.location(segment).tier;
+        let arriving = planner
+            .table
+            .moving_to(segment)
+            .is_some_and(|to| to.tier == tier);
+        let needs_move = current != tier && !arriving;
         if needs_move && tier != self.home() {
-            // Slots already promised: other pins to this tier whose move has
-            // not taken its slot yet.
-            let promised = planner
-                .pins
-                .values()
-                .filter(|other| {
-                    other.segment != segment
-                        && other.tier == tier
-                        && self.entry(other.segment).location.tier != tier
-                        && !arriving(other.segment)
-                })
-                .count();
-            let free = tier_state.free_slots.lock().len();
-            if free <= promised {
+            // Room as the table counts it (moves queued onto the tier hold
+            // theirs); a queued move of this segment onto the tier gives its
+            // room to the pin's move.
+            let own = planner
+                .table
+                .queued()
+                .any(|queued| queued.segment == segment && queued.to == tier);
+            let room = planner.table.room(tier) + u32::from(own);
+            if room == 0 {
+                let queued_onto = planner
+                    .table
+                    .queued()
+                    .filter(|queued| queued.to == tier)
+                    .count();
                 return Err(VolumeError::Invalid(format!(
-                    "tier {} has no room to pin segment {segment} of volume {}: {free} of its {} slots are free{}; unpin or move a segment off it first",
+                    "tier {} has no room to pin segment {segment} of volume {}: its {} slots are taken{}; unpin or move a segment off it first",
                     tier_state.name,
                     self.options.name,
-                    tier_state.capacity_segments,
-                    if promised > 0 {
-                        format!(" and {promised} of them are promised to pins whose moves are queued")
+                    planner.table.capacity_segments(tier),
+                    if queued_onto > 0 {
+                        format!(" or promised to {queued_onto} queued moves")
                     } else {
                         String::new()
                     }
@@ -263,13 +271,14 @@ impl Volume {
             until_unix_ns,
         })?;
         planner.pins.insert(segment, pin);
-        // Moves of the segment queued before the pin would take it away.
-        let queued_before = planner.pending.len();
-        planner.pending.retain(|queued| queued.segment != segment);
-        let removed = (queued_before - planner.pending.len()) as u64;
-        planner.dropped_moves += removed;
+        // A move of the segment queued before the pin would take it away.
+        if let Some(undone) = planner.table.cancel(segment) {
+            planner.dropped_moves += 1 + undone.shed.len() as u64;
+        }
         if needs_move {
-            planner.pending.push_front(Move {
+            // First in line. A segment moving elsewhere now gets its pin's
+            // move queued once that move ends (`requeue_pinned_moves`).
+            let planned = Move {
                 segment,
                 from: current,
                 to: tier,
@@ -277,7 +286,16 @@ impl Volume {
                     rule: "operator".to_string(),
                     detail: "pinned with tierd pin".to_string(),
                 },
-            });
+            };
+            if let Err((refusal, _)) = planner.table.accept(segment, current, tier, planned, true) {
+                if refusal != Refusal::Moving {
+                    planner.events.push(format!(
+                        "segment {segment} is pinned to tier {} but its move could not be queued yet: {}",
+                        tier_state.name,
+                        refusal.describe(&self.tier_names())
+                    ));
+                }
+            }
         }
         Ok(needs_move)
     }
@@ -356,29 +374,16 @@ impl Volume {
     /// dropped, or a crash came first) gets its move queued again when
     /// nothing moves it and the tier has a free slot.
     fn requeue_pinned_moves(&self, planner: &mut Planner) {
-        let active_segments: Vec<SegmentId> = self
-            .active
-            .read()
-            .iter()
-            .map(|active| active.segment)
-            .collect();
         let pins: Vec<Pin> = planner.pins.values().copied().collect();
         for pin in pins {
-            let current = self.entry(pin.segment).location.tier;
+            let current = planner.table.location(pin.segment).tier;
             if current == pin.tier
-                || active_segments.contains(&pin.segment)
-                || planner
-                    .pending
-                    .iter()
-                    .any(|queued| queued.segment == pin.segment)
+                || planner.table.is_moving(pin.segment)
+                || planner.table.is_queued(pin.segment)
             {
                 continue;
             }
-            let tier = &self.tiers[pin.tier as usize];
-            if pin.tier != self.home() && tier.free_slots.lock().is_empty() {
-                continue;
-            }
-            planner.pending.push_front(Move {
+            let planned = Move {
                 segment: pin.segment,
                 from: current,
                 to: pin.tier,
@@ -386,11 +391,20 @@ impl Volume {
                     rule: "operator".to_string(),
                     detail: "pinned with tierd pin (its move queued again)".to_string(),
                 },
-            });
-            planner.events.push(format!(
-                "segment {} is pinned to tier {} but is on {}: its move is queued again",
-                pin.segment, tier.name, self.tiers[current as usize].name
-            ));
+            };
+            // No room on the tier yet: tried again next period.
+            if planner
+                .table
+                .accept(pin.segment, current, pin.tier, planned, true)
+                .is_ok()
+            {
+                planner.events.push(format!(
+                    "segment {} is pinned to tier {} but is on {}: its move is queued again",
+                    pin.segment,
+                    self.tiers[pin.tier as usize].name,
+                    self.tiers[current as usize].name
+                ));
+            }
         }
     }
 }

@@ -4,10 +4,11 @@
 
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tierd_common::clock::Clock;
+use tierd_core::placement::PlacementTable;
 use tierd_policy::monitor::{Monitor, DEFAULT_HISTORY_PERIODS};
 use tierd_policy::{build_policy, SegmentId, TierId};
 
@@ -44,28 +45,24 @@ impl Volume {
                 options.name
             )));
         }
-        let tier_states: Vec<TierState> = tiers
-            .into_iter()
+        let capacities_segments: Vec<u32> = tiers
+            .iter()
             .enumerate()
             .map(|(index, spec)| {
-                let capacity_segments = if index == home {
+                if index == home {
                     segments
                 } else {
                     u32::try_from(spec.device.size_bytes() / segment_bytes).unwrap_or(u32::MAX)
-                };
-                TierState {
-                    name: spec.name,
-                    volatile: spec.volatile,
-                    write_through: spec.volatile && !spec.unsafe_volatile,
-                    capacity_segments,
-                    free_slots: Mutex::new(if index == home {
-                        Vec::new()
-                    } else {
-                        (0..capacity_segments).rev().collect()
-                    }),
-                    used_segments: AtomicU32::new(if index == home { segments } else { 0 }),
-                    device: spec.device,
                 }
+            })
+            .collect();
+        let tier_states: Vec<TierState> = tiers
+            .into_iter()
+            .map(|spec| TierState {
+                name: spec.name,
+                volatile: spec.volatile,
+                write_through: spec.volatile && !spec.unsafe_volatile,
+                device: spec.device,
             })
             .collect();
         let home_id = home as TierId;
@@ -179,46 +176,14 @@ impl Volume {
             )));
         }
         // Check the recovered table and rebuild the free lists from it.
-        let mut taken: Vec<Vec<bool>> = tier_states
-            .iter()
-            .map(|tier| vec![false; tier.capacity_segments as usize])
-            .collect();
-        for (segment, location) in placement.iter().enumerate() {
-            let tier = location.tier as usize;
-            let valid = tier < tier_states.len()
-                && (if tier == home {
-                    location.slot as usize == segment
-                } else {
-                    (location.slot as usize) < taken[tier].len()
-                        && !taken[tier][location.slot as usize]
-                });
-            if !valid {
-                return Err(VolumeError::Invalid(format!(
-                    "{}: recovered placement of segment {segment} ({location:?}) is impossible for this tier stack; tierd will not guess",
-                    meta_dir.display()
-                )));
-            }
-            if tier != home {
-                taken[tier][location.slot as usize] = true;
-            }
-        }
-        for (tier_index, tier) in tier_states.iter().enumerate() {
-            if tier_index == home {
-                continue;
-            }
-            let mut free = tier.free_slots.lock();
-            free.retain(|slot| !taken[tier_index][*slot as usize]);
-            let used = taken[tier_index].iter().filter(|taken| **taken).count() as u32;
-            tier.used_segments.store(used, Ordering::Relaxed);
-            tier.used_segments.fetch_add(0, Ordering::Relaxed);
-        }
-        let home_used = placement
-            .iter()
-            .filter(|location| location.tier == home_id)
-            .count();
-        tier_states[home]
-            .used_segments
-            .store(home_used as u32, Ordering::Relaxed);
+        let table = PlacementTable::restore(&placement, &capacities_segments).map_err(|impossible| {
+            VolumeError::Invalid(format!(
+                "{}: recovered placement of segment {} ({:?}) is impossible for this tier stack; tierd will not guess",
+                meta_dir.display(),
+                impossible.segment,
+                impossible.location
+            ))
+        })?;
 
         let last_busy_ns = tier_states
             .iter()
@@ -251,7 +216,7 @@ impl Volume {
             monitor: super::recorder::LiveMonitor::new(monitor),
             planner: Mutex::new(Planner {
                 policy,
-                pending: VecDeque::new(),
+                table,
                 recent,
                 completed_moves: planner_completed,
                 timed_moves: planner_timed,
@@ -329,13 +294,11 @@ impl Volume {
         let mut planner = self.planner.lock();
         planner.periods_since_checkpoint = 0;
         let history = self.monitor.lock().history().to_vec();
-        // Hold the journal lock while reading the table: a move's journal
-        // record and its flip happen together under it, so the checkpoint
+        // The planner's table: a move's journal record and its flip in the
+        // table happen together under the planner lock, so the checkpoint
         // never misses a placement the journal had.
         let mut meta = self.meta.lock();
-        let placement = (0..self.segments)
-            .map(|segment| self.entry(segment).location)
-            .collect();
+        let placement = planner.table.locations().to_vec();
         let checkpoint = Checkpoint {
             volume: self.options.name.clone(),
             size_bytes: self.options.size_bytes,
@@ -367,10 +330,16 @@ impl Volume {
         if index >= self.tiers.len() || index == home as usize {
             return Ok(forgotten);
         }
+        // Planner, then journal, then the entry: the order a move's flip
+        // takes them in.
+        let mut planner = self.planner.lock();
         for segment in 0..self.segments {
-            let location = self.entry(segment).location;
-            if location.tier as usize != index {
+            let location = planner.table.location(segment);
+            if location.tier as usize != index || planner.table.is_moving(segment) {
                 continue;
+            }
+            if let Some(undone) = planner.table.cancel(segment) {
+                planner.dropped_moves += 1 + undone.shed.len() as u64;
             }
             let to = Location {
                 tier: home,
@@ -383,10 +352,7 @@ impl Volume {
             })?;
             self.entries[segment as usize].write().location = to;
             self.home_current[segment as usize].store(true, Ordering::Release);
-            self.release(location, home);
-            self.tiers[home as usize]
-                .used_segments
-                .fetch_add(1, Ordering::Relaxed);
+            planner.table.force_home(segment);
             forgotten.push(segment);
         }
         Ok(forgotten)

@@ -31,6 +31,9 @@ pub struct TierStatus {
     pub volatile: bool,
     pub write_through: bool,
     pub capacity_segments: u32,
+    /// Segments on the tier once the accepted moves are done (a queued or
+    /// copying move counts on its target, no longer on its source): what
+    /// the policy sees.
     pub used_segments: u32,
     pub used_bytes: u64,
     pub capacity_bytes: u64,
@@ -123,8 +126,8 @@ pub struct VolumeStatus {
 impl Volume {
     /// Everything `tierd status` shows.
     pub fn status(&self) -> VolumeStatus {
-        let placement = self.placement();
         let planner = self.planner.lock();
+        let placement = planner.table.tiers_of();
         let in_flight = self.active_moves();
         VolumeStatus {
             name: self.options.name.clone(),
@@ -154,13 +157,14 @@ impl Volume {
             tiers: self
                 .tiers
                 .iter()
-                .map(|tier| {
-                    let used = tier.used_segments.load(Ordering::Relaxed);
+                .enumerate()
+                .map(|(index, tier)| {
+                    let used = planner.table.used(index as TierId);
                     TierStatus {
                         name: tier.name.clone(),
                         volatile: tier.volatile,
                         write_through: tier.write_through,
-                        capacity_segments: tier.capacity_segments,
+                        capacity_segments: planner.table.capacity_segments(index as TierId),
                         used_segments: used,
                         used_bytes: u64::from(used) * self.options.segment_bytes,
                         capacity_bytes: tier.device.size_bytes(),
@@ -170,7 +174,7 @@ impl Volume {
                 })
                 .collect(),
             in_flight,
-            pending_moves: planner.pending.len(),
+            pending_moves: planner.table.queued_len(),
             completed_moves: planner.completed_moves,
             dropped_moves: planner.dropped_moves,
             mean_move_ns: planner.mean_move_ns(),
