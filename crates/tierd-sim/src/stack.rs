@@ -11,6 +11,7 @@
 //! device = "x25e"                 # a tierd_device::DevicePreset name
 //! capacity = "64GB"               # required on every tier but the last
 //! queue_depth = 128               # optional: IOs the host keeps at the device
+//! unsafe_volatile = false         # memory tiers only: true = no write-through
 //! [tier.model]                    # optional: model overrides, passed through
 //!
 //! [[tier]]                        # the last tier is home: it holds every segment
@@ -147,6 +148,7 @@ struct TierFile {
     device: DevicePreset,
     capacity: Option<HumanSize>,
     queue_depth: Option<u32>,
+    unsafe_volatile: Option<bool>,
     model: Option<toml::Table>,
 }
 
@@ -170,6 +172,11 @@ pub struct TierSpec {
     /// IOs the host keeps outstanding at the device; more wait in a FIFO in
     /// front of it (the block layer's request queue).
     pub queue_depth: u32,
+    /// A memory tier whose writes are not written through to home (the
+    /// engine's `unsafe_volatile`). By default a write to a segment on a
+    /// memory tier (other than home) also goes to home and is acknowledged
+    /// when both are done, as `tierd serve` does.
+    pub unsafe_volatile: bool,
     /// Model overrides from `[tier.model]`, handed to the device preset.
     pub model: Option<toml::Table>,
 }
@@ -353,11 +360,23 @@ impl TierStack {
                     "must be at least 1",
                 ));
             }
+            let unsafe_volatile = tier.unsafe_volatile.unwrap_or(false);
+            if unsafe_volatile && tier.device != DevicePreset::Memory {
+                return Err(config_error(
+                    source_name,
+                    key("unsafe_volatile"),
+                    format!(
+                        "applies only to a memory tier (whose contents a power loss takes); device {:?} keeps its data, so remove the key",
+                        tier.device
+                    ),
+                ));
+            }
             tiers.push(TierSpec {
                 name: tier.name.clone(),
                 device: tier.device,
                 capacity_bytes,
                 queue_depth,
+                unsafe_volatile,
                 model: tier.model.clone(),
             });
         }
@@ -563,5 +582,26 @@ mod tests {
         );
         assert_eq!(stack.migration.chunk_bytes, 1 << 20);
         assert_eq!(stack.name, "inline");
+    }
+
+    #[test]
+    fn unsafe_volatile_is_for_memory_tiers_and_the_ssd_mem_preset_sets_it() {
+        let text = |device: &str| {
+            format!(
+                "segment_bytes = \"1MiB\"\n[[tier]]\nname = \"fast\"\ndevice = \"{device}\"\ncapacity = \"16MiB\"\nunsafe_volatile = true\n[[tier]]\nname = \"hdd\"\ndevice = \"savvio10k4\"\n"
+            )
+        };
+        let stack = TierStack::parse(&text("memory"), "inline").unwrap();
+        assert!(stack.tiers[0].unsafe_volatile);
+        let message = TierStack::parse(&text("x25e"), "inline")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("tier[0].unsafe_volatile")
+                && message.contains("only to a memory tier"),
+            "{message}"
+        );
+        assert!(TierStack::preset("ssd-mem").unwrap().tiers[0].unsafe_volatile);
+        assert!(!TierStack::preset("hdd-ssd").unwrap().tiers[0].unsafe_volatile);
     }
 }

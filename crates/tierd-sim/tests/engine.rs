@@ -24,7 +24,9 @@ fn request(time_ns: u64, op: Op, offset_bytes: u64, length_bytes: u64) -> Reques
 }
 
 /// Two tiers, 1 MiB segments, 256 KiB chunks copied one at a time unless
-/// `migration` (appended lines) says otherwise.
+/// `migration` (appended lines) says otherwise. The fast tier is not
+/// written through to home (`unsafe_volatile`): these tests time the move
+/// machine alone.
 fn stack(migration: &str) -> TierStack {
     let in_flight = if migration.contains("chunks_in_flight") {
         ""
@@ -34,6 +36,7 @@ fn stack(migration: &str) -> TierStack {
     let text = format!(
         "segment_bytes = \"1MiB\"\n\
          [[tier]]\nname = \"fast\"\ndevice = \"memory\"\ncapacity = \"4MiB\"\n\
+         unsafe_volatile = true\n\
          [[tier]]\nname = \"home\"\ndevice = \"savvio10k4\"\n\
          [migration]\nchunk_bytes = \"256KiB\"\n{in_flight}{migration}"
     );
@@ -256,6 +259,8 @@ fn writes_during_a_demotion_wait_for_a_mirrored_slow_half_never_for_a_copy() {
     let script = vec![(0, promotion(1)), (2, demotion)];
     let requests = vec![
         request(0, Op::Read, 0, 4096),
+        // On the fast tier: home is stale, so the demotion copies.
+        request(2 * SECOND, Op::Write, MIB + 768 * 1024, 4096),
         // During the demotion (from 3 s): into chunk 1 while it is copied,
         // then into chunk 0, already copied.
         request(3 * SECOND + 30 * MS, Op::Write, MIB + 256 * 1024, 4096),

@@ -66,6 +66,8 @@ impl<'run> Engine<'run> {
         match completion.id >> KIND_SHIFT {
             KIND_USER => self.source_half_done(payload as u32, completion.done_ns)?,
             KIND_MIRROR_WRITE => self.mirror_part_done(payload as u32, completion.done_ns)?,
+            KIND_THROUGH_WRITE => self.through_part_done(payload as u32, completion.done_ns)?,
+            KIND_MIGRATION_THROUGH => self.monitor.record_migration_io(tier as TierId, payload),
             KIND_HANDED_OVER => self.handed_over_done((payload >> 32) as u32, payload as u32),
             KIND_MIGRATION_READ => self.chunk_read_done((payload >> 32) as u32, payload as u32),
             KIND_MIGRATION_WRITE => self.chunk_write_done((payload >> 32) as u32, payload as u32),
@@ -146,6 +148,25 @@ impl<'run> Engine<'run> {
             self.tracked_source_done(move_slot, piece_index);
         }
         if self.pieces.items[piece_index as usize].finished() {
+            self.complete_piece(piece_index, done_ns)?;
+        }
+        Ok(())
+    }
+
+    /// The home half of a written-through write completed.
+    pub(super) fn through_part_done(
+        &mut self,
+        piece_index: u32,
+        done_ns: u64,
+    ) -> Result<(), SimError> {
+        let piece = self.pieces.get_mut(piece_index);
+        piece.parts_left = piece.parts_left.saturating_sub(1);
+        let piece = *piece;
+        #[cfg(test)]
+        if let Some(shadow) = self.shadow.as_mut() {
+            shadow.device_write(piece_index, self.home, piece.volume_offset, piece.bytes);
+        }
+        if piece.finished() {
             self.complete_piece(piece_index, done_ns)?;
         }
         Ok(())

@@ -226,7 +226,9 @@ impl<'run> Engine<'run> {
                 segment_len,
                 self.now_ns,
                 pre_move_writes,
-                false,
+                // Demoting a segment whose home copy is current copies
+                // nothing (the engine's rule): every chunk counts as copied.
+                to == self.home && self.home_current[segment],
             ),
             timer_pending: false,
             applying: Vec::new(),
@@ -339,7 +341,23 @@ impl<'run> Engine<'run> {
         let from = active.plan.from;
         let to = active.plan.to as usize;
         let offset = active.target_base + start;
+        let home_too = from as usize != self.home && self.write_through[to];
+        let home_offset = u64::from(active.plan.segment) * self.config.segment_bytes + start;
         self.monitor.record_migration_io(from, length);
+        if home_too {
+            // The engine copies such a chunk to home as well; its home half
+            // loads home but does not gate the landing here.
+            self.submit(
+                self.home,
+                DeviceIo {
+                    id: (KIND_MIGRATION_THROUGH << KIND_SHIFT) | (length & PAYLOAD_MASK),
+                    op: Op::Write,
+                    offset_bytes: home_offset,
+                    length_bytes: length,
+                    background: true,
+                },
+            );
+        }
         self.submit(
             to,
             DeviceIo {
@@ -480,6 +498,9 @@ impl<'run> Engine<'run> {
         let segment = active.plan.segment as usize;
         let from = active.plan.from as usize;
         let to = active.plan.to as usize;
+        self.home_current[segment] = to == self.home
+            || self.write_through[to]
+            || (from == self.home && self.home_current[segment]);
         let left = self.table.finish(active.plan.segment);
         if from != self.home {
             let slot = left.slot as usize;

@@ -22,7 +22,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use tierd_common::units::PAGE_BYTES;
 use tierd_core::placement::{Location, PlacementTable, Started};
-use tierd_device::{Completion, DeviceCounters, DeviceIo, DeviceModel};
+use tierd_device::{Completion, DeviceCounters, DeviceIo, DeviceModel, DevicePreset};
 use tierd_policy::cache::PageCache;
 use tierd_policy::monitor::Monitor;
 use tierd_policy::view::{MigrationStats, TierInfo};
@@ -82,12 +82,21 @@ const KIND_MIRROR_WRITE: u64 = 6;
 /// A part of a user write handed to a move, applied to its target after the
 /// chunk's copy (background, not user IO).
 const KIND_HANDED_OVER: u64 = 7;
+/// The home half of a user write to a write-through (memory) tier.
+const KIND_THROUGH_WRITE: u64 = 8;
+/// A chunk copy's home half, for a move onto a write-through tier from
+/// another fast tier (home backs the RAM copy after the flip; background).
+const KIND_MIGRATION_THROUGH: u64 = 9;
 
-/// User IO (a piece, or the target half of a mirrored write): counts in
-/// the user-busy time the policies see (`TierPeriodStats::user_busy_ns`).
+/// User IO (a piece, the target half of a mirrored write, the home half of
+/// a written-through write): counts in the user-busy time the policies see
+/// (`TierPeriodStats::user_busy_ns`).
 #[inline]
 fn is_user_io(id: u64) -> bool {
-    matches!(id >> KIND_SHIFT, KIND_USER | KIND_MIRROR_WRITE)
+    matches!(
+        id >> KIND_SHIFT,
+        KIND_USER | KIND_MIRROR_WRITE | KIND_THROUGH_WRITE
+    )
 }
 
 /// `moving[segment]`: no move of it is copying.
@@ -208,6 +217,14 @@ struct Engine<'run> {
     slot_ios: Vec<Vec<u32>>,
     draining: Vec<Vec<bool>>,
     moves_touching: Vec<u32>,
+    /// Per tier: writes to its segments are written through to home (a
+    /// memory tier that is not home and not `unsafe_volatile`), as
+    /// `tierd serve` does.
+    write_through: Vec<bool>,
+    /// Per segment: home holds its current data (it is on home, written
+    /// through, or not written since it left home). A demotion of such a
+    /// segment copies nothing, as in the engine.
+    home_current: Vec<bool>,
 
     // Migration.
     active: Vec<Option<ActiveMove>>,
@@ -392,6 +409,16 @@ impl<'run> Engine<'run> {
             slot_ios,
             draining,
             moves_touching: vec![0; tiers],
+            home_current: vec![true; segments as usize],
+            write_through: config
+                .stack
+                .tiers
+                .iter()
+                .enumerate()
+                .map(|(index, tier)| {
+                    index != home && tier.device == DevicePreset::Memory && !tier.unsafe_volatile
+                })
+                .collect(),
             active: Vec::new(),
             active_count: 0,
             move_log: Vec::new(),
@@ -591,6 +618,42 @@ impl<'run> Engine<'run> {
         }
     }
 
+    /// A write to `segment`, on `tier`, also goes to home before its
+    /// acknowledgement: the tier is write-through, or the segment is moving
+    /// onto a write-through tier from another fast tier (the engine's rule,
+    /// `docs/moves.md`).
+    fn writes_through(&self, segment: usize, tier: TierId) -> bool {
+        if self.write_through[tier as usize] {
+            return true;
+        }
+        let move_slot = self.moving[segment];
+        move_slot != NOT_MOVING
+            && self.active[move_slot as usize]
+                .as_ref()
+                .is_some_and(|active| {
+                    active.plan.from as usize != self.home
+                        && self.write_through[active.plan.to as usize]
+                })
+    }
+
+    /// Issues the home half of a written-through write piece: the piece is
+    /// acknowledged when it is done too.
+    fn write_through_home(&mut self, piece_index: u32) {
+        let piece = self.pieces.get_mut(piece_index);
+        piece.parts_left += 1;
+        let (offset, bytes) = (piece.volume_offset, piece.bytes);
+        self.submit(
+            self.home,
+            DeviceIo {
+                id: (KIND_THROUGH_WRITE << KIND_SHIFT) | u64::from(piece_index),
+                op: Op::Write,
+                offset_bytes: offset,
+                length_bytes: bytes,
+                background: false,
+            },
+        );
+    }
+
     /// Sends a tiering piece to the device its segment lives on.
     ///
     /// A write to a segment being moved is also *mirrored* to the target
@@ -631,6 +694,12 @@ impl<'run> Engine<'run> {
             let move_slot = self.moving[segment];
             if move_slot != NOT_MOVING {
                 self.track_write(move_slot, piece_index);
+            }
+            if self.writes_through(segment, tier) {
+                self.write_through_home(piece_index);
+            } else if tier as usize != self.home {
+                // The home copy goes stale before the data lands.
+                self.home_current[segment] = false;
             }
         }
         self.submit(

@@ -279,9 +279,17 @@ fn moves_never_lose_a_write() {
         assert!(result.moves >= 20, "seed {seed}: {} moves", result.moves);
         assert!(shadow.flips.get() >= result.moves);
         assert!(result.moves_dropped > 0, "seed {seed}");
-        // Every chunk copied once; writes mirrored, some of them into
-        // chunks being copied; nothing ever held.
-        assert!(result.move_log.iter().all(|record| record.bytes == 1 << 20));
+        // Every chunk copied once, or none for a demotion whose home copy
+        // was current (the memory tier writes through to home); writes
+        // mirrored, some of them into chunks being copied; nothing ever held.
+        assert!(result
+            .move_log
+            .iter()
+            .all(|record| record.bytes == 1 << 20 || (record.bytes == 0 && record.to == 2)));
+        assert!(
+            result.move_log.iter().any(|record| record.bytes == 0),
+            "seed {seed}: no clean demotion"
+        );
         assert!(result.mirrored_writes > 0, "seed {seed}");
         assert!(result.deferred_target_halves > 0, "seed {seed}");
         assert_eq!(result.stalled_pieces, 0);
@@ -437,9 +445,11 @@ fn a_slot_is_reused_only_after_the_io_still_going_to_it_has_landed() {
     // One fast slot. Segment 1 is promoted, then demoted while a slow
     // 1 MiB write to it is still landing in the slot; segment 2 waits
     // for the slot until that write is done, so it cannot overwrite
-    // segment 2's freshly copied chunks.
+    // segment 2's freshly copied chunks. (Not written through, and
+    // written before the demotion: the demotion must copy.)
     let text = "segment_bytes = \"1MiB\"\n\
          [[tier]]\nname = \"fast\"\ndevice = \"memory\"\ncapacity = \"1MiB\"\n\
+         unsafe_volatile = true\n\
          [[tier]]\nname = \"home\"\ndevice = \"savvio10k4\"\n\
          [migration]\nchunk_bytes = \"256KiB\"\nchunks_in_flight = 4\n";
     let stack = TierStack::parse(text, "test").unwrap();
@@ -464,6 +474,15 @@ fn a_slot_is_reused_only_after_the_io_still_going_to_it_has_landed() {
             volume: 0,
             op: Op::Read,
             offset_bytes: 0,
+            length_bytes: BLOCK,
+            response_ns: None,
+        },
+        // Written in the slot, so home is stale and the demotion copies.
+        Request {
+            time_ns: 2_000_000_000,
+            volume: 0,
+            op: Op::Write,
+            offset_bytes: 1 << 20,
             length_bytes: BLOCK,
             response_ns: None,
         },
@@ -512,4 +531,102 @@ fn a_slot_is_reused_only_after_the_io_still_going_to_it_has_landed() {
     let write_lands = write_at + 20_000_000 + 104_857_600;
     assert!(demotion.end_ns < write_lands, "{demotion:?}");
     assert_eq!(promotion.start_ns, write_lands);
+}
+
+/// The engine's rule for memory tiers, in virtual time: a write to a
+/// segment on a memory tier also goes to home and is acknowledged when both
+/// are done, unless the tier is `unsafe_volatile`; and demoting a segment
+/// whose home copy is current copies nothing.
+#[test]
+fn writes_to_a_memory_tier_go_through_to_home_unless_unsafe_volatile() {
+    let run = |unsafe_volatile: bool| {
+        let text = format!(
+            "segment_bytes = \"1MiB\"\n\
+             [[tier]]\nname = \"ram\"\ndevice = \"memory\"\ncapacity = \"2MiB\"\n\
+             unsafe_volatile = {unsafe_volatile}\n\
+             [[tier]]\nname = \"home\"\ndevice = \"p3700\"\n\
+             [migration]\nchunk_bytes = \"256KiB\"\n"
+        );
+        let stack = TierStack::parse(&text, "test").unwrap();
+        let volume_bytes = 4 << 20;
+        let mut config = SimConfig::new(stack, volume_bytes);
+        config.period_ns = 1_000_000_000;
+        let devices: Vec<Box<dyn DeviceModel>> = vec![
+            Box::new(FixedLatencyDevice::new("ram", 2 << 20, 5_000, 5_000)),
+            Box::new(FixedLatencyDevice::new(
+                "home",
+                volume_bytes,
+                1_000_000,
+                1_000_000,
+            )),
+        ];
+        // Segment 0 is promoted at the end of period 0 and demoted at the
+        // end of period 2; meanwhile 100 writes to it, 1 ms apart.
+        let mut requests = vec![Request {
+            time_ns: 0,
+            volume: 0,
+            op: Op::Read,
+            offset_bytes: 2 << 20,
+            length_bytes: BLOCK,
+            response_ns: None,
+        }];
+        for index in 0..100u64 {
+            requests.push(Request {
+                time_ns: 1_500_000_000 + index * 1_000_000,
+                volume: 0,
+                op: Op::Write,
+                offset_bytes: (index % 256) * BLOCK,
+                length_bytes: BLOCK,
+                response_ns: None,
+            });
+        }
+        requests.push(Request {
+            time_ns: 4_500_000_000,
+            volume: 0,
+            op: Op::Read,
+            offset_bytes: 2 << 20,
+            length_bytes: BLOCK,
+            response_ns: None,
+        });
+        let mut reader =
+            IteratorReader::new(requests.into_iter(), &["test"], Format::Tierd, "through");
+        let policy = Script {
+            moves: vec![(0, 0, 1, 0), (2, 0, 0, 1)],
+        };
+        let mut engine = Engine::new(
+            &config,
+            Controller::Policy(Box::new(policy)),
+            devices,
+            &mut reader,
+        );
+        engine.shadow = Some(Shadow::new(2));
+        engine.run(&mut |_| {}).unwrap();
+        let shadow = engine.shadow.take().unwrap();
+        assert_eq!(engine.table.tiers_of()[0], 1, "segment 0 is home again");
+        shadow.verify(1, 0, 0, config.segment_bytes);
+        engine.finish("script")
+    };
+    let through = run(false);
+    let volatile = run(true);
+    assert_eq!((through.moves, volatile.moves), (2, 2));
+    // Written through: home took the 100 user writes (the promotion only
+    // read it, the demotion copied nothing), and each waited for home's
+    // 1 ms. Not written through: home took the demotion's four 256 KiB
+    // chunks.
+    assert_eq!(through.tiers[1].counters.writes, 100);
+    assert_eq!(volatile.tiers[1].counters.writes, 4);
+    assert!(
+        through.tiers[0].avg_response_us >= 1_000.0,
+        "{}",
+        through.tiers[0].avg_response_us
+    );
+    assert!(
+        volatile.tiers[0].avg_response_us < 100.0,
+        "{}",
+        volatile.tiers[0].avg_response_us
+    );
+    // Home was current: the demotion copied nothing; without write-through
+    // it copied the segment.
+    assert_eq!(through.move_log[1].bytes, 0);
+    assert_eq!(volatile.move_log[1].bytes, 1 << 20);
 }
