@@ -201,6 +201,24 @@ impl Policy for RandomMoves {
     }
 }
 
+/// An engine running `policy` in tiering mode, with a shadow of every
+/// tier's blocks that checks what each flip and each read finds.
+fn shadowed<'run>(
+    config: &'run SimConfig,
+    policy: impl Policy + 'static,
+    devices: Vec<Box<dyn DeviceModel>>,
+    reader: &'run mut dyn TraceReader,
+) -> Engine<'run> {
+    let mut engine = Engine::new(
+        config,
+        Controller::Policy(Box::new(policy)),
+        devices,
+        reader,
+    );
+    engine.shadow = Some(Shadow::new(config.stack.tiers.len()));
+    engine
+}
+
 fn random_requests(rng: &mut SeededRng, volume_bytes: u64, count: usize) -> Vec<Request> {
     let mut time_ns = 0u64;
     (0..count)
@@ -259,13 +277,7 @@ fn moves_never_lose_a_write() {
             rng: rng.derive(9),
             per_period: 3,
         };
-        let mut engine = Engine::new(
-            &config,
-            Controller::Policy(Box::new(policy)),
-            devices,
-            &mut reader,
-        );
-        engine.shadow = Some(Shadow::new(3));
+        let mut engine = shadowed(&config, policy, devices, &mut reader);
         engine.run(&mut |_| {}).unwrap();
         let shadow = engine.shadow.take().unwrap();
         for segment in 0..engine.segments as usize {
@@ -363,13 +375,7 @@ fn a_segment_written_all_the_time_flips_without_a_stall_on_a_saturated_disk() {
     let mut reader =
         IteratorReader::new(requests.into_iter(), &["test"], Format::Tierd, "saturated");
     let policy = PromoteOnce { period: 0, segment };
-    let mut engine = Engine::new(
-        &config,
-        Controller::Policy(Box::new(policy)),
-        devices,
-        &mut reader,
-    );
-    engine.shadow = Some(Shadow::new(2));
+    let mut engine = shadowed(&config, policy, devices, &mut reader);
     engine.run(&mut |_| {}).unwrap();
     let shadow = engine.shadow.take().unwrap();
     assert_eq!(engine.table.tiers_of()[segment as usize], 0);
@@ -507,13 +513,7 @@ fn a_slot_is_reused_only_after_the_io_still_going_to_it_has_landed() {
     let policy = Script {
         moves: vec![(0, 1, 1, 0), (2, 1, 0, 1), (2, 2, 1, 0)],
     };
-    let mut engine = Engine::new(
-        &config,
-        Controller::Policy(Box::new(policy)),
-        devices,
-        &mut reader,
-    );
-    engine.shadow = Some(Shadow::new(2));
+    let mut engine = shadowed(&config, policy, devices, &mut reader);
     engine.run(&mut |_| {}).unwrap();
     let shadow = engine.shadow.take().unwrap();
     for segment in 0..4usize {
@@ -593,13 +593,7 @@ fn writes_to_a_memory_tier_go_through_to_home_unless_unsafe_volatile() {
         let policy = Script {
             moves: vec![(0, 0, 1, 0), (2, 0, 0, 1)],
         };
-        let mut engine = Engine::new(
-            &config,
-            Controller::Policy(Box::new(policy)),
-            devices,
-            &mut reader,
-        );
-        engine.shadow = Some(Shadow::new(2));
+        let mut engine = shadowed(&config, policy, devices, &mut reader);
         engine.run(&mut |_| {}).unwrap();
         let shadow = engine.shadow.take().unwrap();
         assert_eq!(engine.table.tiers_of()[0], 1, "segment 0 is home again");

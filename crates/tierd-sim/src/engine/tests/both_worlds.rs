@@ -168,13 +168,7 @@ fn the_simulator_and_the_engine_make_the_same_decisions_and_hold_the_same_blocks
         period: 0,
         segment: 1,
     };
-    let mut engine = Engine::new(
-        &config,
-        Controller::Policy(Box::new(policy)),
-        devices,
-        &mut reader,
-    );
-    engine.shadow = Some(Shadow::new(2));
+    let mut engine = super::shadowed(&config, policy, devices, &mut reader);
     engine.world_log = Some(WorldLog::default());
     engine.run(&mut |_| {}).unwrap();
     let log = engine.world_log.take().unwrap();
