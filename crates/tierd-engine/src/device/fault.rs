@@ -242,6 +242,10 @@ impl FaultDevice {
 }
 
 impl BlockDevice for FaultDevice {
+    fn release_cache(&self, offset_bytes: u64, length_bytes: u64) {
+        self.inner.release_cache(offset_bytes, length_bytes);
+    }
+
     fn failure(&self) -> Option<String> {
         self.inner.failure()
     }

@@ -993,6 +993,38 @@ impl std::fmt::Debug for FileDevice {
 }
 
 impl BlockDevice for FileDevice {
+    /// Drops the range's clean pages from the page cache
+    /// (`POSIX_FADV_DONTNEED`; dirty ones are written back first by the
+    /// kernel). After a promotion the home file's pages of the segment are
+    /// a second copy nobody reads, and pages a copy read from holes of a
+    /// sparse file make every later write into them cost a block
+    /// allocation walk (measured: a write-through memory tier's writes ran
+    /// at 0.4-0.7x the home file alone until they were dropped).
+    fn release_cache(&self, offset_bytes: u64, length_bytes: u64) {
+        if self.direct || length_bytes == 0 {
+            return;
+        }
+        let (Ok(offset), Ok(length)) = (
+            libc::off_t::try_from(offset_bytes),
+            libc::off_t::try_from(length_bytes),
+        ) else {
+            return;
+        };
+        // SAFETY: a plain advice call on our own open descriptor; it reads
+        // and writes no memory of ours.
+        let rc = unsafe {
+            libc::posix_fadvise(
+                self.file.as_raw_fd(),
+                offset,
+                length,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+        if rc != 0 {
+            tracing::debug!(device = %self.name, rc, "posix_fadvise(DONTNEED) refused; pages stay cached");
+        }
+    }
+
     fn backing_warning(&self) -> Option<String> {
         FileDevice::warning(self)
     }
@@ -1112,6 +1144,62 @@ mod tests {
         (0..length)
             .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed) | 0x80)
             .collect()
+    }
+
+    /// Pages of `file`'s first `length` bytes resident in the page cache.
+    fn resident_pages(file: &File, length: usize) -> usize {
+        let page = 4096usize;
+        // SAFETY: a read-only shared mapping of our own file, unmapped
+        // below; mincore writes one byte per page into `residency`.
+        unsafe {
+            let address = libc::mmap(
+                std::ptr::null_mut(),
+                length,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            );
+            assert_ne!(address, libc::MAP_FAILED, "mmap");
+            let mut residency = vec![0u8; length.div_ceil(page)];
+            let rc = libc::mincore(address, length, residency.as_mut_ptr());
+            libc::munmap(address, length);
+            assert_eq!(rc, 0, "mincore");
+            residency.iter().filter(|byte| **byte & 1 == 1).count()
+        }
+    }
+
+    #[test]
+    fn release_cache_drops_the_ranges_pages_and_keeps_the_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let size = 1 << 20;
+        let device =
+            FileDevice::open(dir.path().join("t.img"), Some(size as u64), false, true).unwrap();
+        let data = pattern(7, size);
+        device.write_at(0, &data).unwrap();
+        device.flush().unwrap();
+        let mut back = vec![0u8; size];
+        device.read_at(0, &mut back).unwrap();
+        let before = resident_pages(&device.file, size);
+        assert_eq!(
+            before,
+            size / 4096,
+            "the file's pages were read into the cache"
+        );
+        device.release_cache(0, 0);
+        assert_eq!(resident_pages(&device.file, size), before);
+        // The whole range (a kernel drops only whole folios, and large
+        // folios may span the file; the engine releases whole segments).
+        device.release_cache(0, size as u64);
+        let after = resident_pages(&device.file, size);
+        assert_eq!(after, 0, "the range's pages were dropped");
+        // Dirty pages are written back, not lost; the data is unchanged.
+        device.write_at(4096, &pattern(9, 4096)).unwrap();
+        device.release_cache(0, size as u64);
+        device.read_at(0, &mut back).unwrap();
+        assert_eq!(&back[..4096], &data[..4096]);
+        assert_eq!(&back[4096..8192], &pattern(9, 4096)[..]);
+        assert_eq!(&back[8192..], &data[8192..]);
     }
 
     /// Opens a direct device in `directory`, or says why the filesystem

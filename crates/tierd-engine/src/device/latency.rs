@@ -366,6 +366,10 @@ impl LatencyDevice {
 }
 
 impl BlockDevice for LatencyDevice {
+    fn release_cache(&self, offset_bytes: u64, length_bytes: u64) {
+        self.inner.release_cache(offset_bytes, length_bytes);
+    }
+
     fn failure(&self) -> Option<String> {
         self.inner.failure()
     }

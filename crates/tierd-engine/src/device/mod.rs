@@ -161,6 +161,12 @@ pub trait BlockDevice: Send + Sync {
     fn check_backing(&self) -> Option<String> {
         None
     }
+
+    /// The range's data lives elsewhere now (a move copied it off this
+    /// device and flipped): a device behind the page cache may drop the
+    /// range's cached pages. A hint: it changes no data and never fails.
+    /// Wrappers forward to their inner device.
+    fn release_cache(&self, _offset_bytes: u64, _length_bytes: u64) {}
 }
 
 /// Checks `offset + length <= size`, for implementations.

@@ -275,6 +275,10 @@ impl StatsDevice {
 }
 
 impl BlockDevice for StatsDevice {
+    fn release_cache(&self, offset_bytes: u64, length_bytes: u64) {
+        self.inner.release_cache(offset_bytes, length_bytes);
+    }
+
     fn failure(&self) -> Option<String> {
         self.inner.failure()
     }

@@ -394,6 +394,13 @@ impl Volume {
                 Ordering::Relaxed,
             );
         }
+        // The segment is served from its target now: the source's cached
+        // pages of it are a copy nobody reads (see
+        // `BlockDevice::release_cache`). Home keeps its extent, and a
+        // write-through write to it lands in fresh pages.
+        self.tiers[active.from.tier as usize]
+            .device
+            .release_cache(self.slot_offset(active.from), self.options.segment_bytes);
         self.keep_decisions(active);
         let copied = active.state.lock().machine.counters().copied_bytes;
         self.record_finished(
