@@ -102,7 +102,7 @@ fn a_promotion_waits_for_the_demotion_ahead_of_it_and_others_pass() {
 }
 
 #[test]
-fn an_operator_move_goes_first_and_a_cancelled_one_gives_its_room_back() {
+fn a_pins_move_goes_first_and_a_cancelled_one_gives_its_room_back() {
     let mut table = Table::new(4, &[2, 0]);
     table.accept(0, 1, 0, 0, false).unwrap();
     table.accept(1, 1, 0, 1, true).unwrap();
