@@ -220,8 +220,8 @@ impl Plan {
             multi_conn,
             period_ns: self.period_ns,
             window_requests: self.scan.requests,
-            empty_requests: schedule.empty_requests,
-            reordered_requests: schedule.reordered_requests,
+            empty_requests: schedule.empty_requests(),
+            reordered_requests: schedule.reordered_requests(),
             issued: &driven.issued,
             completions: driven.completions,
         });

@@ -1,13 +1,7 @@
 //! Trace feeding: the requests of a trace in replay order with their due
-//! times, under the same rules as `tierd sim`'s open loop, so both replay
-//! the same requests at the same times.
-//!
-//! - one volume (a second one is refused: choose with `--volume`);
-//! - the window (`from_ns`/`to_ns` of trace time after the first request);
-//! - zero-length requests are skipped (counted as `empty_requests`);
-//! - request i is due `(t_i − t_0) / speed` after the start, `t_0` being the
-//!   window's start; a timestamp that goes backwards is due at the previous
-//!   due time (counted as `reordered_requests`).
+//! times, by `tierd sim`'s own cursor ([`tierd_sim::cursor::Cursor`]: one
+//! volume, the window, zero-length requests skipped, due times that never go
+//! backwards), so both replay the same requests at the same times.
 //!
 //! Nothing here does IO of its own beyond reading the trace through a
 //! [`TraceReader`], and nothing reads a clock.
@@ -15,8 +9,9 @@
 use std::path::PathBuf;
 
 use tierd_common::units::{Bytes, NS_PER_SECOND};
-use tierd_sim::Window;
-use tierd_trace::{open_trace, OpenOptions, Request, TraceReader, VolumeId};
+use tierd_sim::cursor::Cursor;
+use tierd_sim::{SimError, Window};
+use tierd_trace::{open_trace, OpenOptions, Request, TraceReader};
 
 use crate::LoadError;
 
@@ -54,15 +49,7 @@ pub struct Due {
 pub struct Schedule {
     reader: Box<dyn TraceReader>,
     speed: f64,
-    window: Window,
-    volume: Option<VolumeId>,
-    origin_ns: Option<u64>,
-    last_due_ns: u64,
-    done: bool,
-    /// Requests of zero length, skipped.
-    pub empty_requests: u64,
-    /// Requests whose timestamp went backwards, due at the previous due time.
-    pub reordered_requests: u64,
+    cursor: Cursor,
 }
 
 impl Schedule {
@@ -72,68 +59,35 @@ impl Schedule {
         Schedule {
             reader,
             speed,
-            window,
-            volume: None,
-            origin_ns: None,
-            last_due_ns: 0,
-            done: false,
-            empty_requests: 0,
-            reordered_requests: 0,
+            cursor: Cursor::new(window),
         }
     }
 
     /// The next request and its due time, `None` at the end of the window.
     pub fn next_due(&mut self) -> Result<Option<Due>, LoadError> {
-        while !self.done {
-            let Some(request) = self.reader.next_request()? else {
-                self.done = true;
-                break;
-            };
-            match self.volume {
-                None => self.volume = Some(request.volume),
-                Some(volume) if volume != request.volume => {
-                    let names = self.reader.volumes();
-                    let name = |id: VolumeId| {
-                        names
-                            .name(id)
-                            .map_or_else(|| id.to_string(), str::to_string)
-                    };
-                    return Err(LoadError::Refused(format!(
-                        "{}: the trace has more than one volume ({:?} and {:?}); choose one (--volume NAME)",
-                        self.reader.path().display(),
-                        name(volume),
-                        name(request.volume)
-                    )));
-                }
-                Some(_) => {}
+        let request = match self.cursor.next(self.reader.as_mut()) {
+            Ok(Some(request)) => request,
+            Ok(None) => return Ok(None),
+            Err(SimError::Trace(error)) => return Err(LoadError::Trace(error)),
+            Err(error) => {
+                return Err(LoadError::Refused(format!(
+                    "{}: {error}",
+                    self.reader.path().display()
+                )))
             }
-            let origin = *self.origin_ns.get_or_insert(request.time_ns);
-            let since_origin = request.time_ns.saturating_sub(origin);
-            if self.window.from_ns.is_some_and(|from| since_origin < from) {
-                continue;
-            }
-            if self.window.to_ns.is_some_and(|to| since_origin >= to) {
-                self.done = true;
-                break;
-            }
-            if request.length_bytes == 0 {
-                self.empty_requests += 1;
-                continue;
-            }
-            let since_start = since_origin - self.window.from_ns.unwrap_or(0);
-            let mut due_ns = if self.speed == 1.0 {
-                since_start
-            } else {
-                (since_start as f64 / self.speed) as u64
-            };
-            if due_ns < self.last_due_ns {
-                self.reordered_requests += 1;
-                due_ns = self.last_due_ns;
-            }
-            self.last_due_ns = due_ns;
-            return Ok(Some(Due { due_ns, request }));
-        }
-        Ok(None)
+        };
+        let due_ns = self.cursor.due_ns(&request, self.speed);
+        Ok(Some(Due { due_ns, request }))
+    }
+
+    /// Requests of zero length, skipped.
+    pub fn empty_requests(&self) -> u64 {
+        self.cursor.empty_requests
+    }
+
+    /// Requests whose timestamp went backwards, due at the previous due time.
+    pub fn reordered_requests(&self) -> u64 {
+        self.cursor.reordered_requests
     }
 }
 
@@ -304,8 +258,8 @@ mod tests {
         let mut schedule = schedule(requests, 1.0, Window::default());
         let due = all(&mut schedule);
         assert_eq!(due, vec![(0, 0), (100, 8192), (100, 12288), (200, 16384)]);
-        assert_eq!(schedule.empty_requests, 1);
-        assert_eq!(schedule.reordered_requests, 1);
+        assert_eq!(schedule.empty_requests(), 1);
+        assert_eq!(schedule.reordered_requests(), 1);
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! `docs/sim.md` describes the model and every reported figure.
 
 pub mod config;
+pub mod cursor;
 pub mod devices;
 pub mod engine;
 pub mod error;

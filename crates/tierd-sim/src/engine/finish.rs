@@ -97,8 +97,8 @@ impl<'run> Engine<'run> {
             writes: self.writes,
             bytes: self.bytes,
             pieces: self.pieces_total,
-            empty_requests: self.empty_requests,
-            reordered_requests: self.reordered_requests,
+            empty_requests: self.cursor.empty_requests,
+            reordered_requests: self.cursor.reordered_requests,
             deferred_requests: self.deferred_requests,
             defer_mean_us: if self.deferred_requests > 0 {
                 self.defer_ns_total as f64 / self.deferred_requests as f64 / 1e3

@@ -20,6 +20,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+use crate::cursor::Cursor;
 use tierd_common::units::PAGE_BYTES;
 use tierd_core::placement::{Location, PlacementTable, Started};
 use tierd_device::{Completion, DeviceCounters, DeviceIo, DeviceModel, DevicePreset};
@@ -27,7 +28,7 @@ use tierd_policy::cache::PageCache;
 use tierd_policy::monitor::Monitor;
 use tierd_policy::view::{MigrationStats, TierInfo};
 use tierd_policy::{Move, Plan, Policy, SegmentId, TierId, View};
-use tierd_trace::{Op, Request, TraceReader, VolumeId};
+use tierd_trace::{Op, Request, TraceReader};
 
 use crate::config::{Replay, SimConfig};
 use crate::error::SimError;
@@ -178,19 +179,13 @@ struct Engine<'run> {
     timers: BinaryHeap<Reverse<(u64, u64, u32)>>,
     timer_sequence: u64,
 
-    // Arrivals.
-    volume: Option<VolumeId>,
-    origin_ns: Option<u64>,
+    // Arrivals: which requests and when (the rules `tierd replay` shares).
+    cursor: Cursor,
     pending: Option<(u64, Request)>,
-    exhausted: bool,
     last_arrival_ns: u64,
-    last_due_ns: u64,
     deferred_requests: u64,
     defer_ns_total: u128,
     defer_ns_max: u64,
-    requests_read: u64,
-    empty_requests: u64,
-    reordered_requests: u64,
 
     // Requests in flight.
     requests: Slab<RequestState>,
@@ -384,18 +379,12 @@ impl<'run> Engine<'run> {
             completions: Vec::new(),
             timers: BinaryHeap::new(),
             timer_sequence: 0,
-            volume: None,
-            origin_ns: None,
+            cursor: Cursor::new(config.window),
             pending: None,
-            exhausted: false,
             last_arrival_ns: 0,
-            last_due_ns: 0,
             deferred_requests: 0,
             defer_ns_total: 0,
             defer_ns_max: 0,
-            requests_read: 0,
-            empty_requests: 0,
-            reordered_requests: 0,
             requests: Slab::new(),
             pieces: Slab::new(),
             outstanding_requests: 0,
@@ -480,7 +469,7 @@ impl<'run> Engine<'run> {
             } else {
                 None
             };
-            if self.pending.is_none() && self.exhausted && self.outstanding_requests == 0 {
+            if self.pending.is_none() && self.cursor.is_done() && self.outstanding_requests == 0 {
                 break;
             }
             let (device_tier, device_ns) = self.next_device_event();
@@ -552,7 +541,7 @@ impl<'run> Engine<'run> {
         let end = request.end_bytes();
         if end > self.config.volume_bytes || request.offset_bytes >= end {
             return Err(SimError::BeyondVolume {
-                index: self.requests_read,
+                index: self.cursor.requests_read,
                 offset_bytes: request.offset_bytes,
                 length_bytes: request.length_bytes,
                 volume_bytes: self.config.volume_bytes,
