@@ -33,20 +33,10 @@ impl Stack {
 
     fn specs(&self) -> Vec<TierSpec> {
         vec![
-            TierSpec {
-                name: "fast".into(),
-                device: self.fast.clone(),
-                volatile: self.fast_volatile,
-                unsafe_volatile: false,
-            },
+            tier("fast", self.fast.clone(), self.fast_volatile),
             // Stands in for a durable file: tests keep the same device
             // across a "crash" to model what survives it.
-            TierSpec {
-                name: "home".into(),
-                device: self.home.clone(),
-                volatile: false,
-                unsafe_volatile: false,
-            },
+            tier("home", self.home.clone(), false),
         ]
     }
 
@@ -69,6 +59,16 @@ fn options(segments: u64, policy: PolicyConfig) -> VolumeOptions {
         checkpoint_every_periods: 1,
         policy,
         migration: Default::default(),
+    }
+}
+
+/// A tier of a test stack (`volatile`: a write-through RAM tier).
+fn tier(name: &str, device: Arc<dyn BlockDevice>, volatile: bool) -> TierSpec {
+    TierSpec {
+        name: name.into(),
+        device,
+        volatile,
+        unsafe_volatile: false,
     }
 }
 
@@ -454,24 +454,9 @@ fn moving_from_a_fast_disk_into_ram_keeps_home_current() {
     let disk = Arc::new(MemoryDevice::new("disk", 2 * SEGMENT));
     let specs = |ram: Arc<MemoryDevice>| {
         vec![
-            TierSpec {
-                name: "ram".into(),
-                device: ram,
-                volatile: true,
-                unsafe_volatile: false,
-            },
-            TierSpec {
-                name: "disk".into(),
-                device: disk.clone(),
-                volatile: false,
-                unsafe_volatile: false,
-            },
-            TierSpec {
-                name: "home".into(),
-                device: home.clone(),
-                volatile: false,
-                unsafe_volatile: false,
-            },
+            tier("ram", ram, true),
+            tier("disk", disk.clone(), false),
+            tier("home", home.clone(), false),
         ]
     };
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
@@ -571,18 +556,12 @@ fn a_panicking_request_leaves_the_volume_serving() {
         armed: AtomicBool::new(false),
     });
     let specs = vec![
-        TierSpec {
-            name: "fast".into(),
-            device: Arc::new(MemoryDevice::new("fast", 2 * SEGMENT)),
-            volatile: false,
-            unsafe_volatile: false,
-        },
-        TierSpec {
-            name: "home".into(),
-            device: home.clone(),
-            volatile: false,
-            unsafe_volatile: false,
-        },
+        tier(
+            "fast",
+            Arc::new(MemoryDevice::new("fast", 2 * SEGMENT)),
+            false,
+        ),
+        tier("home", home.clone(), false),
     ];
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
     let volume = Arc::new(
@@ -683,18 +662,8 @@ fn a_finished_move_releases_the_source_range_from_the_cache() {
         released: parking_lot::Mutex::new(Vec::new()),
     });
     let specs = vec![
-        TierSpec {
-            name: "fast".into(),
-            device: fast.clone(),
-            volatile: false,
-            unsafe_volatile: false,
-        },
-        TierSpec {
-            name: "home".into(),
-            device: home.clone(),
-            volatile: false,
-            unsafe_volatile: false,
-        },
+        tier("fast", fast.clone(), false),
+        tier("home", home.clone(), false),
     ];
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
     let volume = Volume::open(options(4, PolicyConfig::None), specs, dir.path(), clock)
