@@ -207,6 +207,27 @@ fn kill_9_and_restart_keep_placement_and_flushed_data() {
         volume["placement_by_tier"][0],
         serde_json::json!(["mem", 3])
     );
+    // A move the placement table would not accept is refused at once, with
+    // its reason (segment 1 is on mem already).
+    let refused = tierd_refused(
+        dir,
+        &[
+            "move",
+            "--config",
+            "config.toml",
+            "--volume",
+            "vol0",
+            "--segment",
+            "1",
+            "--to",
+            "mem",
+        ],
+    );
+    assert!(
+        refused
+            .contains("segment 1 of volume vol0 cannot move to mem: the segment is already there"),
+        "{refused}"
+    );
 
     // Writes to segments on the memory tier (and across a boundary between
     // tiers) are written through before their ack.
