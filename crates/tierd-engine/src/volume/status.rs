@@ -106,8 +106,8 @@ pub struct VolumeStatus {
     pub completed_moves: u64,
     pub dropped_moves: u64,
     pub mean_move_ns: Option<f64>,
-    /// Since start: the longest time a copy held one chunk's lock (the most
-    /// a write to that chunk waited for the copy) ...
+    /// Since start: the longest chunk copy (read, write and the write parts
+    /// handed over for it; no user write waits for it) ...
     pub max_chunk_hold_ns: u64,
     /// ... and the longest switch-over (the most IO to a moving segment
     /// waited for its flip).
