@@ -285,10 +285,6 @@ impl<M> PlacementTable<M> {
         (self.tiers.len() - 1) as TierId
     }
 
-    pub fn tier_count(&self) -> usize {
-        self.tiers.len()
-    }
-
     /// Where `segment` lives now (until its move flips, its source).
     pub fn location(&self, segment: SegmentId) -> Location {
         self.locations[segment as usize]
@@ -572,6 +568,35 @@ impl<M> PlacementTable<M> {
         }
         from
     }
+}
+
+/// Whether a write to a segment on tier `on` (moving onto `moving_to`, if
+/// a move of it is copying) must also reach home before its
+/// acknowledgement: the segment is on a write-through (volatile) tier, or
+/// is moving onto one from another fast tier, so home backs the RAM copy
+/// after the flip. Both worlds route writes by this rule.
+pub fn write_reaches_home(
+    home: TierId,
+    on: TierId,
+    moving_to: Option<TierId>,
+    write_through: impl Fn(TierId) -> bool,
+) -> bool {
+    on != home && (write_through(on) || moving_to.is_some_and(&write_through))
+}
+
+/// Whether home holds a segment's current data after its move from `from`
+/// to `to` flipped (`was_current`: it did before the move): the segment is
+/// home again, or lands on a write-through tier (its copy went to home
+/// too), or left home without being written since. A demotion of a segment
+/// whose home copy is current copies nothing, in both worlds.
+pub fn home_current_after_flip(
+    home: TierId,
+    from: TierId,
+    to: TierId,
+    to_write_through: bool,
+    was_current: bool,
+) -> bool {
+    to == home || to_write_through || (from == home && was_current)
 }
 
 #[cfg(test)]

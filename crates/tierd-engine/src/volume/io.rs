@@ -9,6 +9,7 @@ use tierd_policy::{SegmentId, TierId};
 use crate::device::{BlockDevice, DeviceError};
 
 use tierd_core::moves::{Part, Route};
+use tierd_core::placement::write_reaches_home;
 
 use super::{ActiveMove, Handed, Volume, VolumeError};
 
@@ -246,10 +247,12 @@ impl Volume {
         // Home gets every write to a segment on a write-through tier, and to
         // one moving onto such a tier from another fast tier (so home is
         // current when the flip lands it in RAM).
-        let target_write_through = active
-            .as_ref()
-            .is_some_and(|active| self.tiers[active.to.tier as usize].write_through);
-        let needs_home = source.tier != home && (source_tier.write_through || target_write_through);
+        let needs_home = write_reaches_home(
+            home,
+            source.tier,
+            active.as_ref().map(|active| active.to.tier),
+            |tier| self.tiers[tier as usize].write_through,
+        );
         if source.tier != home && !needs_home {
             // The home copy goes stale before the data lands on the fast tier.
             self.home_current[segment as usize].store(false, Ordering::Release);

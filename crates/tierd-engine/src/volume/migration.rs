@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tierd_core::moves::{Decision, HandedOver, Landing, MoveMachine, Part, Step};
+use tierd_core::placement::home_current_after_flip;
 use tierd_policy::{Move, SegmentId};
 
 use crate::device::DeviceError;
@@ -373,11 +374,13 @@ impl Volume {
             let mut guard = self.entries[active.segment as usize].write();
             guard.location = active.to;
             guard.moving = false;
-            let target = &self.tiers[active.to.tier as usize];
-            let home_current = active.to.tier == home
-                || target.write_through
-                || (active.from.tier == home
-                    && self.home_current[active.segment as usize].load(Ordering::Acquire));
+            let home_current = home_current_after_flip(
+                home,
+                active.from.tier,
+                active.to.tier,
+                self.tiers[active.to.tier as usize].write_through,
+                self.home_current[active.segment as usize].load(Ordering::Acquire),
+            );
             self.home_current[active.segment as usize].store(home_current, Ordering::Release);
             self.remove_active(active);
             // The entry's write lock is held: no IO reads the old slot.

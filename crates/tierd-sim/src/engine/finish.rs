@@ -117,7 +117,7 @@ impl<'run> Engine<'run> {
             home_svctm_ms,
             home_util,
             moves,
-            moves_unfinished: u64::from(self.active_count) + self.table.queued_len() as u64,
+            moves_unfinished: (self.table.moving_len() + self.table.queued_len()) as u64,
             moves_dropped: self.moves_dropped,
             switch_over_stall_max_us: self
                 .move_log

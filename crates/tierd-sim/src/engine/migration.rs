@@ -194,7 +194,7 @@ impl<'run> Engine<'run> {
     /// queue may free it).
     pub(super) fn start_moves(&mut self) {
         let limit = self.config.stack.migration.max_concurrent_moves;
-        while self.active_count < limit {
+        while self.table.moving_len() < limit as usize {
             let Some(started) = self.table.start_next() else {
                 break;
             };
@@ -255,7 +255,6 @@ impl<'run> Engine<'run> {
             }
         };
         self.moving[segment] = move_slot;
-        self.active_count += 1;
         self.moves_touching[from] += 1;
         self.moves_touching[to] += 1;
         self.period_counters.moves_started += 1;
@@ -498,9 +497,13 @@ impl<'run> Engine<'run> {
         let segment = active.plan.segment as usize;
         let from = active.plan.from as usize;
         let to = active.plan.to as usize;
-        self.home_current[segment] = to == self.home
-            || self.write_through[to]
-            || (from == self.home && self.home_current[segment]);
+        self.home_current[segment] = home_current_after_flip(
+            self.home as TierId,
+            from as TierId,
+            to as TierId,
+            self.write_through[to],
+            self.home_current[segment],
+        );
         let left = self.table.finish(active.plan.segment);
         if from != self.home {
             let slot = left.slot as usize;
@@ -518,7 +521,6 @@ impl<'run> Engine<'run> {
                 * self.config.segment_bytes;
             shadow.verify(to, base, segment_start, active.segment_len);
         }
-        self.active_count -= 1;
         self.moves_touching[from] -= 1;
         self.moves_touching[to] -= 1;
         // The flip holds no IO: the stall is 0 by construction (kept in the

@@ -22,7 +22,9 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use crate::cursor::Cursor;
 use tierd_common::units::PAGE_BYTES;
-use tierd_core::placement::{Location, PlacementTable, Started};
+use tierd_core::placement::{
+    home_current_after_flip, write_reaches_home, Location, PlacementTable, Started,
+};
 use tierd_device::{Completion, DeviceCounters, DeviceIo, DeviceModel, DevicePreset};
 use tierd_policy::cache::PageCache;
 use tierd_policy::monitor::Monitor;
@@ -223,7 +225,6 @@ struct Engine<'run> {
 
     // Migration.
     active: Vec<Option<ActiveMove>>,
-    active_count: u32,
     move_log: Vec<MoveRecord>,
     moves_dropped: u64,
     moved_ns_total: u128,
@@ -409,7 +410,6 @@ impl<'run> Engine<'run> {
                 })
                 .collect(),
             active: Vec::new(),
-            active_count: 0,
             move_log: Vec::new(),
             moves_dropped: 0,
             moved_ns_total: 0,
@@ -612,17 +612,14 @@ impl<'run> Engine<'run> {
     /// onto a write-through tier from another fast tier (the engine's rule,
     /// `docs/moves.md`).
     fn writes_through(&self, segment: usize, tier: TierId) -> bool {
-        if self.write_through[tier as usize] {
-            return true;
-        }
         let move_slot = self.moving[segment];
-        move_slot != NOT_MOVING
-            && self.active[move_slot as usize]
-                .as_ref()
-                .is_some_and(|active| {
-                    active.plan.from as usize != self.home
-                        && self.write_through[active.plan.to as usize]
-                })
+        let moving_to = (move_slot != NOT_MOVING)
+            .then(|| self.active[move_slot as usize].as_ref())
+            .flatten()
+            .map(|active| active.plan.to);
+        write_reaches_home(self.home as TierId, tier, moving_to, |tier| {
+            self.write_through[tier as usize]
+        })
     }
 
     /// Issues the home half of a written-through write piece: the piece is
