@@ -48,8 +48,10 @@ fn status_json(dir: &Path) -> Value {
     })
 }
 
-fn move_segment(dir: &Path, segment: u32, tier: &str) {
-    let output = tierd_in(
+/// `tierd move` of `segment` of vol0 to `tier`, with the test's config.
+fn tierd_move(dir: &Path, segment: u32, tier: &str) -> Output {
+    let segment = segment.to_string();
+    tierd_in(
         dir,
         &[
             "move",
@@ -58,11 +60,15 @@ fn move_segment(dir: &Path, segment: u32, tier: &str) {
             "--volume",
             "vol0",
             "--segment",
-            &segment.to_string(),
+            &segment,
             "--to",
             tier,
         ],
-    );
+    )
+}
+
+fn move_segment(dir: &Path, segment: u32, tier: &str) {
+    let output = tierd_move(dir, segment, tier);
     assert!(
         output.status.success(),
         "tierd move failed:\n{}",
@@ -209,20 +215,9 @@ fn kill_9_and_restart_keep_placement_and_flushed_data() {
     );
     // A move the placement table would not accept is refused at once, with
     // its reason (segment 1 is on mem already).
-    let refused = tierd_refused(
-        dir,
-        &[
-            "move",
-            "--config",
-            "config.toml",
-            "--volume",
-            "vol0",
-            "--segment",
-            "1",
-            "--to",
-            "mem",
-        ],
-    );
+    let output = tierd_move(dir, 1, "mem");
+    assert_eq!(output.status.code(), Some(1));
+    let refused = common::stderr(&output);
     assert!(
         refused
             .contains("segment 1 of volume vol0 cannot move to mem: the segment is already there"),
@@ -471,20 +466,7 @@ fn status_json_keys_are_stable_online_and_offline() {
     assert_eq!(keys(&offline["volumes"][0]), online_volume_keys);
     assert_eq!(keys(&offline["volumes"][0]["tiers"][0]), keys(tier));
     // And `tierd move` without a server says so.
-    let output = tierd_in(
-        dir,
-        &[
-            "move",
-            "--config",
-            "config.toml",
-            "--volume",
-            "vol0",
-            "--segment",
-            "1",
-            "--to",
-            "mem",
-        ],
-    );
+    let output = tierd_move(dir, 1, "mem");
     assert_eq!(output.status.code(), Some(1));
     assert!(
         common::stderr(&output).contains("no tierd server answers"),
