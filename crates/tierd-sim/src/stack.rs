@@ -366,8 +366,8 @@ impl TierStack {
                     source_name,
                     key("unsafe_volatile"),
                     format!(
-                        "applies only to a memory tier (whose contents a power loss takes); device {:?} keeps its data, so remove the key",
-                        tier.device
+                        "applies only to a memory tier (whose contents a power loss takes); device \"{}\" keeps its data, so remove the key",
+                        tier.device.name()
                     ),
                 ));
             }
