@@ -43,6 +43,10 @@ pub trait PageCache: Send {
         self.len() == 0
     }
     fn access(&mut self, page: u64, is_write: bool) -> Access;
+    /// Takes a resident `page` out without counting it as an eviction (a
+    /// discard, or a block the block cache could not give a slot); ghosts
+    /// are kept. Returns whether it was resident. O(1).
+    fn remove(&mut self, page: u64) -> bool;
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -326,4 +330,42 @@ pub(crate) fn checked_capacity(capacity_pages: u64) -> u64 {
 /// slab grows by doubling past that).
 pub(crate) fn initial_nodes(capacity_nodes: u64) -> usize {
     capacity_nodes.min(1 << 20) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+    use tierd_common::rng::splitmix64;
+
+    /// Every policy, under random accesses and removals, keeps exactly the
+    /// pages a model of "inserted − evicted − removed" says it holds, never
+    /// more than its capacity, and `remove` answers whether the page was in.
+    #[test]
+    fn removal_keeps_every_policy_consistent() {
+        for kind in [CacheKind::Fifo, CacheKind::Lru, CacheKind::Arc, CacheKind::S3fifo] {
+            for seed in 0..20u64 {
+                let mut state = seed;
+                let capacity = 1 + splitmix64(&mut state) % 16;
+                let mut cache = build_cache(kind, capacity);
+                let mut resident = BTreeSet::new();
+                for _ in 0..2_000 {
+                    let page = splitmix64(&mut state) % 40;
+                    if splitmix64(&mut state) % 4 == 0 {
+                        assert_eq!(cache.remove(page), resident.remove(&page), "{kind:?} seed {seed}");
+                    } else {
+                        let access = cache.access(page, false);
+                        assert_eq!(access.hit, resident.contains(&page), "{kind:?} seed {seed}");
+                        if let Some(evicted) = access.evicted {
+                            assert!(resident.remove(&evicted.page), "{kind:?} evicted a page it did not hold");
+                            assert_ne!(evicted.page, page);
+                        }
+                        resident.insert(page);
+                    }
+                    assert_eq!(cache.len(), resident.len() as u64, "{kind:?} seed {seed}");
+                    assert!(cache.len() <= capacity);
+                }
+            }
+        }
+    }
 }

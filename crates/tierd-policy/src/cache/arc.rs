@@ -147,7 +147,8 @@ impl PageCache for ArcCache {
                 };
             }
             // Cases II and III: a ghost hit. Ghosts exist only once the cache
-            // is full, so REPLACE always has a page to evict.
+            // has been full; it is full still unless pages were removed
+            // (`remove`), and only a full cache has to make room.
             let (b1, b2) = (self.len_of(B1) as f64, self.len_of(B2) as f64);
             let missed_in_b2 = queue == B2;
             if missed_in_b2 {
@@ -160,14 +161,14 @@ impl PageCache for ArcCache {
             // Take x off its ghost list first (it is not a candidate), then
             // make room, then x enters T2.
             self.queues[queue as usize].unlink(&mut self.nodes.nodes, id);
-            let evicted = self.replace(missed_in_b2);
+            let evicted = (self.len() == capacity).then(|| self.replace(missed_in_b2));
             let node = &mut self.nodes.nodes[id as usize];
             node.queue = T2;
             node.dirty = is_write;
             self.queues[T2 as usize].push_head(&mut self.nodes.nodes, id);
             return Access {
                 hit: false,
-                evicted: Some(evicted),
+                evicted,
             };
         }
         if capacity == 0 {
@@ -210,6 +211,19 @@ impl PageCache for ArcCache {
             hit: false,
             evicted,
         }
+    }
+
+    fn remove(&mut self, page: u64) -> bool {
+        let Some(id) = self.nodes.find(page) else {
+            return false;
+        };
+        let queue = self.nodes.nodes[id as usize].queue;
+        if !matches!(queue, T1 | T2) {
+            return false;
+        }
+        self.queues[queue as usize].unlink(&mut self.nodes.nodes, id);
+        self.nodes.remove(id);
+        true
     }
 }
 

@@ -7,53 +7,35 @@
 //! tiering results are measured against (paper 000 §5.4, paper 002 §5). tierd
 //! models it fully associative: one FIFO over the whole cache.
 //!
-//! Layout: a ring of `capacity` slots filled in order; once full, the hand
-//! points at the oldest page, which the next miss overwrites. A page → slot
-//! map finds hits. Every access is O(1) and allocates nothing.
+//! Layout: one intrusive queue over a node slab (head = newest) and a
+//! page → node map, as LRU's but a hit never moves a page. Every access is
+//! O(1) and allocates nothing once the cache has filled; a page can be
+//! taken out anywhere ([`PageCache::remove`], for discards).
 
-use tierd_common::hash::FastMap;
-
+use super::nodes::{PageNodes, Queue};
 use super::{checked_capacity, initial_nodes, Access, Evicted, PageCache};
 
 #[derive(Debug)]
 pub struct Fifo {
     capacity_pages: u64,
-    /// Resident pages in insertion order, starting at `hand` once full.
-    slots: Vec<Slot>,
-    /// Next slot to overwrite once the ring is full (the oldest page).
-    hand: usize,
-    index: FastMap<u64, u32>,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Slot {
-    page: u64,
-    dirty: bool,
+    nodes: PageNodes,
+    queue: Queue,
 }
 
 impl Fifo {
     /// An empty cache of `capacity_pages` (see [`super::build_cache`] for the limits).
     pub fn new(capacity_pages: u64) -> Self {
         let capacity_pages = checked_capacity(capacity_pages);
-        let reserve = initial_nodes(capacity_pages);
-        let mut index = FastMap::default();
-        index.reserve(reserve);
         Self {
             capacity_pages,
-            slots: Vec::with_capacity(reserve),
-            hand: 0,
-            index,
+            nodes: PageNodes::with_capacity(initial_nodes(capacity_pages)),
+            queue: Queue::default(),
         }
     }
 
     /// Resident pages from newest to oldest; for tests and debugging.
     pub fn pages_newest_first(&self) -> Vec<u64> {
-        let count = self.slots.len();
-        // Once full, the newest page sits just before the hand; before that,
-        // slots fill from 0 and the hand stays at 0.
-        (0..count)
-            .map(|age| self.slots[(self.hand + count - 1 - age) % count].page)
-            .collect()
+        self.queue.pages(&self.nodes.nodes)
     }
 }
 
@@ -67,13 +49,13 @@ impl PageCache for Fifo {
     }
 
     fn len(&self) -> u64 {
-        self.slots.len() as u64
+        self.queue.len
     }
 
     #[inline]
     fn access(&mut self, page: u64, is_write: bool) -> Access {
-        if let Some(&slot) = self.index.get(&page) {
-            self.slots[slot as usize].dirty |= is_write;
+        if let Some(id) = self.nodes.find(page) {
+            self.nodes.nodes[id as usize].dirty |= is_write;
             return Access {
                 hit: true,
                 evicted: None,
@@ -85,35 +67,33 @@ impl PageCache for Fifo {
                 evicted: None,
             };
         }
-        let incoming = Slot {
-            page,
-            dirty: is_write,
-        };
-        if (self.slots.len() as u64) < self.capacity_pages {
-            // Below capacity the slot number fits in u32 (capacity is checked).
-            let slot = self.slots.len() as u32;
-            self.slots.push(incoming);
-            self.index.insert(page, slot);
-            return Access {
-                hit: false,
-                evicted: None,
-            };
+        let mut evicted = None;
+        if self.queue.len == self.capacity_pages {
+            let victim = self.queue.tail;
+            self.queue.unlink(&mut self.nodes.nodes, victim);
+            let node = self.nodes.nodes[victim as usize];
+            self.nodes.remove(victim);
+            evicted = Some(Evicted {
+                page: node.page,
+                dirty: node.dirty,
+            });
         }
-        let slot = self.hand;
-        let outgoing = std::mem::replace(&mut self.slots[slot], incoming);
-        self.index.remove(&outgoing.page);
-        self.index.insert(page, slot as u32);
-        self.hand = if slot + 1 == self.slots.len() {
-            0
-        } else {
-            slot + 1
-        };
+        let id = self.nodes.insert(page, 0, is_write);
+        self.queue.push_head(&mut self.nodes.nodes, id);
         Access {
             hit: false,
-            evicted: Some(Evicted {
-                page: outgoing.page,
-                dirty: outgoing.dirty,
-            }),
+            evicted,
+        }
+    }
+
+    fn remove(&mut self, page: u64) -> bool {
+        match self.nodes.find(page) {
+            Some(id) => {
+                self.queue.unlink(&mut self.nodes.nodes, id);
+                self.nodes.remove(id);
+                true
+            }
+            None => false,
         }
     }
 }
@@ -158,6 +138,20 @@ mod tests {
         assert_eq!(cache.access(13, false).evicted.map(|e| e.page), Some(12));
         let evicted = cache.access(14, false).evicted.unwrap();
         assert_eq!((evicted.page, evicted.dirty), (10, false));
+    }
+
+    #[test]
+    fn a_removed_page_leaves_a_place_and_order_is_kept() {
+        let mut cache = Fifo::new(3);
+        for page in [1, 2, 3] {
+            cache.access(page, false);
+        }
+        assert!(cache.remove(2));
+        assert!(!cache.remove(2));
+        // Below capacity again: 4 enters without pushing anything out.
+        assert_eq!(cache.access(4, false).evicted, None);
+        assert_eq!(cache.pages_newest_first(), vec![4, 3, 1]);
+        assert_eq!(cache.access(5, false).evicted.map(|e| e.page), Some(1));
     }
 
     #[test]

@@ -85,6 +85,17 @@ impl PageCache for Lru {
             evicted,
         }
     }
+
+    fn remove(&mut self, page: u64) -> bool {
+        match self.nodes.find(page) {
+            Some(id) => {
+                self.queue.unlink(&mut self.nodes.nodes, id);
+                self.nodes.remove(id);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 #[cfg(test)]

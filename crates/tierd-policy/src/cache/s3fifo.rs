@@ -288,6 +288,19 @@ impl PageCache for S3Fifo {
             evicted,
         }
     }
+
+    fn remove(&mut self, page: u64) -> bool {
+        let Some(id) = self.nodes.find(page) else {
+            return false;
+        };
+        let queue = self.nodes.nodes[id as usize].queue;
+        if !matches!(queue, SMALL | MAIN) {
+            return false;
+        }
+        self.queues[queue as usize].unlink(&mut self.nodes.nodes, id);
+        self.nodes.remove(id);
+        true
+    }
 }
 
 #[cfg(test)]
