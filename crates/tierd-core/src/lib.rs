@@ -11,10 +11,14 @@
 //!   and when (pacing), which part of a user write goes to the target now,
 //!   which part is handed to the mover to apply after a chunk lands, and
 //!   when the move may flip.
+//! - [`cache`]: the block cache: which home blocks the fast tier holds in
+//!   which slot, dirty state, admission, eviction, writeback order, and the
+//!   mapping changes to journal.
 //! - [`placement`]: where every segment lives, the fast tiers' free slots,
 //!   and which moves are accepted, queued and started.
 //! - [`split`]: splitting a request at segment boundaries.
 
+pub mod cache;
 pub mod moves;
 pub mod placement;
 pub mod split;

@@ -343,7 +343,12 @@ mod tests {
     /// more than its capacity, and `remove` answers whether the page was in.
     #[test]
     fn removal_keeps_every_policy_consistent() {
-        for kind in [CacheKind::Fifo, CacheKind::Lru, CacheKind::Arc, CacheKind::S3fifo] {
+        for kind in [
+            CacheKind::Fifo,
+            CacheKind::Lru,
+            CacheKind::Arc,
+            CacheKind::S3fifo,
+        ] {
             for seed in 0..20u64 {
                 let mut state = seed;
                 let capacity = 1 + splitmix64(&mut state) % 16;
@@ -351,13 +356,20 @@ mod tests {
                 let mut resident = BTreeSet::new();
                 for _ in 0..2_000 {
                     let page = splitmix64(&mut state) % 40;
-                    if splitmix64(&mut state) % 4 == 0 {
-                        assert_eq!(cache.remove(page), resident.remove(&page), "{kind:?} seed {seed}");
+                    if splitmix64(&mut state).is_multiple_of(4) {
+                        assert_eq!(
+                            cache.remove(page),
+                            resident.remove(&page),
+                            "{kind:?} seed {seed}"
+                        );
                     } else {
                         let access = cache.access(page, false);
                         assert_eq!(access.hit, resident.contains(&page), "{kind:?} seed {seed}");
                         if let Some(evicted) = access.evicted {
-                            assert!(resident.remove(&evicted.page), "{kind:?} evicted a page it did not hold");
+                            assert!(
+                                resident.remove(&evicted.page),
+                                "{kind:?} evicted a page it did not hold"
+                            );
                             assert_ne!(evicted.page, page);
                         }
                         resident.insert(page);
