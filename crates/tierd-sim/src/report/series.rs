@@ -661,3 +661,95 @@ mod tests {
         assert_eq!(points.last().unwrap().1, 100.0);
     }
 }
+
+/// (e) the size sweep's curves (`tierd sim --fast-bytes`): hit ratio and
+/// mean response time against the fast tier's size, one line per policy,
+/// log x: a miss-ratio curve as libCacheSim plots it (hit ratio = 1 − miss
+/// ratio; tiering: the share of IO the fast tier served). `None` without a
+/// sweep ([`SimReport::curve`] empty).
+pub fn curves(report: &SimReport) -> Option<(Csv, Chart)> {
+    if report.curve.is_empty() {
+        return None;
+    }
+    let mut csv = Csv::new(&[
+        "policy",
+        "fast_bytes",
+        "fast_gib",
+        "hit_ratio",
+        "miss_ratio",
+        "avg_response_us",
+    ]);
+    let mut policies: Vec<&str> = Vec::new();
+    for point in &report.curve {
+        if !policies.contains(&point.policy.as_str()) {
+            policies.push(&point.policy);
+        }
+        csv.rows.push(vec![
+            point.policy.clone(),
+            point.fast_bytes.to_string(),
+            number(point.fast_bytes as f64 / GIB),
+            number(point.hit_ratio),
+            number(point.miss_ratio),
+            number(point.avg_response_us),
+        ]);
+    }
+    let line = |index: usize, policy: &str, y: &dyn Fn(&crate::sweep::CurvePoint) -> f64| Series {
+        label: policy.to_string(),
+        colour: colour(index),
+        dashed: is_cache_policy(policy),
+        points: report
+            .curve
+            .iter()
+            .filter(|point| point.policy == policy)
+            .map(|point| (point.fast_bytes as f64 / GIB, y(point)))
+            .collect(),
+    };
+    let hits: Vec<Series> = policies
+        .iter()
+        .enumerate()
+        .map(|(index, policy)| line(index, policy, &|point| point.hit_ratio * 100.0))
+        .collect();
+    let responses: Vec<Series> = policies
+        .iter()
+        .enumerate()
+        .map(|(index, policy)| line(index, policy, &|point| point.avg_response_us))
+        .collect();
+    let chart = Chart {
+        title: "Hit ratio and mean response against fast-tier size (miss-ratio curve)".to_string(),
+        subtitle: "every policy at every size of --fast-bytes; caches dashed: page hit ratio; tiering solid: share of IO the fast tier served".to_string(),
+        x_label: "fast-tier size (GiB, log)".to_string(),
+        x_scale: Scale::Log,
+        x_format: TickFormat::Number,
+        x_range: None,
+        panels: vec![
+            Panel {
+                title: "hit ratio".to_string(),
+                y_label: "% of IO served by the fast tier".to_string(),
+                y_range: Some((0.0, 100.0)),
+                y_format: TickFormat::Number,
+                reference: None,
+                series: hits,
+            },
+            Panel {
+                title: "mean response".to_string(),
+                y_label: "mean response".to_string(),
+                y_range: None,
+                y_format: TickFormat::Microseconds,
+                reference: None,
+                series: responses,
+            },
+        ],
+        legend: policies
+            .iter()
+            .enumerate()
+            .map(|(index, policy)| (policy.to_string(), colour(index), is_cache_policy(policy)))
+            .collect(),
+    };
+    Some((csv, chart))
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+fn is_cache_policy(policy: &str) -> bool {
+    matches!(policy, "fifo" | "lru" | "arc" | "s3fifo")
+}
