@@ -737,3 +737,44 @@ fn a_queued_move_that_waited_past_its_payback_is_dropped() {
     assert_eq!(result.moves_dropped, 2);
     assert!(result.queue_wait_max_us <= 2e6);
 }
+
+/// Records the copy time the view gives the policy.
+struct CopyTimeProbe {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Option<f64>>>>,
+}
+
+impl Policy for CopyTimeProbe {
+    fn name(&self) -> &'static str {
+        "probe"
+    }
+
+    fn plan(&mut self, view: &View) -> Plan {
+        self.seen.lock().unwrap().push(view.migration.device_move_ns);
+        Plan::default()
+    }
+}
+
+#[test]
+fn the_policy_sees_the_copy_time_of_the_stacks_devices_before_any_move() {
+    let volume = 8 * MIB;
+    let config = config(volume, "");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let requests = vec![
+        request(0, Op::Read, 0, 4096),
+        request(3 * SECOND, Op::Read, 0, 4096),
+    ];
+    run(
+        &config,
+        policy(CopyTimeProbe { seen: seen.clone() }),
+        devices(volume, 0),
+        requests,
+    )
+    .unwrap();
+    let expected = tierd_sim::devices::segment_copy_ns(&config, 1, 0).unwrap() as f64;
+    // 4 chunks of 256 KiB read one at a time from the Savvio model (a few
+    // ms each) and written to memory.
+    assert!(expected > 1e6 && expected < 1e9, "{expected}");
+    let seen = seen.lock().unwrap();
+    assert!(!seen.is_empty());
+    assert!(seen.iter().all(|ns| *ns == Some(expected)), "{seen:?}");
+}
