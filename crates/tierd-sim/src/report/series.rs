@@ -625,43 +625,6 @@ pub fn html_table(rows: &[Vec<String>]) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn csv_quotes_only_when_needed() {
-        let mut csv = Csv::new(&["a", "b"]);
-        csv.rows
-            .push(vec!["x,y".to_string(), "say \"hi\"".to_string()]);
-        csv.rows.push(vec!["plain".to_string(), String::new()]);
-        assert_eq!(csv.render(), "a,b\n\"x,y\",\"say \"\"hi\"\"\"\nplain,\n");
-        assert_eq!(number(f64::NAN), "");
-        assert_eq!(number(0.5), "0.5");
-        assert_eq!(column_name("Fast SSD-1"), "fast_ssd_1");
-    }
-
-    #[test]
-    fn cdf_reaches_one() {
-        let mut histogram = Histogram::new();
-        for value in [1_000u64, 2_000, 2_000, 1_000_000] {
-            histogram.record(value);
-        }
-        let rows = cdf(&histogram);
-        assert_eq!(rows.len(), 3);
-        assert_eq!(rows[0].3, 0.25);
-        assert_eq!(rows[1].3, 0.75);
-        assert_eq!(rows.last().unwrap().3, 1.0);
-        let points = cdf_points(&histogram);
-        assert_eq!(points.len(), 4);
-        // Starts at the low edge of the first bucket, which holds 1 µs.
-        assert!(points[0].0 <= 1.0 && points[0].0 > 0.9, "{points:?}");
-        assert_eq!(points[0].1, 0.0);
-        assert_eq!(points[1], (rows[0].1, 25.0));
-        assert_eq!(points.last().unwrap().1, 100.0);
-    }
-}
-
 /// (e) the size sweep's curves (`tierd sim --fast-bytes`): hit ratio and
 /// mean response time against the fast tier's size, one line per policy,
 /// log x: a miss-ratio curve as libCacheSim plots it (hit ratio = 1 − miss
@@ -752,4 +715,41 @@ const GIB: f64 = (1u64 << 30) as f64;
 
 fn is_cache_policy(policy: &str) -> bool {
     matches!(policy, "fifo" | "lru" | "arc" | "s3fifo")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_quotes_only_when_needed() {
+        let mut csv = Csv::new(&["a", "b"]);
+        csv.rows
+            .push(vec!["x,y".to_string(), "say \"hi\"".to_string()]);
+        csv.rows.push(vec!["plain".to_string(), String::new()]);
+        assert_eq!(csv.render(), "a,b\n\"x,y\",\"say \"\"hi\"\"\"\nplain,\n");
+        assert_eq!(number(f64::NAN), "");
+        assert_eq!(number(0.5), "0.5");
+        assert_eq!(column_name("Fast SSD-1"), "fast_ssd_1");
+    }
+
+    #[test]
+    fn cdf_reaches_one() {
+        let mut histogram = Histogram::new();
+        for value in [1_000u64, 2_000, 2_000, 1_000_000] {
+            histogram.record(value);
+        }
+        let rows = cdf(&histogram);
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[0].3, 0.25);
+        assert_eq!(rows[1].3, 0.75);
+        assert_eq!(rows.last().unwrap().3, 1.0);
+        let points = cdf_points(&histogram);
+        assert_eq!(points.len(), 4);
+        // Starts at the low edge of the first bucket, which holds 1 µs.
+        assert!(points[0].0 <= 1.0 && points[0].0 > 0.9, "{points:?}");
+        assert_eq!(points[0].1, 0.0);
+        assert_eq!(points[1], (rows[0].1, 25.0));
+        assert_eq!(points.last().unwrap().1, 100.0);
+    }
 }
