@@ -172,9 +172,10 @@ pub fn capacity_notes(
                 ));
             } else if lost > 0 {
                 notes.push(format!(
-                    "fast tier {}: tiering uses {segments} whole {} segments = {} and loses {} to the last partial segment; the caches use all of it",
+                    "fast tier {}: tiering uses {segments} whole {} segment{} = {} and loses {} to the last partial segment; the caches use all of it",
                     Bytes(bytes),
                     Bytes(segment_bytes),
+                    if segments == 1 { "" } else { "s" },
                     Bytes(segments * segment_bytes),
                     Bytes(lost)
                 ));
