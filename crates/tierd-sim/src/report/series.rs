@@ -128,7 +128,7 @@ pub fn legend(report: &SimReport) -> Vec<(String, &'static str, bool)> {
         .runs
         .iter()
         .enumerate()
-        .map(|(index, run)| (run.policy.clone(), colour(index), false))
+        .map(|(index, run)| (run_label(report, run), colour(index), false))
         .collect()
 }
 
@@ -202,7 +202,7 @@ pub fn iops(report: &SimReport) -> (Csv, Chart) {
             ]);
         }
         series.push(Series {
-            label: run.policy.clone(),
+            label: run_label(report, run),
             colour: colour(index),
             dashed: false,
             points: steps(run, |period| {
@@ -299,7 +299,7 @@ pub fn util(report: &SimReport) -> (Csv, Chart) {
                 .iter()
                 .enumerate()
                 .map(|(index, run)| Series {
-                    label: format!("{} on {}", run.policy, result.name),
+                    label: format!("{} on {}", run_label(report, run), result.name),
                     colour: colour(index),
                     dashed: false,
                     points: steps(run, |period| {
@@ -366,7 +366,7 @@ pub fn fast_bytes(report: &SimReport) -> (Csv, Chart) {
             csv.rows.push(row);
         }
         series.push(Series {
-            label: run.policy.clone(),
+            label: run_label(report, run),
             colour: colour(index),
             dashed: false,
             // Every run starts with every segment on home and empty caches
@@ -499,7 +499,7 @@ pub fn response_cdf(report: &SimReport) -> (Csv, Chart) {
             }
             if let Some(panel) = panels.get_mut(panel) {
                 panel.series.push(Series {
-                    label: format!("{} ({scope})", run.policy),
+                    label: format!("{} ({scope})", run_label(report, run)),
                     colour: colour(index),
                     dashed: false,
                     points: cdf_points(histogram),
@@ -623,6 +623,16 @@ pub fn html_table(rows: &[Vec<String>]) -> String {
     }
     out.push_str("</table>\n");
     out
+}
+
+/// A run's name in a chart: its policy, and with more than one fast-tier
+/// size in the report (`--fast-bytes`) its size too.
+fn run_label(report: &SimReport, run: &RunResult) -> String {
+    if report.curve.is_empty() {
+        run.policy.clone()
+    } else {
+        format!("{} @ {}", run.policy, tierd_common::units::Bytes(run.fast_bytes))
+    }
 }
 
 /// (e) the size sweep's curves (`tierd sim --fast-bytes`): hit ratio and
