@@ -345,7 +345,7 @@ fn fast_bytes_runs_every_policy_at_every_size_of_the_working_set() {
     assert!(output.status.success(), "{}", stderr(&output));
     let value: Value = serde_json::from_slice(&output.stdout).unwrap();
     let working_set = value["working_set_bytes"].as_u64().unwrap();
-    assert!(working_set > 0 && working_set % 4096 == 0, "{working_set}");
+    assert!(working_set > 0 && working_set.is_multiple_of(4096), "{working_set}");
     assert!(stderr(&output).contains("working set"), "{}", stderr(&output));
     let runs = value["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 9, "3 policies x 3 sizes");
