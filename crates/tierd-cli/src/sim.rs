@@ -352,7 +352,10 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
     };
     if let (Some(window), None) = (working_set_window, working_set_bytes) {
         let mut reader = source.open()?;
-        working_set_bytes = Some(tierd_sim::sweep::working_set_bytes(reader.as_mut(), window)?);
+        working_set_bytes = Some(tierd_sim::sweep::working_set_bytes(
+            reader.as_mut(),
+            window,
+        )?);
     }
     let mut config = SimConfig::new(stack, volume_bytes);
     config.segment_bytes = segment_bytes;

@@ -449,7 +449,10 @@ impl<M> PlacementTable<M> {
     /// [`PlacementTable::cancel`]: the moves still queued that counted on
     /// room a taken-out demotion would have made are taken out too
     /// ([`Undone::shed`]). Returns the taken-out items in queue order.
-    pub fn take_queued(&mut self, mut keep: impl FnMut(QueuedMove<'_, M>) -> bool) -> Undone<Vec<M>, M> {
+    pub fn take_queued(
+        &mut self,
+        mut keep: impl FnMut(QueuedMove<'_, M>) -> bool,
+    ) -> Undone<Vec<M>, M> {
         let mut taken = Vec::new();
         let mut kept = VecDeque::with_capacity(self.queue.len());
         let mut sources = Vec::new();

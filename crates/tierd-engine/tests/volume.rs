@@ -695,8 +695,7 @@ fn operator_moves_and_pins_are_never_dropped_as_stale() {
     // OTF-AST restates its plans; with no IO its plans are empty, so every
     // queued move of its own would be dropped at the next period.
     let policy = PolicyConfig::default_for(tierd_policy::PolicyKind::OtfAst);
-    let (volume, _) =
-        Volume::open(options(4, policy), stack.specs(), dir.path(), clock).unwrap();
+    let (volume, _) = Volume::open(options(4, policy), stack.specs(), dir.path(), clock).unwrap();
     volume.request_move(0, 0, "operator").unwrap();
     volume.pin(1, 0, None).unwrap();
     assert_eq!(volume.pending_moves(), 2);

@@ -1061,13 +1061,30 @@ fn atsmf_takes_the_copy_time_of_the_devices_in_use_before_the_first_move() {
         (plan, estimates)
     };
     let (prior_plan, prior) = decide(None);
-    assert_eq!(serde_json::to_value(prior.move_source).unwrap(), serde_json::json!("prior"));
-    assert!(!prior_plan.moves.is_empty(), "the prior moves it: {}", prior_plan.summary);
-    assert!(prior_plan.payback_ns.is_some(), "a promotion says how long it may wait");
+    assert_eq!(
+        serde_json::to_value(prior.move_source).unwrap(),
+        serde_json::json!("prior")
+    );
+    assert!(
+        !prior_plan.moves.is_empty(),
+        "the prior moves it: {}",
+        prior_plan.summary
+    );
+    assert!(
+        prior_plan.payback_ns.is_some(),
+        "a promotion says how long it may wait"
+    );
     let (disk_plan, disk) = decide(Some(66e9));
     assert_eq!(disk.move_ns, 66e9);
-    assert_eq!(serde_json::to_value(disk.move_source).unwrap(), serde_json::json!("devices"));
-    assert!(disk_plan.moves.is_empty(), "a disk's copy time does not pay back: {}", disk_plan.summary);
+    assert_eq!(
+        serde_json::to_value(disk.move_source).unwrap(),
+        serde_json::json!("devices")
+    );
+    assert!(
+        disk_plan.moves.is_empty(),
+        "a disk's copy time does not pay back: {}",
+        disk_plan.summary
+    );
 }
 
 /// A walk with pauses, a second static concentration and quiet periods:

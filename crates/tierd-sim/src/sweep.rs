@@ -34,7 +34,9 @@ pub fn parse_fast_sizes(list: &str) -> Result<Vec<FastSize>, String> {
     let mut sizes = Vec::new();
     for entry in list.split(',').map(str::trim) {
         if entry.is_empty() {
-            return Err(format!("an empty entry in {list:?}; each entry is {ACCEPTED}"));
+            return Err(format!(
+                "an empty entry in {list:?}; each entry is {ACCEPTED}"
+            ));
         }
         let size = match entry.strip_suffix('%') {
             Some(number) => match number.trim().parse::<f64>() {
@@ -42,9 +44,17 @@ pub fn parse_fast_sizes(list: &str) -> Result<Vec<FastSize>, String> {
                 _ => return Err(format!("entry {entry:?} is not {ACCEPTED}")),
             },
             None => match parse_bytes(entry) {
-                Ok(0) => return Err(format!("entry {entry:?} is zero bytes; each entry is {ACCEPTED}")),
+                Ok(0) => {
+                    return Err(format!(
+                        "entry {entry:?} is zero bytes; each entry is {ACCEPTED}"
+                    ))
+                }
                 Ok(bytes) => FastSize::Bytes(bytes),
-                Err(error) => return Err(format!("entry {entry:?}: {error}; each entry is {ACCEPTED}")),
+                Err(error) => {
+                    return Err(format!(
+                        "entry {entry:?}: {error}; each entry is {ACCEPTED}"
+                    ))
+                }
             },
         };
         sizes.push(size);
@@ -54,7 +64,9 @@ pub fn parse_fast_sizes(list: &str) -> Result<Vec<FastSize>, String> {
 
 /// Whether any entry is a percentage (the working set must be counted).
 pub fn needs_working_set(sizes: &[FastSize]) -> bool {
-    sizes.iter().any(|size| matches!(size, FastSize::Percent(_)))
+    sizes
+        .iter()
+        .any(|size| matches!(size, FastSize::Percent(_)))
 }
 
 /// The sizes in bytes: percentages of `working_set_bytes`, rounded down
@@ -128,7 +140,9 @@ pub fn working_set_bytes(reader: &mut dyn TraceReader, window: Window) -> Result
     let mut set = WorkingSet::default();
     let mut first_ns = None;
     while let Some(request) = reader.next_request()? {
-        let since = request.time_ns.saturating_sub(*first_ns.get_or_insert(request.time_ns));
+        let since = request
+            .time_ns
+            .saturating_sub(*first_ns.get_or_insert(request.time_ns));
         if window.to_ns.is_some_and(|to| since >= to) {
             break;
         }
@@ -222,7 +236,8 @@ pub fn curve(runs: &[RunResult]) -> Vec<CurvePoint> {
     }
     let mut points = Vec::with_capacity(runs.len());
     for policy in policies {
-        let mut of_policy: Vec<&RunResult> = runs.iter().filter(|run| run.policy == policy).collect();
+        let mut of_policy: Vec<&RunResult> =
+            runs.iter().filter(|run| run.policy == policy).collect();
         of_policy.sort_by_key(|run| run.fast_bytes);
         for run in of_policy {
             let hit = hit_ratio(run);
@@ -270,7 +285,10 @@ mod tests {
         ] {
             let message = parse_fast_sizes(list).unwrap_err();
             assert!(message.contains(named), "{list}: {message}");
-            assert!(message.contains("percentage") || message.contains("size"), "{message}");
+            assert!(
+                message.contains("percentage") || message.contains("size"),
+                "{message}"
+            );
         }
     }
 

@@ -700,7 +700,11 @@ fn a_queued_move_the_newest_plan_no_longer_asks_for_is_dropped_and_does_not_wait
     let segments: Vec<u32> = kept.move_log.iter().map(|record| record.segment).collect();
     assert_eq!(segments, [0, 1, 2]);
     let waited = |result: &RunResult, segment: u32| {
-        let record = result.move_log.iter().find(|record| record.segment == segment).unwrap();
+        let record = result
+            .move_log
+            .iter()
+            .find(|record| record.segment == segment)
+            .unwrap();
         record.start_ns - record.accepted_ns
     };
     assert!(waited(&kept, 2) > 7 * SECOND, "{}", waited(&kept, 2));
@@ -713,7 +717,11 @@ fn a_queued_move_the_newest_plan_no_longer_asks_for_is_dropped_and_does_not_wait
     // The policy's plan at the end of period 1 lists segment 1 alone:
     // segment 2's move is stale and dropped at once; segment 1's keeps its
     // place (and its acceptance time: it waited one copy).
-    let segments: Vec<u32> = dropped.move_log.iter().map(|record| record.segment).collect();
+    let segments: Vec<u32> = dropped
+        .move_log
+        .iter()
+        .map(|record| record.segment)
+        .collect();
     assert_eq!(segments, [0, 1]);
     assert_eq!(dropped.moves_dropped, 1);
     assert_eq!(dropped.moves_dropped_by_reason.not_asked_again, 1);
@@ -731,7 +739,11 @@ fn a_queued_move_that_waited_past_its_payback_is_dropped() {
     });
     // Move 0 starts at once (1 s) and copies ~4 s; the two behind it have
     // waited past 2 s at the period end of 4 s and are dropped.
-    let segments: Vec<u32> = result.move_log.iter().map(|record| record.segment).collect();
+    let segments: Vec<u32> = result
+        .move_log
+        .iter()
+        .map(|record| record.segment)
+        .collect();
     assert_eq!(segments, [0]);
     assert_eq!(result.moves_dropped_by_reason.waited_past_payback, 2);
     assert_eq!(result.moves_dropped, 2);
@@ -749,7 +761,10 @@ impl Policy for CopyTimeProbe {
     }
 
     fn plan(&mut self, view: &View) -> Plan {
-        self.seen.lock().unwrap().push(view.migration.device_move_ns);
+        self.seen
+            .lock()
+            .unwrap()
+            .push(view.migration.device_move_ns);
         Plan::default()
     }
 }

@@ -666,27 +666,44 @@ fn a_size_sweep_reports_each_runs_size_its_curves_and_a_curve_plot() {
     let report = SimReport::new("sweep".to_string(), "synthetic", &config.stack, runs);
     // Every run says the capacity it was given; tiering the segments of it.
     let given: Vec<u64> = report.runs.iter().map(|run| run.fast_bytes).collect();
-    assert_eq!(given, [sizes[0], sizes[0], sizes[0], sizes[1], sizes[1], sizes[1]]);
+    assert_eq!(
+        given,
+        [sizes[0], sizes[0], sizes[0], sizes[1], sizes[1], sizes[1]]
+    );
     assert_eq!(report.runs[1].fast_segments, Some(0));
     assert_eq!(report.runs[4].fast_segments, Some(2));
-    assert_eq!(report.runs[2].cache.as_ref().unwrap().capacity_pages, (64 << 20) / 4096);
+    assert_eq!(
+        report.runs[2].cache.as_ref().unwrap().capacity_pages,
+        (64 << 20) / 4096
+    );
     // One curve point per run, by policy then size; hit ratios in range,
     // and the larger cache misses no more than the smaller one.
     assert_eq!(report.curve.len(), 6);
-    let lru: Vec<_> = report.curve.iter().filter(|point| point.policy == "lru").collect();
+    let lru: Vec<_> = report
+        .curve
+        .iter()
+        .filter(|point| point.policy == "lru")
+        .collect();
     assert_eq!(lru.len(), 2);
     assert!(lru[1].hit_ratio >= lru[0].hit_ratio, "{lru:?}");
     assert!((lru[0].hit_ratio + lru[0].miss_ratio - 1.0).abs() < 1e-12);
     let text = tierd_sim::tables::render_text(&report);
     assert!(text.contains(tierd_sim::tables::HIT_CURVE_TITLE), "{text}");
-    assert!(text.contains("64.00 MiB") && text.contains("2.00 GiB"), "{text}");
+    assert!(
+        text.contains("64.00 MiB") && text.contains("2.00 GiB"),
+        "{text}"
+    );
     let json = serde_json::to_value(&report).unwrap();
     assert_eq!(json["runs"][0]["fast_bytes"], sizes[0]);
     assert_eq!(json["curve"].as_array().unwrap().len(), 6);
     let files = report::render(&report, None, &ReportOptions::default()).unwrap();
     let curves = files.iter().find(|file| file.name == "curves.svg").unwrap();
     check_xml(&curves.contents).unwrap();
-    assert_eq!(lines_labelled(&curves.contents, "lru"), 2, "one line per panel");
+    assert_eq!(
+        lines_labelled(&curves.contents, "lru"),
+        2,
+        "one line per panel"
+    );
     let csv = files.iter().find(|file| file.name == "curves.csv").unwrap();
     assert_eq!(csv.contents.lines().count(), 7);
     assert!(files[0].contents.contains("curves.svg"));

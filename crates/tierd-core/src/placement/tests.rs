@@ -259,7 +259,8 @@ fn random_operations_keep_the_books_right() {
                         assert_eq!(*reason, StaleReason::NotAskedAgain);
                         heading[*segment as usize] = None;
                     }
-                    let dropped: Vec<u32> = undone.item.iter().map(|(segment, _)| *segment).collect();
+                    let dropped: Vec<u32> =
+                        undone.item.iter().map(|(segment, _)| *segment).collect();
                     forget_shed(&table, &mut heading, &dropped);
                     forget_shed(&table, &mut heading, &undone.shed);
                 }
@@ -291,7 +292,11 @@ fn random_operations_keep_the_books_right() {
                         moving_to.unwrap_or(table.tiers_of()[*segment as usize]) == tier
                     })
                     .count() as u32;
-                assert_eq!(table.used_without_queue(tier), without_queue, "seed {seed} step {step}");
+                assert_eq!(
+                    table.used_without_queue(tier),
+                    without_queue,
+                    "seed {seed} step {step}"
+                );
                 if tier == home {
                     continue;
                 }
@@ -399,9 +404,7 @@ fn dropping_stale_moves_gives_their_room_back_and_sheds_what_counted_on_a_droppe
     assert_eq!(table.used(0), 1);
     // The newest plan asks for the promotion again but not the demotion:
     // the demotion is stale, and the promotion no longer fits.
-    let undone = table.drop_stale(|queued| {
-        inputs(Some(*queued.item == 2), 5, None)
-    });
+    let undone = table.drop_stale(|queued| inputs(Some(*queued.item == 2), 5, None));
     assert_eq!(undone.item, vec![(1, StaleReason::NotAskedAgain)]);
     assert_eq!(undone.shed, vec![2]);
     assert_eq!(table.queued_len(), 0);
@@ -425,6 +428,12 @@ fn dropping_stale_moves_gives_their_room_back_and_sheds_what_counted_on_a_droppe
         )]
     );
     assert!(undone.shed.is_empty());
-    assert_eq!(table.queued().map(|queued| *queued.item).collect::<Vec<_>>(), vec![4]);
+    assert_eq!(
+        table
+            .queued()
+            .map(|queued| *queued.item)
+            .collect::<Vec<_>>(),
+        vec![4]
+    );
     assert_eq!((table.used(0), table.used(1)), (0, 4));
 }

@@ -49,7 +49,13 @@ impl Volume {
         };
         planner
             .table
-            .accept(segment, from, to, QueuedMove::new(planned, now_ns, None), false)
+            .accept(
+                segment,
+                from,
+                to,
+                QueuedMove::new(planned, now_ns, None),
+                false,
+            )
             .map_err(|(refusal, _)| {
                 VolumeError::Invalid(format!(
                     "segment {segment} of volume {} cannot move to {}: {}",
@@ -129,7 +135,10 @@ impl Volume {
                 capacity_segments: planner.table.capacity_segments(index as TierId),
                 used_segments: if restates {
                     // Operator moves stay counted: they are never dropped.
-                    let operator = planner.table.queued().filter(|queued| queued.item.is_operator());
+                    let operator = planner
+                        .table
+                        .queued()
+                        .filter(|queued| queued.item.is_operator());
                     let (mut onto, mut off) = (0u32, 0u32);
                     for queued in operator {
                         onto += u32::from(queued.to == index as TierId);
@@ -212,7 +221,13 @@ impl Volume {
             let (segment, from, to) = (planned.segment, planned.from, planned.to);
             if planner
                 .table
-                .accept(segment, from, to, QueuedMove::new(planned, now_ns, plan.payback_ns), false)
+                .accept(
+                    segment,
+                    from,
+                    to,
+                    QueuedMove::new(planned, now_ns, plan.payback_ns),
+                    false,
+                )
                 .is_err()
             {
                 planner.dropped.refused += 1;

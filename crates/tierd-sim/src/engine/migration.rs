@@ -189,7 +189,8 @@ impl<'run> Engine<'run> {
             .collect();
         let undone = self.table.drop_stale(|queued| StaleInputs {
             pinned: false,
-            asked_again: restates.then(|| asked.contains(&(queued.segment, queued.from, queued.to))),
+            asked_again: restates
+                .then(|| asked.contains(&(queued.segment, queued.from, queued.to))),
             waited_ns: now_ns.saturating_sub(queued.item.accepted_ns),
             payback_ns: queued.item.payback_ns,
         });

@@ -338,9 +338,11 @@ impl<'run> Engine<'run> {
         let home = tiers - 1;
         let segments = config.segments();
         let device_move_ns = match &controller {
-            Controller::Policy(_) if home > 0 => crate::devices::segment_copy_ns(config, home, home - 1)
-                .ok()
-                .map(|ns| ns as f64),
+            Controller::Policy(_) if home > 0 => {
+                crate::devices::segment_copy_ns(config, home, home - 1)
+                    .ok()
+                    .map(|ns| ns as f64)
+            }
             _ => None,
         };
         let capacity_segments: Vec<u32> = (0..tiers)

@@ -631,7 +631,11 @@ fn run_label(report: &SimReport, run: &RunResult) -> String {
     if report.curve.is_empty() {
         run.policy.clone()
     } else {
-        format!("{} @ {}", run.policy, tierd_common::units::Bytes(run.fast_bytes))
+        format!(
+            "{} @ {}",
+            run.policy,
+            tierd_common::units::Bytes(run.fast_bytes)
+        )
     }
 }
 
