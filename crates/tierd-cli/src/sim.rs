@@ -83,9 +83,20 @@ pub struct SimArgs {
     /// the caches).
     #[arg(long, value_parser = duration_ns)]
     period: Option<u64>,
-    /// Page-cache size for fifo/lru/arc/s3fifo; default: the most fast-tier
-    /// space a tiering policy run with them used (as paper 002 sized
-    /// FlashCache to ATSMF's peak), else the fast tier's capacity.
+    /// Fast-tier sizes to run every policy at, comma-separated: absolute
+    /// sizes (512MiB,2GiB) or percentages of the trace's working set
+    /// (1%,5%,10%,25%; distinct bytes touched at 4 KiB granularity, counted
+    /// in one pass and printed). Each size sets the fast tier's capacity
+    /// (its device model too) for every policy: caches use all of it,
+    /// tiering the whole segments that fit. Prints hit ratio and mean
+    /// response against size (a miss-ratio curve); default: the stack's
+    /// fast-tier capacity, one size.
+    #[arg(long, value_name = "LIST")]
+    fast_bytes: Option<String>,
+    /// Page-cache size for fifo/lru/arc/s3fifo instead of the fast tier's
+    /// capacity: the caches then do not compare with the tiering policies
+    /// at equal capacity (the report says so). Default: the fast tier's
+    /// capacity, as every policy gets.
     #[arg(long, value_parser = bytes)]
     cache_bytes: Option<u64>,
     /// Print JSON instead of tables.
@@ -187,23 +198,38 @@ struct Scan {
     requests: u64,
     /// Two requests with different times exist.
     timed: bool,
+    /// Distinct bytes touched inside the window, when asked for.
+    working_set_bytes: Option<u64>,
 }
 
-/// The highest byte a trace touches, its request count and whether it has
-/// timestamps (one pass).
-fn scan(source: &Source) -> Result<Scan, CliError> {
+/// The highest byte a trace touches, its request count, whether it has
+/// timestamps and (with `window`) the working set inside the window (one
+/// pass).
+fn scan(source: &Source, window: Option<Window>) -> Result<Scan, CliError> {
     let mut reader = source.open()?;
     let mut scan = Scan {
         end_bytes: 0,
         requests: 0,
         timed: false,
+        working_set_bytes: None,
     };
+    let mut working_set = tierd_sim::sweep::WorkingSet::default();
     let mut first_ns = None;
     while let Some(request) = reader.next_request()? {
         scan.end_bytes = scan.end_bytes.max(request.end_bytes());
         scan.requests += 1;
-        scan.timed |= *first_ns.get_or_insert(request.time_ns) != request.time_ns;
+        let first = *first_ns.get_or_insert(request.time_ns);
+        scan.timed |= first != request.time_ns;
+        if let Some(window) = window {
+            let since = request.time_ns.saturating_sub(first);
+            let inside = window.from_ns.is_none_or(|from| since >= from)
+                && window.to_ns.is_none_or(|to| since < to);
+            if inside {
+                working_set.add(request.offset_bytes, request.length_bytes);
+            }
+        }
     }
+    scan.working_set_bytes = window.map(|_| working_set.bytes());
     Ok(scan)
 }
 
@@ -269,6 +295,26 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
     };
     let segment_bytes = args.segment_bytes.unwrap_or(stack.segment_bytes);
     let open_loop = args.queue_depth.is_none();
+    let window = Window {
+        from_ns: minutes_ns("from-min", args.from_min)?,
+        to_ns: minutes_ns("to-min", args.to_min)?,
+    };
+    let fast_sizes = args
+        .fast_bytes
+        .as_deref()
+        .map(tierd_sim::sweep::parse_fast_sizes)
+        .transpose()
+        .map_err(|message| CliError(format!("--fast-bytes: {message}")))?;
+    if fast_sizes.is_some() && stack.tiers.len() < 2 {
+        return Err(CliError(format!(
+            "--fast-bytes: the tier stack {:?} has one tier and no fast tier to size",
+            stack.name
+        )));
+    }
+    // The working set is counted whenever a sweep is asked for (printed),
+    // in the scan pass when there is one.
+    let working_set_window = fast_sizes.is_some().then_some(window);
+    let mut working_set_bytes = None;
     // Requests per run, for the progress line's total (the whole trace:
     // unknown with a window).
     let mut requests_per_run = None;
@@ -284,7 +330,7 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
         }
         (None, Some(bytes)) => bytes,
         (None, None) => {
-            let scan = scan(&source)?;
+            let scan = scan(&source, working_set_window)?;
             if scan.requests == 0 {
                 return Err(CliError(format!(
                     "{}: no requests to replay",
@@ -300,9 +346,17 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
             if args.from_min.is_none() && args.to_min.is_none() {
                 requests_per_run = Some(scan.requests);
             }
+            working_set_bytes = scan.working_set_bytes;
             scan.end_bytes.div_ceil(segment_bytes).max(1) * segment_bytes
         }
     };
+    if let (Some(window), None) = (working_set_window, working_set_bytes) {
+        let mut reader = source.open()?;
+        working_set_bytes = Some(tierd_sim::sweep::working_set_bytes(
+            reader.as_mut(),
+            window,
+        )?);
+    }
     let mut config = SimConfig::new(stack, volume_bytes);
     config.segment_bytes = segment_bytes;
     config.period_ns = args.period.unwrap_or(tierd_sim::config::DEFAULT_PERIOD_NS);
@@ -316,53 +370,67 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
             speed: args.speed.unwrap_or(default_speed),
         },
     };
-    config.window = Window {
-        from_ns: minutes_ns("from-min", args.from_min)?,
-        to_ns: minutes_ns("to-min", args.to_min)?,
-    };
+    config.window = window;
     config.validate().map_err(option_names)?;
-    for strategy in &strategies {
-        tierd_sim::build_controller(&config, strategy).map_err(option_names)?;
+    // Every strategy gets the same fast tier: the stack's, or each size
+    // of the sweep (which sets the fast tier's capacity).
+    let sizes = match &fast_sizes {
+        Some(list) => tierd_sim::sweep::resolve(list, working_set_bytes)
+            .map_err(|message| CliError(format!("--fast-bytes: {message}")))?,
+        None => vec![config.tier_capacity_bytes(0)],
+    };
+    if let Some(bytes) = working_set_bytes {
+        eprintln!(
+            "tierd sim: working set {} ({bytes} bytes: distinct 4 KiB blocks the replayed requests touch); fast-tier sizes {}",
+            tierd_common::units::Bytes(bytes),
+            sizes
+                .iter()
+                .map(|bytes| tierd_common::units::Bytes(*bytes).to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let mut jobs: Vec<(SimConfig, Strategy)> = Vec::with_capacity(sizes.len() * strategies.len());
+    for &bytes in &sizes {
+        let sized = match fast_sizes {
+            Some(_) => tierd_sim::sweep::with_fast_bytes(&config, bytes),
+            None => config.clone(),
+        };
+        for strategy in &strategies {
+            tierd_sim::build_controller(&sized, strategy).map_err(|error| match fast_sizes {
+                Some(_) => CliError(format!(
+                    "--fast-bytes {}: {}",
+                    tierd_common::units::Bytes(bytes),
+                    option_names(error).0
+                )),
+                None => option_names(error),
+            })?;
+            jobs.push((sized.clone(), strategy.clone()));
+        }
+    }
+    let tiering = strategies
+        .iter()
+        .any(|strategy| !strategy.is_cache() && strategy.name() != "none");
+    let mut notes = tierd_sim::sweep::capacity_notes(
+        segment_bytes,
+        &sizes,
+        tiering,
+        config
+            .cache_bytes
+            .filter(|_| strategies.iter().any(Strategy::is_cache)),
+    );
+    if let Some(bytes) = working_set_bytes {
+        notes.insert(
+            0,
+            format!(
+                "working set {} (distinct 4 KiB blocks the replayed requests touch); --fast-bytes percentages are of it",
+                tierd_common::units::Bytes(bytes)
+            ),
+        );
     }
 
     let clock = SystemClock::new();
-    // Tiering runs first when caches run with them: the caches are sized to
-    // the tiering runs' fast-tier use (tierd_sim::runner::cache_bytes_like_tiering).
-    let sized_later = config.cache_bytes.is_none()
-        && strategies.iter().any(|strategy| strategy.is_cache())
-        && strategies
-            .iter()
-            .any(|strategy| !strategy.is_cache() && strategy.name() != "none");
-    let mut notes = Vec::new();
-    let results = if sized_later {
-        let (caches, tiering): (Vec<_>, Vec<_>) = strategies
-            .iter()
-            .cloned()
-            .partition(|strategy| strategy.is_cache());
-        let mut tiering_runs = run_all(&config, &tiering, &source, args.jobs, requests_per_run)?;
-        let mut cache_config = config.clone();
-        if let Some((bytes, note)) =
-            tierd_sim::runner::cache_bytes_like_tiering(&config, &tiering_runs)
-        {
-            cache_config.cache_bytes = Some(bytes);
-            notes.push(note);
-        }
-        let mut cache_runs =
-            run_all(&cache_config, &caches, &source, args.jobs, requests_per_run)?.into_iter();
-        let mut tiering_iter = tiering_runs.drain(..);
-        strategies
-            .iter()
-            .filter_map(|strategy| {
-                if strategy.is_cache() {
-                    cache_runs.next()
-                } else {
-                    tiering_iter.next()
-                }
-            })
-            .collect()
-    } else {
-        run_all(&config, &strategies, &source, args.jobs, requests_per_run)?
-    };
+    let results = run_all(&jobs, &source, args.jobs, requests_per_run)?;
     let wall_ns = clock.now_ns().max(1);
     let requests: u64 = results.iter().map(|run| run.requests).sum();
     eprintln!(
@@ -374,6 +442,7 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
     let (trace, kind) = source.provenance();
     let mut report = SimReport::new(trace, kind, &config.stack, results);
     report.notes = notes;
+    report.working_set_bytes = working_set_bytes;
     if args.json {
         let mut out = std::io::stdout().lock();
         serde_json::to_writer_pretty(&mut out, &report)?;
@@ -473,33 +542,32 @@ fn option_names(error: SimError) -> CliError {
     }
 }
 
-/// Runs every strategy, `jobs` at a time, each with its own reader; results
-/// come back in the order of `strategies`. `requests_per_run`, when known,
-/// gives the progress line its total and ETA.
+/// Runs every (settings, strategy) job, `jobs` at a time, each with its own
+/// reader; results come back in the order of `runs`. `requests_per_run`,
+/// when known, gives the progress line its total and ETA.
 fn run_all(
-    config: &SimConfig,
-    strategies: &[Strategy],
+    runs: &[(SimConfig, Strategy)],
     source: &Source,
     jobs: Option<usize>,
     requests_per_run: Option<u64>,
 ) -> Result<Vec<RunResult>, CliError> {
     let cores = std::thread::available_parallelism().map_or(1, |cores| cores.get());
-    let jobs = jobs.unwrap_or(cores).clamp(1, strategies.len().max(1));
+    let jobs = jobs.unwrap_or(cores).clamp(1, runs.len().max(1));
     let next = AtomicUsize::new(0);
     let slots: Vec<Mutex<Option<Result<RunResult, CliError>>>> =
-        strategies.iter().map(|_| Mutex::new(None)).collect();
-    let done: Vec<AtomicU64> = strategies.iter().map(|_| AtomicU64::new(0)).collect();
+        runs.iter().map(|_| Mutex::new(None)).collect();
+    let done: Vec<AtomicU64> = runs.iter().map(|_| AtomicU64::new(0)).collect();
     let progress_line = ProgressLine::new(
         "tierd sim",
         "simulated",
-        requests_per_run.map(|requests| requests * strategies.len() as u64),
+        requests_per_run.map(|requests| requests * runs.len() as u64),
     )
-    .with_suffix(format!("over {} run(s)", strategies.len()));
+    .with_suffix(format!("over {} run(s)", runs.len()));
     std::thread::scope(|scope| {
         for _ in 0..jobs {
             scope.spawn(|| loop {
                 let index = next.fetch_add(1, Ordering::Relaxed);
-                let Some(strategy) = strategies.get(index) else {
+                let Some((config, strategy)) = runs.get(index) else {
                     break;
                 };
                 let mut progress = |update: tierd_sim::Progress| {
@@ -518,8 +586,8 @@ fn run_all(
         }
     });
     progress_line.finish();
-    let mut results = Vec::with_capacity(strategies.len());
-    for (slot, strategy) in slots.into_iter().zip(strategies) {
+    let mut results = Vec::with_capacity(runs.len());
+    for (slot, (_, strategy)) in slots.into_iter().zip(runs) {
         let outcome = slot
             .into_inner()
             .map_err(|_| CliError(format!("policy {}: the run panicked", strategy.name())))?;

@@ -319,3 +319,128 @@ fn a_terminal_gets_a_progress_line_with_rate_and_eta() {
         "no progress line with a total and an ETA in {terminal:?}"
     );
 }
+
+#[test]
+fn fast_bytes_runs_every_policy_at_every_size_of_the_working_set() {
+    let directory = tempfile::tempdir().unwrap();
+    let path = write_file(directory.path(), "small.csv", MSR_LINES);
+    let run = |sizes: &str, json: bool| {
+        let mut args = vec![
+            "sim",
+            "--trace",
+            path_arg(&path),
+            "--volume",
+            "hm_0",
+            "--policy",
+            "none,otf-ast,lru",
+            "--fast-bytes",
+            sizes,
+        ];
+        if json {
+            args.push("--json");
+        }
+        tierd(&args)
+    };
+    let output = run("50%,100%,2GiB", true);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let value: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let working_set = value["working_set_bytes"].as_u64().unwrap();
+    assert!(
+        working_set > 0 && working_set.is_multiple_of(4096),
+        "{working_set}"
+    );
+    assert!(
+        stderr(&output).contains("working set"),
+        "{}",
+        stderr(&output)
+    );
+    let runs = value["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 9, "3 policies x 3 sizes");
+    let given: Vec<u64> = runs
+        .iter()
+        .map(|run| run["fast_bytes"].as_u64().unwrap())
+        .collect();
+    let half = (working_set / 2 / 4096).max(1) * 4096;
+    assert_eq!(
+        given,
+        [
+            half,
+            half,
+            half,
+            working_set,
+            working_set,
+            working_set,
+            2 << 30,
+            2 << 30,
+            2 << 30
+        ]
+    );
+    // The caches keep their object; tiering gets whole segments only.
+    assert!(runs[2]["cache"]["hit_ratio"].is_number());
+    assert!(runs[2]["cache"]["dirty_evictions"].is_number());
+    assert_eq!(runs[7]["fast_segments"], 2);
+    assert_eq!(value["curve"].as_array().unwrap().len(), 9);
+    assert!(value["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|note| note.as_str().unwrap().contains("smaller than one")));
+
+    let text = stdout(&run("50%,2GiB", false));
+    assert!(text.contains("Hit ratio by fast-tier size"), "{text}");
+    assert!(
+        text.contains("Mean response ms by fast-tier size"),
+        "{text}"
+    );
+
+    for (bad, named) in [
+        ("5x", "\"5x\""),
+        ("0%", "\"0%\""),
+        ("1GiB,1GiB", "entries 1 and 2"),
+    ] {
+        let output = run(bad, false);
+        assert!(!output.status.success(), "{bad}");
+        let message = stderr(&output);
+        assert!(
+            message.contains("--fast-bytes") && message.contains(named),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn every_strategy_gets_the_fast_tiers_capacity_unless_cache_bytes_says_otherwise() {
+    let args = [
+        "sim",
+        "--hours",
+        SHORT,
+        "--json",
+        "--policy",
+        "none,otf-ast,lru,fifo",
+    ];
+    let output = tierd(&args);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let value: Value = serde_json::from_slice(&output.stdout).unwrap();
+    for run in value["runs"].as_array().unwrap() {
+        assert_eq!(run["fast_bytes"], 64_000_000_000u64, "{}", run["policy"]);
+    }
+    assert_eq!(value["runs"][1]["fast_segments"], 59);
+    assert!(value["notes"][0].as_str().unwrap().contains("59 whole"));
+    let output = tierd(&[
+        "sim",
+        "--hours",
+        SHORT,
+        "--json",
+        "--policy",
+        "none,lru",
+        "--cache-bytes",
+        "1GiB",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let value: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(value["runs"][1]["fast_bytes"], 1u64 << 30);
+    assert!(value["notes"].as_array().unwrap().iter().any(|note| note
+        .as_str()
+        .unwrap()
+        .contains("not compare at equal capacity")));
+}

@@ -445,6 +445,89 @@ impl<M> PlacementTable<M> {
         })
     }
 
+    /// Takes out every queued move `keep` refuses, with the room rule of
+    /// [`PlacementTable::cancel`]: the moves still queued that counted on
+    /// room a taken-out demotion would have made are taken out too
+    /// ([`Undone::shed`]). Returns the taken-out items in queue order.
+    pub fn take_queued(
+        &mut self,
+        mut keep: impl FnMut(QueuedMove<'_, M>) -> bool,
+    ) -> Undone<Vec<M>, M> {
+        let mut taken = Vec::new();
+        let mut kept = VecDeque::with_capacity(self.queue.len());
+        let mut sources = Vec::new();
+        while let Some(queued) = self.queue.pop_front() {
+            let view = QueuedMove {
+                segment: queued.segment,
+                from: queued.from,
+                to: queued.to,
+                item: &queued.item,
+            };
+            if keep(view) {
+                kept.push_back(queued);
+                continue;
+            }
+            self.states[queued.segment as usize] = State::Idle;
+            self.tiers[queued.to as usize].used -= 1;
+            self.tiers[queued.from as usize].used += 1;
+            if !sources.contains(&queued.from) {
+                sources.push(queued.from);
+            }
+            taken.push(queued.item);
+        }
+        self.queue = kept;
+        let mut shed = Vec::new();
+        for tier in sources {
+            shed.extend(self.shed(tier));
+        }
+        Undone { item: taken, shed }
+    }
+
+    /// Segments on `tier` counting only the moves copying, not the queued
+    /// ones: what the tier will hold if the queue is dropped (the room a
+    /// policy that restates its plan every period sees, [`stale_reason`]).
+    pub fn used_without_queue(&self, tier: TierId) -> u32 {
+        let mut used = i64::from(self.tiers[tier as usize].used);
+        for queued in &self.queue {
+            if queued.to == tier {
+                used -= 1;
+            }
+            if queued.from == tier {
+                used += 1;
+            }
+        }
+        u32::try_from(used.max(0)).unwrap_or(u32::MAX)
+    }
+
+    /// Applies the staleness rule ([`stale_reason`]) to every queued move
+    /// at a policy's plan: `asked_again` says whether the newest plan lists
+    /// the move again (`None`: the policy does not restate its plans, or
+    /// the move is an operator's, so rule 1 does not apply), `waited` and
+    /// `payback` give the move's wait so far and how long it can pay back
+    /// (`None`: no bound). Stale moves are taken out (with the moves that
+    /// counted on the room they would have made, [`Undone::shed`]); each
+    /// comes back with its reason.
+    pub fn drop_stale(
+        &mut self,
+        mut judge: impl FnMut(QueuedMove<'_, M>) -> StaleInputs,
+    ) -> Undone<Vec<(M, StaleReason)>, M> {
+        let mut reasons = Vec::new();
+        let undone = self.take_queued(|queued| {
+            let inputs = judge(queued);
+            match stale_reason(inputs) {
+                Some(reason) => {
+                    reasons.push(reason);
+                    false
+                }
+                None => true,
+            }
+        });
+        Undone {
+            item: undone.item.into_iter().zip(reasons).collect(),
+            shed: undone.shed,
+        }
+    }
+
     /// Takes queued moves onto `tier` out, newest first, until what is
     /// accepted fits it again. Only needed after a move off the tier was
     /// undone; moves started onto it hold physical slots and always fit.
@@ -567,6 +650,119 @@ impl<M> PlacementTable<M> {
             self.tiers_of[segment as usize] = home;
         }
         from
+    }
+}
+
+/// Why a queued move is dropped before it starts (counted per reason in
+/// both worlds: `moves_dropped_by_reason` in `tierd sim`, `dropped_moves_by_reason`
+/// in `tierd status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StaleReason {
+    /// The policy restates its plan every period and its newest plan does
+    /// not ask for the move any more.
+    NotAskedAgain,
+    /// The move has waited longer than it can pay back.
+    WaitedPastPayback { waited_ns: u64, payback_ns: u64 },
+    /// It counted on room a dropped demotion would have made.
+    RoomTakenBack,
+}
+
+impl StaleReason {
+    /// A short name for counters and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            StaleReason::NotAskedAgain => "not-asked-again",
+            StaleReason::WaitedPastPayback { .. } => "waited-past-payback",
+            StaleReason::RoomTakenBack => "room-taken-back",
+        }
+    }
+}
+
+/// Moves dropped before they started, by reason: the count both worlds
+/// report (`moves_dropped_by_reason` in `tierd sim`, `dropped_moves_by_reason`
+/// in `tierd status`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+pub struct DroppedMoves {
+    /// The table refused the move ([`Refusal`]).
+    pub refused: u64,
+    /// The engine: the segment is pinned by an operator.
+    pub pinned: u64,
+    /// Stale: the newest plan did not ask for it again.
+    pub not_asked_again: u64,
+    /// Stale: it waited longer than it could pay back.
+    pub waited_past_payback: u64,
+    /// It counted on room a dropped or failed move would have made.
+    pub room_taken_back: u64,
+}
+
+impl DroppedMoves {
+    pub fn total(&self) -> u64 {
+        self.refused
+            + self.pinned
+            + self.not_asked_again
+            + self.waited_past_payback
+            + self.room_taken_back
+    }
+
+    /// Stale moves (the three reasons of [`StaleReason`]).
+    pub fn stale(&self) -> u64 {
+        self.not_asked_again + self.waited_past_payback + self.room_taken_back
+    }
+
+    /// Counts what [`PlacementTable::drop_stale`] took out: each move by its
+    /// reason, the moves shed with them as [`StaleReason::RoomTakenBack`].
+    pub fn count_stale<M>(&mut self, undone: &Undone<Vec<(M, StaleReason)>, M>) {
+        for (_, reason) in &undone.item {
+            self.count(*reason);
+        }
+        self.room_taken_back += undone.shed.len() as u64;
+    }
+
+    /// Counts one move dropped for `reason`.
+    pub fn count(&mut self, reason: StaleReason) {
+        match reason {
+            StaleReason::NotAskedAgain => self.not_asked_again += 1,
+            StaleReason::WaitedPastPayback { .. } => self.waited_past_payback += 1,
+            StaleReason::RoomTakenBack => self.room_taken_back += 1,
+        }
+    }
+}
+
+/// What the staleness rule looks at for one queued move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StaleInputs {
+    /// Never stale: an operator pinned the segment (`tierd pin`).
+    pub pinned: bool,
+    /// Whether the policy's newest plan lists the move again; `None` when
+    /// that says nothing (a policy that does not restate its plans, an
+    /// operator's `tierd move`).
+    pub asked_again: Option<bool>,
+    /// Time since the move was first accepted.
+    pub waited_ns: u64,
+    /// How long after its acceptance the move still pays back what its copy
+    /// costs (the policy's figure); `None`: no bound.
+    pub payback_ns: Option<u64>,
+}
+
+/// The one rule, both worlds: a queued (not started) move is stale, and is
+/// dropped, when the policy's newest plan no longer asks for it, or when it
+/// has waited longer than it can pay back. A pinned segment's move is never
+/// stale. Moves copying are never dropped (a started copy finishes).
+pub fn stale_reason(inputs: StaleInputs) -> Option<StaleReason> {
+    if inputs.pinned {
+        return None;
+    }
+    if inputs.asked_again == Some(false) {
+        return Some(StaleReason::NotAskedAgain);
+    }
+    match inputs.payback_ns {
+        Some(payback_ns) if inputs.waited_ns > payback_ns => Some(StaleReason::WaitedPastPayback {
+            waited_ns: inputs.waited_ns,
+            payback_ns,
+        }),
+        _ => None,
     }
 }
 

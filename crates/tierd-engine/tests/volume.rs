@@ -682,3 +682,34 @@ fn a_finished_move_releases_the_source_range_from_the_cache() {
     volume.read(2 * SEGMENT + 10, &mut back).unwrap();
     assert_eq!(&back, b"kept");
 }
+
+/// The stale rule (`tierd_core::placement::stale_reason`) drops queued
+/// moves a restating policy's newest plan does not list; an operator's
+/// `tierd move` and a pin's move are never stale, however long they wait.
+#[test]
+fn operator_moves_and_pins_are_never_dropped_as_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let stack = Stack::new(2, 4, false);
+    let manual = Arc::new(ManualClock::new(0));
+    let clock: Arc<dyn Clock> = manual.clone();
+    // OTF-AST restates its plans; with no IO its plans are empty, so every
+    // queued move of its own would be dropped at the next period.
+    let policy = PolicyConfig::default_for(tierd_policy::PolicyKind::OtfAst);
+    let (volume, _) = Volume::open(options(4, policy), stack.specs(), dir.path(), clock).unwrap();
+    volume.request_move(0, 0, "operator").unwrap();
+    volume.pin(1, 0, None).unwrap();
+    assert_eq!(volume.pending_moves(), 2);
+    // No copier runs: the moves wait through ten periods.
+    for _ in 0..10 {
+        manual.advance_ns(1_000_000_000);
+        assert!(volume.tick().unwrap());
+    }
+    let status = volume.status();
+    assert_eq!(status.pending_moves, 2);
+    assert_eq!(status.dropped_moves, 0);
+    assert_eq!(status.dropped_moves_by_reason.stale(), 0);
+    let json = serde_json::to_value(&status).unwrap();
+    assert_eq!(json["dropped_moves_by_reason"]["not_asked_again"], 0);
+    run_moves(&volume);
+    assert_eq!(volume.placement(), vec![0, 0, 1, 1]);
+}

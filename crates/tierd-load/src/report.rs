@@ -81,6 +81,8 @@ impl LiveReport {
             tier_summary: self.tier_summary.clone(),
             runs: self.runs.iter().map(|live| live.run.clone()).collect(),
             notes: self.notes.clone(),
+            working_set_bytes: None,
+            curve: Vec::new(),
         }
     }
 }
@@ -176,6 +178,8 @@ pub fn build(inputs: ReportInputs<'_>) -> LiveReport {
         avg_response_us: response.mean_ns().unwrap_or(0.0) / 1e3,
         fast_io_share: 0.0,
         fast_bytes_max: 0,
+        fast_bytes: 0,
+        fast_segments: None,
         migrated_bytes: 0,
         avg_iops_first_hour: per_second(completions.first_hour, seconds.min(HOUR_NS as f64 / 1e9)),
         requests: completions.requests,
@@ -201,6 +205,9 @@ pub fn build(inputs: ReportInputs<'_>) -> LiveReport {
         moves: 0,
         moves_unfinished: 0,
         moves_dropped: 0,
+        moves_dropped_by_reason: Default::default(),
+        queue_wait_mean_us: 0.0,
+        queue_wait_max_us: 0.0,
         switch_over_stall_max_us: 0.0,
         switch_over_stall_mean_us: 0.0,
         stalled_pieces: 0,

@@ -118,6 +118,15 @@ pub struct MigrationStats {
     pub completed_moves: u64,
     /// Mean wall (or virtual) time of one segment move, `None` before the first.
     pub mean_move_ns: Option<f64>,
+    /// Time one segment's copy from home to the tier just above it takes,
+    /// derived from the devices in use, for the decisions made before any
+    /// move is measured: the simulator copies a segment between idle copies
+    /// of the stack's device models; the engine takes the mean of its
+    /// completed copies when it has one and otherwise derives it from the
+    /// tiers' measured read and write throughput. `None` when nothing is
+    /// known yet (the policy falls back on its prior).
+    #[serde(default)]
+    pub device_move_ns: Option<f64>,
 }
 
 /// The read-only view a policy plans from.
@@ -134,7 +143,12 @@ pub struct View<'a> {
     pub history: &'a [PeriodStats],
     /// Current tier of every segment (indexed by [`SegmentId`]).
     pub placement: &'a [TierId],
-    /// Moves started and not yet finished.
+    /// Moves started and not yet finished; for a policy that does not
+    /// restate its plans ([`crate::Policy::restates_plan`]) also the moves
+    /// accepted and queued. A policy that restates its plans sees the
+    /// queued moves as not made (and tier room without them): its plan
+    /// lists them again to keep them, and those it leaves out are dropped
+    /// as stale.
     pub in_flight: &'a [Move],
     pub tiers: &'a [TierInfo],
     pub migration: MigrationStats,
@@ -196,6 +210,11 @@ pub struct Plan {
     /// inside 10.0-70.0%: no move". `tierd status` shows the last one.
     #[serde(default)]
     pub summary: String,
+    /// How long after acceptance the plan's moves still pay back what
+    /// their copies cost; a queued move that has waited longer is dropped
+    /// as stale (`tierd_core::placement::stale_reason`). `None`: no bound.
+    #[serde(default)]
+    pub payback_ns: Option<u64>,
 }
 
 impl Plan {
@@ -204,6 +223,7 @@ impl Plan {
         Plan {
             moves: Vec::new(),
             summary: summary.into(),
+            payback_ns: None,
         }
     }
 }

@@ -1009,6 +1009,7 @@ fn atsmf_measures_its_figures_live() {
     lab.migration = MigrationStats {
         completed_moves: 3,
         mean_move_ns: Some(2.5e9),
+        device_move_ns: Some(60e9),
     };
     let view = lab.view();
     let estimates = policy.estimates(&view);
@@ -1029,6 +1030,60 @@ fn atsmf_measures_its_figures_live() {
     assert_eq!(
         serde_json::to_value(later.flash_source).unwrap(),
         serde_json::json!("last-known")
+    );
+}
+
+#[test]
+fn atsmf_takes_the_copy_time_of_the_devices_in_use_before_the_first_move() {
+    // One concentration of 10 segments that has lasted long enough that the
+    // prior predicts a rest of several periods. With the prior copy time (1 GiB
+    // at 1 GB/s ≈ 1 s per segment, a memory tier's) it is worth moving;
+    // with the copy time of a disk under it (66 s per segment, a busy HDD)
+    // the copy outlasts the rest and nothing moves.
+    let hot: Vec<SegmentId> = (20..30).collect();
+    let decide = |device_move_ns: Option<f64>| {
+        let mut lab = atsmf_lab();
+        let mut policy = Atsmf::new(AtsmfConfig::default());
+        let mut plan = Plan::default();
+        for _ in 0..6 {
+            concentration_period(&mut lab, &hot);
+            lab.migration = MigrationStats {
+                completed_moves: 0,
+                mean_move_ns: None,
+                device_move_ns,
+            };
+            plan = lab.plan(&mut policy);
+            if !plan.moves.is_empty() {
+                break;
+            }
+        }
+        let estimates = policy.estimates(&lab.view());
+        (plan, estimates)
+    };
+    let (prior_plan, prior) = decide(None);
+    assert_eq!(
+        serde_json::to_value(prior.move_source).unwrap(),
+        serde_json::json!("prior")
+    );
+    assert!(
+        !prior_plan.moves.is_empty(),
+        "the prior moves it: {}",
+        prior_plan.summary
+    );
+    assert!(
+        prior_plan.payback_ns.is_some(),
+        "a promotion says how long it may wait"
+    );
+    let (disk_plan, disk) = decide(Some(66e9));
+    assert_eq!(disk.move_ns, 66e9);
+    assert_eq!(
+        serde_json::to_value(disk.move_source).unwrap(),
+        serde_json::json!("devices")
+    );
+    assert!(
+        disk_plan.moves.is_empty(),
+        "a disk's copy time does not pay back: {}",
+        disk_plan.summary
     );
 }
 

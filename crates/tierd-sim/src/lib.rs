@@ -23,6 +23,7 @@ pub mod report;
 pub mod result;
 pub mod runner;
 pub mod stack;
+pub mod sweep;
 pub mod tables;
 pub mod testing;
 

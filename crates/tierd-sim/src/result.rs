@@ -27,6 +27,14 @@ pub struct SimReport {
     /// how the page caches were sized); printed under the header.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Distinct bytes the replayed requests touch at 4 KiB granularity
+    /// (`tierd sim --fast-bytes` counts it; percentages are of it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub working_set_bytes: Option<u64>,
+    /// With more than one fast-tier size: every run as a point of its
+    /// policy's curve (hit ratio and mean response against size).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub curve: Vec<crate::sweep::CurvePoint>,
 }
 
 impl SimReport {
@@ -44,24 +52,41 @@ impl SimReport {
             tier_summary: stack.summary(),
             runs,
             notes: Vec::new(),
+            working_set_bytes: None,
+            curve: Vec::new(),
         };
         report.compute_gains();
+        if crate::sweep::sizes(&report).len() > 1 {
+            report.curve = crate::sweep::curve(&report.runs);
+        }
         report
     }
 
-    /// Fills every run's [`RunResult::gain`] against the `none` run, when
-    /// there is one.
+    /// Fills every run's [`RunResult::gain`] against the `none` run of the
+    /// same fast-tier size (else any `none` run), when there is one.
     pub fn compute_gains(&mut self) {
-        let Some(baseline) = self
+        let baselines: Vec<(u64, f64, f64, f64)> = self
             .runs
             .iter()
-            .find(|run| run.policy == "none")
-            .map(|run| (run.avg_iops, run.avg_iops_first_hour, run.avg_response_us))
-        else {
+            .filter(|run| run.policy == "none")
+            .map(|run| {
+                (
+                    run.fast_bytes,
+                    run.avg_iops,
+                    run.avg_iops_first_hour,
+                    run.avg_response_us,
+                )
+            })
+            .collect();
+        let Some(&any) = baselines.first() else {
             return;
         };
-        let (iops, iops_first_hour, response_us) = baseline;
         for run in &mut self.runs {
+            let (_, iops, iops_first_hour, response_us) = baselines
+                .iter()
+                .copied()
+                .find(|baseline| baseline.0 == run.fast_bytes)
+                .unwrap_or(any);
             let ratio = |value: f64, base: f64| (base > 0.0).then(|| value / base);
             run.gain = Some(Gain {
                 baseline: "none".to_string(),
@@ -98,6 +123,13 @@ pub struct RunResult {
     pub fast_io_share: f64,
     /// Most bytes held on the fastest tier at any period end (caches: pages resident).
     pub fast_bytes_max: u64,
+    /// The fast-tier capacity the run was given, bytes: the fast tier's
+    /// capacity (`--fast-bytes` sets it), the same for every strategy of a
+    /// report unless `--cache-bytes` overrides it for the caches. Tiering
+    /// uses `fast_segments` whole segments of it.
+    pub fast_bytes: u64,
+    /// Tiering: the segments that fit in `fast_bytes` (floor); caches: None.
+    pub fast_segments: Option<u64>,
     /// Bytes copied by completed moves (re-copies of dirty chunks included).
     pub migrated_bytes: u64,
 
@@ -138,10 +170,19 @@ pub struct RunResult {
     /// Home (last) tier over the run: iostat svctm (busy / IOs) and %util/100.
     pub home_svctm_ms: f64,
     pub home_util: f64,
-    /// Moves completed, still running at the end, and dropped as invalid.
+    /// Moves completed, still running or queued at the end, and dropped
+    /// before they started (refused by the placement table, or stale).
     pub moves: u64,
     pub moves_unfinished: u64,
     pub moves_dropped: u64,
+    /// `moves_dropped` by reason: `refused`, `pinned` (the engine only),
+    /// and the stale ones (`not_asked_again`, `waited_past_payback`,
+    /// `room_taken_back`; `docs/placement.md`).
+    pub moves_dropped_by_reason: tierd_core::placement::DroppedMoves,
+    /// How long completed moves waited in the queue (acceptance to copy
+    /// start), mean and most, µs.
+    pub queue_wait_mean_us: f64,
+    pub queue_wait_max_us: f64,
     /// Switch-over stalls (time IO to a moving segment was held at the
     /// flip), over completed moves, µs. 0: the flip holds nothing (writes
     /// during a move are mirrored; `docs/sim.md`).

@@ -42,33 +42,6 @@ pub fn build_controller(config: &SimConfig, strategy: &Strategy) -> Result<Contr
     }
 }
 
-/// The page-cache size to compare against the tiering runs `runs` of the
-/// same trace, as paper 002 §5.2 sized FlashCache: the most fast-tier bytes
-/// any tiering policy other than `none` used (its `fast_bytes_max`), within
-/// the fast tier's capacity. `None` when no such run placed anything on the
-/// fast tier (the caches then default to the fast tier's capacity). Also
-/// returns the sentence reports print about it.
-pub fn cache_bytes_like_tiering(config: &SimConfig, runs: &[RunResult]) -> Option<(u64, String)> {
-    let peak = runs
-        .iter()
-        .filter(|run| run.cache.is_none() && run.policy != "none")
-        .max_by_key(|run| run.fast_bytes_max)?;
-    let bytes = peak
-        .fast_bytes_max
-        .min(config.tier_capacity_bytes(0))
-        .max(PAGE_BYTES);
-    (peak.fast_bytes_max > 0).then(|| {
-        (
-            bytes,
-            format!(
-                "page caches sized to {:.1} GB = the most fast-tier space {} used (as paper 002 §5.2 sized FlashCache to ATSMF's peak); --cache-bytes overrides",
-                bytes as f64 / 1e9,
-                peak.policy
-            ),
-        )
-    })
-}
-
 /// Runs `strategy` over `reader` on the device models of `config.stack`
 /// (at the policy's paper period when `config.period_per_policy`).
 pub fn run(

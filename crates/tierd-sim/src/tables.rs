@@ -111,7 +111,67 @@ pub fn render_text(report: &SimReport) -> String {
     out.push_str(RESPONSE_TABLE_TITLE);
     out.push_str(":\n");
     out.push_str(&columns(&response_rows(report)));
+    if !report.curve.is_empty() {
+        out.push('\n');
+        out.push_str(HIT_CURVE_TITLE);
+        out.push_str(":\n");
+        out.push_str(&columns(&curve_rows(report, CurveFigure::HitRatio)));
+        out.push('\n');
+        out.push_str(RESPONSE_CURVE_TITLE);
+        out.push_str(":\n");
+        out.push_str(&columns(&curve_rows(report, CurveFigure::ResponseMs)));
+    }
     out
+}
+
+/// Title of the hit-ratio curve table.
+pub const HIT_CURVE_TITLE: &str = "Hit ratio by fast-tier size (miss-ratio curve = 1 - this; tiering: share of IO the fast tier served)";
+/// Title of the response-time curve table.
+pub const RESPONSE_CURVE_TITLE: &str = "Mean response ms by fast-tier size";
+
+/// Which figure [`curve_rows`] tabulates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CurveFigure {
+    HitRatio,
+    ResponseMs,
+}
+
+/// A curve table: one row per policy, one column per fast-tier size
+/// (ascending), from [`SimReport::curve`].
+pub fn curve_rows(report: &SimReport, figure: CurveFigure) -> Vec<Vec<String>> {
+    let sizes = crate::sweep::sizes(report);
+    let mut header = vec!["policy".to_string()];
+    header.extend(sizes.iter().map(|bytes| size_text(*bytes)));
+    let mut rows = vec![header];
+    for point in &report.curve {
+        if rows.len() == 1 || rows[rows.len() - 1][0] != point.policy {
+            let mut row = vec![point.policy.clone()];
+            row.resize(sizes.len() + 1, "-".to_string());
+            rows.push(row);
+        }
+        let Some(column) = sizes.iter().position(|bytes| *bytes == point.fast_bytes) else {
+            continue;
+        };
+        if let Some(row) = rows.last_mut() {
+            row[column + 1] = match figure {
+                CurveFigure::HitRatio => percent(point.hit_ratio),
+                CurveFigure::ResponseMs => format!("{:.4}", point.avg_response_us / 1e3),
+            };
+        }
+    }
+    rows
+}
+
+/// A fast-tier size as the tables print it (`512.00 MiB`, `59.60 GiB`:
+/// `tierd_common::units::Bytes`).
+pub fn size_text(bytes: u64) -> String {
+    tierd_common::units::Bytes(bytes).to_string()
+}
+
+/// Whether the report's runs have more than one fast-tier size (the
+/// tables then gain a size column).
+fn swept(report: &SimReport) -> bool {
+    crate::sweep::sizes(report).len() > 1
 }
 
 /// Title of [`iops_rows`]' table.
@@ -134,6 +194,7 @@ fn tier_cell(run: &RunResult) -> impl Fn(String) -> String {
 pub fn iops_rows(report: &SimReport) -> Vec<Vec<String>> {
     let mut rows = vec![vec![
         "policy".to_string(),
+        "fast".to_string(),
         "avg iops".to_string(),
         "1st-hour iops".to_string(),
         "gain".to_string(),
@@ -150,6 +211,7 @@ pub fn iops_rows(report: &SimReport) -> Vec<Vec<String>> {
         let tiered = tier_cell(run);
         rows.push(vec![
             run.policy.clone(),
+            size_text(run.fast_bytes),
             format!("{:.1}", run.avg_iops),
             format!("{:.1}", run.avg_iops_first_hour),
             signed_percent(
@@ -167,6 +229,16 @@ pub fn iops_rows(report: &SimReport) -> Vec<Vec<String>> {
             Duration(run.elapsed_ns).to_string(),
         ]);
     }
+    without_size_column(report, rows)
+}
+
+/// The size column only when the runs have more than one size.
+fn without_size_column(report: &SimReport, mut rows: Vec<Vec<String>>) -> Vec<Vec<String>> {
+    if !swept(report) {
+        for row in &mut rows {
+            row.remove(1);
+        }
+    }
     rows
 }
 
@@ -175,6 +247,7 @@ pub fn iops_rows(report: &SimReport) -> Vec<Vec<String>> {
 pub fn response_rows(report: &SimReport) -> Vec<Vec<String>> {
     let mut rows = vec![vec![
         "policy".to_string(),
+        "fast".to_string(),
         "avg ms".to_string(),
         "ratio".to_string(),
         "p99 ms".to_string(),
@@ -188,6 +261,7 @@ pub fn response_rows(report: &SimReport) -> Vec<Vec<String>> {
         let tiered = tier_cell(run);
         rows.push(vec![
             run.policy.clone(),
+            size_text(run.fast_bytes),
             format!("{:.4}", run.avg_response_us / 1e3),
             ratio(run.gain.as_ref().and_then(|gain| gain.response_ratio)),
             format!("{:.3}", run.response_p99_us / 1e3),
@@ -204,7 +278,7 @@ pub fn response_rows(report: &SimReport) -> Vec<Vec<String>> {
                 .map_or_else(|| "-".to_string(), |cache| percent(cache.hit_ratio)),
         ]);
     }
-    rows
+    without_size_column(report, rows)
 }
 
 #[cfg(test)]

@@ -638,3 +638,158 @@ fn bad_input_is_an_error_that_says_what_to_do() {
         .to_string();
     assert!(error.contains("1 device models for 2 tiers"), "{error}");
 }
+
+/// Promotes segments 0, 1 and 2 at the end of period 0; afterwards, when
+/// `restates`, lists again only segment 1 while it has not started (as a
+/// policy that restates its plans does when only segment 1 is still hot).
+struct Restating {
+    restates: bool,
+    payback_ns: Option<u64>,
+}
+
+impl Policy for Restating {
+    fn name(&self) -> &'static str {
+        "restating"
+    }
+
+    fn restates_plan(&self) -> bool {
+        self.restates
+    }
+
+    fn plan(&mut self, view: &View) -> Plan {
+        let index = view.latest().map_or(0, |period| period.index);
+        let moves = if index == 0 {
+            vec![promotion(0), promotion(1), promotion(2)]
+        } else if self.restates && view.placement[1] == 1 && !view.is_moving(1) {
+            vec![promotion(1)]
+        } else {
+            Vec::new()
+        };
+        Plan {
+            moves,
+            payback_ns: self.payback_ns,
+            ..Plan::default()
+        }
+    }
+}
+
+/// One move at a time, each ~4 s (home streams 256 KiB/s), periods of 1 s.
+fn queued_three(policy_under_test: Restating) -> RunResult {
+    let volume = 8 * MIB;
+    let config = config(volume, "");
+    let requests = vec![
+        request(0, Op::Read, 0, 4096),
+        request(20 * SECOND, Op::Read, 0, 4096),
+    ];
+    run(
+        &config,
+        policy(policy_under_test),
+        devices(volume, 256 << 10),
+        requests,
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_queued_move_the_newest_plan_no_longer_asks_for_is_dropped_and_does_not_wait() {
+    let kept = queued_three(Restating {
+        restates: false,
+        payback_ns: None,
+    });
+    // Without restating, segment 2 waits for the two copies ahead of it.
+    let segments: Vec<u32> = kept.move_log.iter().map(|record| record.segment).collect();
+    assert_eq!(segments, [0, 1, 2]);
+    let waited = |result: &RunResult, segment: u32| {
+        let record = result
+            .move_log
+            .iter()
+            .find(|record| record.segment == segment)
+            .unwrap();
+        record.start_ns - record.accepted_ns
+    };
+    assert!(waited(&kept, 2) > 7 * SECOND, "{}", waited(&kept, 2));
+    assert_eq!(kept.moves_dropped, 0);
+
+    let dropped = queued_three(Restating {
+        restates: true,
+        payback_ns: None,
+    });
+    // The policy's plan at the end of period 1 lists segment 1 alone:
+    // segment 2's move is stale and dropped at once; segment 1's keeps its
+    // place (and its acceptance time: it waited one copy).
+    let segments: Vec<u32> = dropped
+        .move_log
+        .iter()
+        .map(|record| record.segment)
+        .collect();
+    assert_eq!(segments, [0, 1]);
+    assert_eq!(dropped.moves_dropped, 1);
+    assert_eq!(dropped.moves_dropped_by_reason.not_asked_again, 1);
+    assert_eq!(dropped.moves_dropped_by_reason.refused, 0);
+    assert_eq!(waited(&dropped, 1), waited(&kept, 1));
+    assert!(dropped.queue_wait_max_us * 1e3 < waited(&kept, 2) as f64);
+    assert_eq!(dropped.moves_unfinished, 0);
+}
+
+#[test]
+fn a_queued_move_that_waited_past_its_payback_is_dropped() {
+    let result = queued_three(Restating {
+        restates: false,
+        payback_ns: Some(2 * SECOND),
+    });
+    // Move 0 starts at once (1 s) and copies ~4 s; the two behind it have
+    // waited past 2 s at the period end of 4 s and are dropped.
+    let segments: Vec<u32> = result
+        .move_log
+        .iter()
+        .map(|record| record.segment)
+        .collect();
+    assert_eq!(segments, [0]);
+    assert_eq!(result.moves_dropped_by_reason.waited_past_payback, 2);
+    assert_eq!(result.moves_dropped, 2);
+    assert!(result.queue_wait_max_us <= 2e6);
+}
+
+/// Records the copy time the view gives the policy.
+struct CopyTimeProbe {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Option<f64>>>>,
+}
+
+impl Policy for CopyTimeProbe {
+    fn name(&self) -> &'static str {
+        "probe"
+    }
+
+    fn plan(&mut self, view: &View) -> Plan {
+        self.seen
+            .lock()
+            .unwrap()
+            .push(view.migration.device_move_ns);
+        Plan::default()
+    }
+}
+
+#[test]
+fn the_policy_sees_the_copy_time_of_the_stacks_devices_before_any_move() {
+    let volume = 8 * MIB;
+    let config = config(volume, "");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let requests = vec![
+        request(0, Op::Read, 0, 4096),
+        request(3 * SECOND, Op::Read, 0, 4096),
+    ];
+    run(
+        &config,
+        policy(CopyTimeProbe { seen: seen.clone() }),
+        devices(volume, 0),
+        requests,
+    )
+    .unwrap();
+    let expected = tierd_sim::devices::segment_copy_ns(&config, 1, 0).unwrap() as f64;
+    // 4 chunks of 256 KiB read one at a time from the Savvio model (a few
+    // ms each) and written to memory.
+    assert!(expected > 1e6 && expected < 1e9, "{expected}");
+    let seen = seen.lock().unwrap();
+    assert!(!seen.is_empty());
+    assert!(seen.iter().all(|ns| *ns == Some(expected)), "{seen:?}");
+}

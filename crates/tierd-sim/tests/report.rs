@@ -644,3 +644,67 @@ fn a_report_without_runs_still_renders() {
     }
     assert!(files[0].contents.contains("nothing"));
 }
+
+/// A size sweep (`tierd sim --fast-bytes`): every policy at two fast-tier
+/// sizes, as the CLI runs it.
+#[test]
+fn a_size_sweep_reports_each_runs_size_its_curves_and_a_curve_plot() {
+    let preset = tierd_synth::preset(PRESET).unwrap();
+    let stack = TierStack::preset("hdd-ssd").unwrap();
+    let mut config = SimConfig::new(stack, preset.volume_bytes);
+    config.period_ns = PERIOD_NS;
+    config.replay = Replay::OpenLoop { speed: 1.0 };
+    let sizes = [64u64 << 20, 2 << 30];
+    let mut runs = Vec::new();
+    for bytes in sizes {
+        let sized = tierd_sim::sweep::with_fast_bytes(&config, bytes);
+        for strategy in Strategy::parse_list("none,otf-ast,lru").unwrap() {
+            let mut reader = open_workload();
+            runs.push(tierd_sim::run(&sized, &strategy, reader.as_mut(), &mut |_| {}).unwrap());
+        }
+    }
+    let report = SimReport::new("sweep".to_string(), "synthetic", &config.stack, runs);
+    // Every run says the capacity it was given; tiering the segments of it.
+    let given: Vec<u64> = report.runs.iter().map(|run| run.fast_bytes).collect();
+    assert_eq!(
+        given,
+        [sizes[0], sizes[0], sizes[0], sizes[1], sizes[1], sizes[1]]
+    );
+    assert_eq!(report.runs[1].fast_segments, Some(0));
+    assert_eq!(report.runs[4].fast_segments, Some(2));
+    assert_eq!(
+        report.runs[2].cache.as_ref().unwrap().capacity_pages,
+        (64 << 20) / 4096
+    );
+    // One curve point per run, by policy then size; hit ratios in range,
+    // and the larger cache misses no more than the smaller one.
+    assert_eq!(report.curve.len(), 6);
+    let lru: Vec<_> = report
+        .curve
+        .iter()
+        .filter(|point| point.policy == "lru")
+        .collect();
+    assert_eq!(lru.len(), 2);
+    assert!(lru[1].hit_ratio >= lru[0].hit_ratio, "{lru:?}");
+    assert!((lru[0].hit_ratio + lru[0].miss_ratio - 1.0).abs() < 1e-12);
+    let text = tierd_sim::tables::render_text(&report);
+    assert!(text.contains(tierd_sim::tables::HIT_CURVE_TITLE), "{text}");
+    assert!(
+        text.contains("64.00 MiB") && text.contains("2.00 GiB"),
+        "{text}"
+    );
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["runs"][0]["fast_bytes"], sizes[0]);
+    assert_eq!(json["curve"].as_array().unwrap().len(), 6);
+    let files = report::render(&report, None, &ReportOptions::default()).unwrap();
+    let curves = files.iter().find(|file| file.name == "curves.svg").unwrap();
+    check_xml(&curves.contents).unwrap();
+    assert_eq!(
+        lines_labelled(&curves.contents, "lru"),
+        2,
+        "one line per panel"
+    );
+    let csv = files.iter().find(|file| file.name == "curves.csv").unwrap();
+    assert_eq!(csv.contents.lines().count(), 7);
+    assert!(files[0].contents.contains("curves.svg"));
+}

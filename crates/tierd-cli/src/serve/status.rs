@@ -234,6 +234,7 @@ fn offline_volume(config: &Config, volume: &VolumeConfig) -> Result<VolumeStatus
         pending_moves: 0,
         completed_moves: checkpoint_moves + journal_moves,
         dropped_moves: 0,
+        dropped_moves_by_reason: Default::default(),
         mean_move_ns,
         max_chunk_hold_ns: 0,
         max_switch_over_ns: 0,
@@ -365,9 +366,30 @@ pub fn render_text(report: &Value) -> String {
             .and_then(Value::as_f64)
             .map(|mean| format!(", mean {:.1} ms each", mean / 1e6))
             .unwrap_or_default();
+        // Dropped moves by reason, those with a count (docs/placement.md).
+        let reasons: Vec<String> = volume
+            .get("dropped_moves_by_reason")
+            .and_then(Value::as_object)
+            .map(|reasons| {
+                reasons
+                    .iter()
+                    .filter_map(|(reason, count)| {
+                        count
+                            .as_u64()
+                            .filter(|count| *count > 0)
+                            .map(|count| format!("{count} {}", reason.replace('_', " ")))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let dropped = if reasons.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", reasons.join(", "))
+        };
         let _ = writeln!(
             out,
-            "  moves: {} completed, {} dropped, {} queued{mean}; longest chunk copy {:.3} ms, longest switch-over {:.3} ms",
+            "  moves: {} completed, {} dropped{dropped}, {} queued{mean}; longest chunk copy {:.3} ms, longest switch-over {:.3} ms",
             number(volume, "completed_moves"),
             number(volume, "dropped_moves"),
             number(volume, "pending_moves"),

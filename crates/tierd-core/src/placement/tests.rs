@@ -202,7 +202,7 @@ fn random_operations_keep_the_books_right() {
             }
         };
         for step in 0..200 {
-            match rng.below(6) {
+            match rng.below(7) {
                 0 | 1 => {
                     let segment = rng.below(u64::from(segments) + 1) as u32;
                     let from = rng.below(tiers as u64) as TierId;
@@ -247,6 +247,23 @@ fn random_operations_keep_the_books_right() {
                         table.release_slot(draining.swap_remove(index));
                     }
                 }
+                6 => {
+                    // The staleness rule with random verdicts.
+                    let undone = table.drop_stale(|_| StaleInputs {
+                        pinned: false,
+                        asked_again: Some(rng.chance(0.5)),
+                        waited_ns: 0,
+                        payback_ns: None,
+                    });
+                    for (segment, reason) in &undone.item {
+                        assert_eq!(*reason, StaleReason::NotAskedAgain);
+                        heading[*segment as usize] = None;
+                    }
+                    let dropped: Vec<u32> =
+                        undone.item.iter().map(|(segment, _)| *segment).collect();
+                    forget_shed(&table, &mut heading, &dropped);
+                    forget_shed(&table, &mut heading, &undone.shed);
+                }
                 _ => {
                     let segment = rng.below(u64::from(segments)) as u32;
                     if let Some(undone) = table.cancel(segment) {
@@ -269,6 +286,17 @@ fn random_operations_keep_the_books_right() {
                     "seed {seed} step {step} tier {tier}"
                 );
                 assert!(table.used(tier) <= table.capacity_segments(tier));
+                let without_queue = (0..segments)
+                    .filter(|segment| {
+                        let moving_to = table.moving_to(*segment).map(|to| to.tier);
+                        moving_to.unwrap_or(table.tiers_of()[*segment as usize]) == tier
+                    })
+                    .count() as u32;
+                assert_eq!(
+                    table.used_without_queue(tier),
+                    without_queue,
+                    "seed {seed} step {step}"
+                );
                 if tier == home {
                     continue;
                 }
@@ -325,4 +353,87 @@ fn an_abandoned_demotion_sheds_the_promotion_that_counted_on_its_room() {
         (table.used(0), table.used(1), table.queued_len()),
         (1, 2, 0)
     );
+}
+
+fn inputs(asked_again: Option<bool>, waited_ns: u64, payback_ns: Option<u64>) -> StaleInputs {
+    StaleInputs {
+        pinned: false,
+        asked_again,
+        waited_ns,
+        payback_ns,
+    }
+}
+
+#[test]
+fn the_stale_rule_drops_what_the_newest_plan_no_longer_asks_for_or_cannot_pay_back() {
+    assert_eq!(stale_reason(inputs(Some(true), 10, Some(100))), None);
+    assert_eq!(stale_reason(inputs(None, 10, None)), None);
+    assert_eq!(
+        stale_reason(inputs(Some(false), 0, None)),
+        Some(StaleReason::NotAskedAgain)
+    );
+    assert_eq!(
+        stale_reason(inputs(Some(true), 101, Some(100))),
+        Some(StaleReason::WaitedPastPayback {
+            waited_ns: 101,
+            payback_ns: 100
+        })
+    );
+    assert_eq!(stale_reason(inputs(None, 100, Some(100))), None);
+    let pinned = StaleInputs {
+        pinned: true,
+        ..inputs(Some(false), u64::MAX, Some(0))
+    };
+    assert_eq!(stale_reason(pinned), None, "a pin's move is never stale");
+}
+
+#[test]
+fn dropping_stale_moves_gives_their_room_back_and_sheds_what_counted_on_a_dropped_demotion() {
+    // One fast slot, taken by segment 0. Queued: demote 0 (item 1),
+    // promote 1 into the room it makes (item 2), promote 2 (item 3,
+    // refused: full).
+    let mut table = Table::new(4, &[1, 0]);
+    table.accept(0, 1, 0, 0, false).unwrap();
+    let started = table.start_next().unwrap();
+    let left = table.finish(started.segment);
+    table.release_slot(left);
+    table.accept(0, 0, 1, 1, false).unwrap();
+    table.accept(1, 1, 0, 2, false).unwrap();
+    assert!(table.accept(2, 1, 0, 3, false).is_err());
+    assert_eq!(table.used_without_queue(0), 1);
+    assert_eq!(table.used(0), 1);
+    // The newest plan asks for the promotion again but not the demotion:
+    // the demotion is stale, and the promotion no longer fits.
+    let undone = table.drop_stale(|queued| inputs(Some(*queued.item == 2), 5, None));
+    assert_eq!(undone.item, vec![(1, StaleReason::NotAskedAgain)]);
+    assert_eq!(undone.shed, vec![2]);
+    assert_eq!(table.queued_len(), 0);
+    assert!(!table.is_queued(0) && !table.is_queued(1));
+    assert_eq!((table.used(0), table.used(1), table.room(0)), (1, 3, 0));
+    // A move kept keeps its place; one past its payback goes.
+    table.accept(0, 0, 1, 4, false).unwrap();
+    table.accept(3, 1, 0, 5, false).unwrap();
+    let undone = table.drop_stale(|queued| {
+        let waited_ns = if *queued.item == 5 { 500 } else { 50 };
+        inputs(None, waited_ns, Some(100))
+    });
+    assert_eq!(
+        undone.item,
+        vec![(
+            5,
+            StaleReason::WaitedPastPayback {
+                waited_ns: 500,
+                payback_ns: 100
+            }
+        )]
+    );
+    assert!(undone.shed.is_empty());
+    assert_eq!(
+        table
+            .queued()
+            .map(|queued| *queued.item)
+            .collect::<Vec<_>>(),
+        vec![4]
+    );
+    assert_eq!((table.used(0), table.used(1)), (0, 4));
 }

@@ -53,7 +53,7 @@ impl Volume {
         let started = planner.table.start_next()?;
         let segment = started.segment;
         let (from, to) = (started.from, started.to);
-        let planned = started.item;
+        let planned = started.item.planned;
         let mut guard = self.entries[segment as usize].write();
         debug_assert_eq!(guard.location, from);
         // Demoting a segment whose home copy is current needs no copy:
@@ -316,7 +316,7 @@ impl Volume {
             planner.table.release_slot(undone.item);
             undone.shed
         };
-        for planned in &shed {
+        for planned in shed.iter().map(|queued| &queued.planned) {
             let from = self.placement_of(planned.segment);
             self.record_finished(
                 planned,
@@ -442,7 +442,7 @@ impl Volume {
         };
         let mut planner = self.planner.lock();
         if !record.outcome.starts_with("done") && !record.outcome.starts_with("failed") {
-            planner.dropped_moves += 1;
+            planner.dropped.room_taken_back += 1;
         }
         if planner.recent.len() == RECENT_MOVES {
             planner.recent.pop_front();

@@ -270,18 +270,43 @@ impl ChunkRead {
     }
 }
 
+/// A move accepted into the placement table's queue: the plan's move, when
+/// it was first accepted and how long it pays back (the stale rule's inputs).
+struct QueuedMove {
+    planned: Move,
+    accepted_ns: u64,
+    payback_ns: Option<u64>,
+}
+
+impl QueuedMove {
+    fn new(planned: Move, accepted_ns: u64, payback_ns: Option<u64>) -> Self {
+        Self {
+            planned,
+            accepted_ns,
+            payback_ns,
+        }
+    }
+
+    /// An operator's move (`tierd move`, `tierd pin`): never stale by the
+    /// policy's plan.
+    fn is_operator(&self) -> bool {
+        self.planned.reason.rule == "operator"
+    }
+}
+
 struct Planner {
     policy: Box<dyn Policy>,
     /// Where every segment lives, the fast tiers' free slots and the moves
     /// accepted and not started (the simulator's table too).
-    table: PlacementTable<Move>,
+    table: PlacementTable<QueuedMove>,
     recent: VecDeque<MoveRecord>,
     completed_moves: u64,
     /// Of `completed_moves`, those whose time is known (journal records
     /// older than their `move_ns` field have none), and their total time.
     timed_moves: u64,
     total_move_ns: f64,
-    dropped_moves: u64,
+    /// Moves dropped before they started, by reason.
+    dropped: tierd_core::placement::DroppedMoves,
     last_busy_ns: Vec<u64>,
     periods_since_checkpoint: u32,
     periods_closed: u64,
@@ -362,6 +387,28 @@ impl Volume {
 
     fn home(&self) -> TierId {
         (self.tiers.len() - 1) as TierId
+    }
+
+    /// A promotion's copy time (one segment from home to the tier just
+    /// above it) derived from the tiers' measured throughput: the bytes
+    /// each moved per second of busy time (home's reads and writes, the
+    /// target's), the slower of the two. `None` until each has moved a
+    /// segment's worth of bytes, or on a one-tier stack. Pessimistic under
+    /// small random IO (a disk's busy time then goes to seeks a sequential
+    /// copy does not make); the mean of measured moves replaces it as soon
+    /// as one completes ([`tierd_policy::view::MigrationStats::device_move_ns`]).
+    fn device_move_ns(&self) -> Option<f64> {
+        let home = self.home() as usize;
+        let above = home.checked_sub(1)?;
+        let segment_bytes = self.options.segment_bytes;
+        let throughput = |tier: usize| {
+            let stats = self.tiers[tier].device.stats()?;
+            let bytes = stats.read_bytes + stats.write_bytes;
+            (bytes >= segment_bytes && stats.busy_ns > 0)
+                .then(|| bytes as f64 * 1e9 / stats.busy_ns as f64)
+        };
+        let slower = throughput(home)?.min(throughput(above)?);
+        Some(segment_bytes as f64 / slower)
     }
 
     fn entry(&self, segment: SegmentId) -> Entry {

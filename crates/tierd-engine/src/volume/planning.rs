@@ -1,13 +1,13 @@
 //! Planning: the policy tick at each period end, the move queue, and
 //! operator pins.
 
-use tierd_core::placement::Refusal;
+use tierd_core::placement::{Refusal, StaleInputs};
 use tierd_policy::view::{MigrationStats, TierInfo};
 use tierd_policy::{Move, MoveReason, SegmentId, TierId, View};
 
 use crate::meta::{LastPlan, Pin, Record};
 
-use super::{Planner, Volume, VolumeError};
+use super::{Planner, QueuedMove, Volume, VolumeError};
 
 impl Volume {
     /// Queues an operator's move (`tierd move`). Checked again when it starts.
@@ -37,6 +37,7 @@ impl Volume {
             )));
         }
         let from = planner.table.location(segment).tier;
+        let now_ns = self.clock.now_ns();
         let planned = Move {
             segment,
             from,
@@ -48,7 +49,13 @@ impl Volume {
         };
         planner
             .table
-            .accept(segment, from, to, planned, false)
+            .accept(
+                segment,
+                from,
+                to,
+                QueuedMove::new(planned, now_ns, None),
+                false,
+            )
             .map_err(|(refusal, _)| {
                 VolumeError::Invalid(format!(
                     "segment {segment} of volume {} cannot move to {}: {}",
@@ -102,10 +109,14 @@ impl Volume {
         planner.periods_closed += 1;
         self.expire_pins(planner);
         self.requeue_pinned_moves(planner);
+        // A policy that restates its plans sees the queue as not made (its
+        // plan lists again what it still wants; the simulator does the same).
+        let restates = planner.policy.restates_plan();
         let mut in_flight: Vec<Move> = planner
             .table
             .queued()
-            .map(|queued| queued.item.clone())
+            .filter(|queued| !restates || queued.item.is_operator())
+            .map(|queued| queued.item.planned.clone())
             .collect();
         for active in self.active.read().iter() {
             in_flight.push(Move {
@@ -122,12 +133,27 @@ impl Volume {
             .map(|(index, tier)| TierInfo {
                 name: tier.name.clone(),
                 capacity_segments: planner.table.capacity_segments(index as TierId),
-                used_segments: planner.table.used(index as TierId),
+                used_segments: if restates {
+                    // Operator moves stay counted: they are never dropped.
+                    let operator = planner
+                        .table
+                        .queued()
+                        .filter(|queued| queued.item.is_operator());
+                    let (mut onto, mut off) = (0u32, 0u32);
+                    for queued in operator {
+                        onto += u32::from(queued.to == index as TierId);
+                        off += u32::from(queued.from == index as TierId);
+                    }
+                    (planner.table.used_without_queue(index as TierId) + onto).saturating_sub(off)
+                } else {
+                    planner.table.used(index as TierId)
+                },
             })
             .collect();
         let migration = MigrationStats {
             completed_moves: planner.completed_moves,
             mean_move_ns: planner.mean_move_ns(),
+            device_move_ns: planner.mean_move_ns().or_else(|| self.device_move_ns()),
         };
         let pinned: Vec<SegmentId> = planner.pins.keys().copied().collect();
         let view = View {
@@ -148,12 +174,46 @@ impl Volume {
         let proposed = plan.moves.len();
         let mut queued = 0;
         let mut pinned_dropped = 0;
+        // The stale rule (tierd_core::placement::stale_reason, the
+        // simulator's too): queued moves the newest plan does not list
+        // again, or that waited past their payback, go; operator moves and
+        // pins never do.
+        let asked: tierd_common::hash::FastSet<(SegmentId, TierId, TierId)> = plan
+            .moves
+            .iter()
+            .map(|planned| (planned.segment, planned.from, planned.to))
+            .collect();
+        let pins = &planner.pins;
+        let undone = planner.table.drop_stale(|queued| {
+            let operator = queued.item.is_operator();
+            StaleInputs {
+                pinned: operator || pins.contains_key(&queued.segment),
+                asked_again: (restates && !operator)
+                    .then(|| asked.contains(&(queued.segment, queued.from, queued.to))),
+                waited_ns: now_ns.saturating_sub(queued.item.accepted_ns),
+                payback_ns: queued.item.payback_ns,
+            }
+        });
+        planner.dropped.count_stale(&undone);
+        let stale = undone.item.len() + undone.shed.len();
+        // The queued moves the plan asked for again keep their place.
+        let mut kept: tierd_common::hash::FastSet<(SegmentId, TierId, TierId)> = planner
+            .table
+            .queued()
+            .filter(|queued| !queued.item.is_operator())
+            .map(|queued| (queued.segment, queued.from, queued.to))
+            .collect();
         for planned in plan.moves {
             // A pinned segment is never moved by a policy (the policies
             // see the pins in the view; this holds for any policy).
             if planner.pins.contains_key(&planned.segment) {
-                planner.dropped_moves += 1;
+                planner.dropped.pinned += 1;
                 pinned_dropped += 1;
+                continue;
+            }
+            if restates && kept.remove(&(planned.segment, planned.from, planned.to)) {
+                // Asked for again: it keeps its place in the queue.
+                queued += 1;
                 continue;
             }
             // The shared table's rules: the segment is where the plan
@@ -161,15 +221,24 @@ impl Volume {
             let (segment, from, to) = (planned.segment, planned.from, planned.to);
             if planner
                 .table
-                .accept(segment, from, to, planned, false)
+                .accept(
+                    segment,
+                    from,
+                    to,
+                    QueuedMove::new(planned, now_ns, plan.payback_ns),
+                    false,
+                )
                 .is_err()
             {
-                planner.dropped_moves += 1;
+                planner.dropped.refused += 1;
                 continue;
             }
             queued += 1;
         }
         let mut summary = plan.summary;
+        if stale > 0 {
+            summary.push_str(&format!("; {stale} stale queued moves dropped"));
+        }
         if pinned_dropped > 0 {
             summary.push_str(&format!(
                 "; {pinned_dropped} moves of pinned segments dropped by the engine"
@@ -273,7 +342,8 @@ impl Volume {
         planner.pins.insert(segment, pin);
         // A move of the segment queued before the pin would take it away.
         if let Some(undone) = planner.table.cancel(segment) {
-            planner.dropped_moves += 1 + undone.shed.len() as u64;
+            planner.dropped.pinned += 1;
+            planner.dropped.room_taken_back += undone.shed.len() as u64;
         }
         if needs_move {
             // First in line. A segment moving elsewhere now gets its pin's
@@ -287,7 +357,8 @@ impl Volume {
                     detail: "pinned with tierd pin".to_string(),
                 },
             };
-            if let Err((refusal, _)) = planner.table.accept(segment, current, tier, planned, true) {
+            let queued = QueuedMove::new(planned, self.clock.now_ns(), None);
+            if let Err((refusal, _)) = planner.table.accept(segment, current, tier, queued, true) {
                 if refusal != Refusal::Moving {
                     planner.events.push(format!(
                         "segment {segment} is pinned to tier {} but its move could not be queued yet: {}",
@@ -395,7 +466,13 @@ impl Volume {
             // No room on the tier yet: tried again next period.
             if planner
                 .table
-                .accept(pin.segment, current, pin.tier, planned, true)
+                .accept(
+                    pin.segment,
+                    current,
+                    pin.tier,
+                    QueuedMove::new(planned, self.clock.now_ns(), None),
+                    true,
+                )
                 .is_ok()
             {
                 planner.events.push(format!(

@@ -180,6 +180,7 @@ mod tests {
             migration: MigrationStats {
                 completed_moves: 3,
                 mean_move_ns: Some(2e6),
+                device_move_ns: None,
             },
             pinned: &[],
         };

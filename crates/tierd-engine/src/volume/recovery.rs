@@ -221,7 +221,7 @@ impl Volume {
                 completed_moves: planner_completed,
                 timed_moves: planner_timed,
                 total_move_ns: planner_total_ns,
-                dropped_moves: 0,
+                dropped: Default::default(),
                 last_busy_ns,
                 periods_since_checkpoint: 0,
                 periods_closed: 0,
@@ -339,7 +339,8 @@ impl Volume {
                 continue;
             }
             if let Some(undone) = planner.table.cancel(segment) {
-                planner.dropped_moves += 1 + undone.shed.len() as u64;
+                planner.dropped.refused += 1;
+                planner.dropped.room_taken_back += undone.shed.len() as u64;
             }
             let to = Location {
                 tier: home,

@@ -105,6 +105,11 @@ pub struct VolumeStatus {
     pub pending_moves: usize,
     pub completed_moves: u64,
     pub dropped_moves: u64,
+    /// `dropped_moves` by reason (`refused`, `pinned`, and the stale ones:
+    /// `not_asked_again`, `waited_past_payback`, `room_taken_back`;
+    /// `docs/placement.md`).
+    #[serde(default)]
+    pub dropped_moves_by_reason: tierd_core::placement::DroppedMoves,
     pub mean_move_ns: Option<f64>,
     /// Since start: the longest chunk copy (read, write and the write parts
     /// handed over for it; no user write waits for it) ...
@@ -176,7 +181,8 @@ impl Volume {
             in_flight,
             pending_moves: planner.table.queued_len(),
             completed_moves: planner.completed_moves,
-            dropped_moves: planner.dropped_moves,
+            dropped_moves: planner.dropped.total(),
+            dropped_moves_by_reason: planner.dropped,
             mean_move_ns: planner.mean_move_ns(),
             max_chunk_hold_ns: self.max_chunk_hold_ns.load(Ordering::Relaxed),
             max_switch_over_ns: self.max_switch_over_ns.load(Ordering::Relaxed),

@@ -23,6 +23,17 @@ pub trait Policy: Send {
     /// Called once at the end of every period with the view as of then.
     fn plan(&mut self, view: &View) -> Plan;
 
+    /// True when every plan lists all the moves the policy wants now,
+    /// including those it asked for earlier that have not started: the
+    /// caller then shows it only the moves copying as in flight, keeps the
+    /// queued moves the newest plan lists again (in their place in the
+    /// queue) and drops the others as stale
+    /// (`tierd_core::placement::stale_reason`, `docs/placement.md`).
+    /// Default false: queued moves stay until they start.
+    fn restates_plan(&self) -> bool {
+        false
+    }
+
     /// Learned state as JSON (empty object for stateless policies).
     fn save_state(&self) -> serde_json::Value {
         serde_json::Value::Object(serde_json::Map::new())

@@ -219,6 +219,10 @@ impl Policy for OtfAst {
         "otf-ast"
     }
 
+    fn restates_plan(&self) -> bool {
+        true
+    }
+
     fn plan(&mut self, view: &View) -> Plan {
         let mut plan = Plan::default();
         if view.tiers.len() < 2 {

@@ -90,6 +90,13 @@ impl<'run> Engine<'run> {
             avg_response_us: self.response.mean_ns().unwrap_or(0.0) / 1e3,
             fast_io_share,
             fast_bytes_max: self.used_bytes_max[0],
+            fast_bytes: match &cache {
+                Some(cache) => cache.capacity_pages * PAGE_BYTES,
+                None => self.config.tier_capacity_bytes(0),
+            },
+            fast_segments: cache
+                .is_none()
+                .then(|| self.table.capacity_segments(0).into()),
             migrated_bytes: self.move_log.iter().map(|record| record.bytes).sum(),
             avg_iops_first_hour,
             requests: self.completed,
@@ -118,7 +125,25 @@ impl<'run> Engine<'run> {
             home_util,
             moves,
             moves_unfinished: (self.table.moving_len() + self.table.queued_len()) as u64,
-            moves_dropped: self.moves_dropped,
+            moves_dropped: self.dropped.total(),
+            moves_dropped_by_reason: self.dropped,
+            queue_wait_mean_us: if moves > 0 {
+                self.move_log
+                    .iter()
+                    .map(|record| record.start_ns.saturating_sub(record.accepted_ns) as f64)
+                    .sum::<f64>()
+                    / moves as f64
+                    / 1e3
+            } else {
+                0.0
+            },
+            queue_wait_max_us: self
+                .move_log
+                .iter()
+                .map(|record| record.start_ns.saturating_sub(record.accepted_ns))
+                .max()
+                .unwrap_or(0) as f64
+                / 1e3,
             switch_over_stall_max_us: self
                 .move_log
                 .iter()

@@ -38,6 +38,8 @@ pub(super) struct ActiveMove {
 pub(super) struct QueuedMove {
     pub(super) plan: Move,
     pub(super) accepted_ns: u64,
+    /// The plan's payback bound ([`Plan::payback_ns`]).
+    pub(super) payback_ns: Option<u64>,
 }
 
 /// A mirrored part of a user write on its way to a move's target.
@@ -173,17 +175,44 @@ impl<'run> Engine<'run> {
         Ok(())
     }
 
-    /// Queues the plan's moves the placement table accepts, in order (the
-    /// table's rules, `tierd_core::placement`, are the live engine's too).
-    pub(super) fn accept_plan(&mut self, plan: Plan) {
+    /// Drops the queued moves the staleness rule finds stale at this plan
+    /// (`tierd_core::placement::stale_reason`, the engine's rule too), then
+    /// queues the plan's new moves the placement table accepts, in order.
+    /// A restating policy's plan lists the queued moves it still wants:
+    /// those keep their place and their acceptance time.
+    pub(super) fn accept_plan(&mut self, plan: Plan, restates: bool) {
+        let now_ns = self.now_ns;
+        let asked: tierd_common::hash::FastSet<(SegmentId, TierId, TierId)> = plan
+            .moves
+            .iter()
+            .map(|planned| (planned.segment, planned.from, planned.to))
+            .collect();
+        let undone = self.table.drop_stale(|queued| StaleInputs {
+            pinned: false,
+            asked_again: restates
+                .then(|| asked.contains(&(queued.segment, queued.from, queued.to))),
+            waited_ns: now_ns.saturating_sub(queued.item.accepted_ns),
+            payback_ns: queued.item.payback_ns,
+        });
+        self.dropped.count_stale(&undone);
+        // The queued moves the plan asked for again keep their place.
+        let mut kept: tierd_common::hash::FastSet<(SegmentId, TierId, TierId)> = self
+            .table
+            .queued()
+            .map(|queued| (queued.segment, queued.from, queued.to))
+            .collect();
         for proposed in plan.moves {
             let (segment, from, to) = (proposed.segment, proposed.from, proposed.to);
+            if restates && kept.remove(&(segment, from, to)) {
+                continue;
+            }
             let queued = QueuedMove {
                 plan: proposed,
-                accepted_ns: self.now_ns,
+                accepted_ns: now_ns,
+                payback_ns: plan.payback_ns,
             };
             if self.table.accept(segment, from, to, queued, false).is_err() {
-                self.moves_dropped += 1;
+                self.dropped.refused += 1;
             }
         }
         self.start_moves();

@@ -23,7 +23,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use crate::cursor::Cursor;
 use tierd_common::units::PAGE_BYTES;
 use tierd_core::placement::{
-    home_current_after_flip, write_reaches_home, Location, PlacementTable, Started,
+    home_current_after_flip, write_reaches_home, Location, PlacementTable, StaleInputs, Started,
 };
 use tierd_device::{Completion, DeviceCounters, DeviceIo, DeviceModel, DevicePreset};
 use tierd_policy::cache::PageCache;
@@ -226,7 +226,13 @@ struct Engine<'run> {
     // Migration.
     active: Vec<Option<ActiveMove>>,
     move_log: Vec<MoveRecord>,
-    moves_dropped: u64,
+    /// Moves dropped before they started, by reason (refused by the table,
+    /// or stale: `tierd_core::placement::stale_reason`).
+    dropped: tierd_core::placement::DroppedMoves,
+    /// A promotion's copy time on idle copies of the stack's models
+    /// (`devices::segment_copy_ns`), given to the policy until a move is
+    /// measured.
+    device_move_ns: Option<f64>,
     moved_ns_total: u128,
     mirrored_writes: u64,
     deferred_halves: u64,
@@ -331,6 +337,14 @@ impl<'run> Engine<'run> {
         let tiers = devices.len();
         let home = tiers - 1;
         let segments = config.segments();
+        let device_move_ns = match &controller {
+            Controller::Policy(_) if home > 0 => {
+                crate::devices::segment_copy_ns(config, home, home - 1)
+                    .ok()
+                    .map(|ns| ns as f64)
+            }
+            _ => None,
+        };
         let capacity_segments: Vec<u32> = (0..tiers)
             .map(|tier| {
                 if tier == home {
@@ -411,7 +425,8 @@ impl<'run> Engine<'run> {
                 .collect(),
             active: Vec::new(),
             move_log: Vec::new(),
-            moves_dropped: 0,
+            dropped: tierd_core::placement::DroppedMoves::default(),
+            device_move_ns,
             moved_ns_total: 0,
             mirrored_writes: 0,
             deferred_halves: 0,

@@ -110,12 +110,20 @@ impl<'run> Engine<'run> {
         let Controller::Policy(policy) = &mut self.controller else {
             return;
         };
+        // A policy that restates its plans sees the queue as not made (its
+        // plan lists again what it still wants); others see it in flight.
+        let restates = policy.restates_plan();
         let in_flight: Vec<Move> = self
             .active
             .iter()
             .flatten()
             .map(|active| active.plan.clone())
-            .chain(self.table.queued().map(|queued| queued.item.plan.clone()))
+            .chain(
+                self.table
+                    .queued()
+                    .filter(|_| !restates)
+                    .map(|queued| queued.item.plan.clone()),
+            )
             .collect();
         let tier_infos: Vec<TierInfo> = self
             .config
@@ -126,7 +134,11 @@ impl<'run> Engine<'run> {
             .map(|(index, tier)| TierInfo {
                 name: tier.name.clone(),
                 capacity_segments: self.table.capacity_segments(index as TierId),
-                used_segments: self.table.used(index as TierId),
+                used_segments: if restates {
+                    self.table.used_without_queue(index as TierId)
+                } else {
+                    self.table.used(index as TierId)
+                },
             })
             .collect();
         let completed_moves = self.move_log.len() as u64;
@@ -143,13 +155,14 @@ impl<'run> Engine<'run> {
                 completed_moves,
                 mean_move_ns: (completed_moves > 0)
                     .then(|| self.moved_ns_total as f64 / completed_moves as f64),
+                device_move_ns: self.device_move_ns,
             },
             // The simulator has no operator: nothing is pinned.
             pinned: &[],
         };
         let plan = policy.plan(&view);
-        if !plan.moves.is_empty() {
-            self.accept_plan(plan);
+        if !plan.moves.is_empty() || self.table.queued_len() > 0 {
+            self.accept_plan(plan, restates);
         }
     }
 }

@@ -37,6 +37,10 @@ pub const RESPONSE_CAPTION: &str = "Cumulative distribution of response times on
      (there one figure per strategy with its (all), (SSD) and (memory) lines and SSD only; here \
      one panel per scope with a line per policy, none standing for SSD only). \
      Further left and higher is better.";
+pub const CURVES_CAPTION: &str = "Every policy at every fast-tier size of --fast-bytes (the size sets the \
+    fast tier's capacity for all of them): above, the hit ratio (caches, dashed: 4 KiB page hits; tiering, \
+    solid: the share of IO the fast tier served; the miss-ratio curve is 100 % minus it); below, the mean \
+    response time. Tiering uses the whole segments that fit in each size.";
 pub const HEAT_MAP_CAPTION: &str = "IO count per segment (y) and period (x), log colour scale, \
      white = no IO: where the trace's hot spots are and how they move.";
 

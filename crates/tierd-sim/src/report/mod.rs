@@ -12,6 +12,7 @@
 //! | `fast-bytes.svg`, `fast-bytes.csv` | bytes on the fast tier at each period end (002 Figs. 8–9) |
 //! | `response-cdf.svg`, `response-cdf.csv` | response-time CDFs, all requests and per tier (002 Figs. 10–14) |
 //! | `heatmap.svg`, `heatmap.csv` | IO per segment and period of the replayed trace, when given |
+//! | `curves.svg`, `curves.csv` | with `--fast-bytes`: hit ratio and mean response against fast-tier size, per policy (a miss-ratio curve) |
 //! | `moves.csv` | every completed move of every run |
 //! | `result.json` | the whole [`SimReport`], as `tierd sim --json` prints it |
 //!
@@ -141,7 +142,8 @@ pub fn render(
             html::RESPONSE_CAPTION,
         ),
     ];
-    for (stem, (csv, chart), caption) in families {
+    let curves = series::curves(report).map(|curves| ("curves", curves, html::CURVES_CAPTION));
+    for (stem, (csv, chart), caption) in families.into_iter().chain(curves) {
         let image = format!("{stem}.svg");
         let table = format!("{stem}.csv");
         files.push(ReportFile {

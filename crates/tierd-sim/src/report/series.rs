@@ -128,7 +128,7 @@ pub fn legend(report: &SimReport) -> Vec<(String, &'static str, bool)> {
         .runs
         .iter()
         .enumerate()
-        .map(|(index, run)| (run.policy.clone(), colour(index), false))
+        .map(|(index, run)| (run_label(report, run), colour(index), false))
         .collect()
 }
 
@@ -202,7 +202,7 @@ pub fn iops(report: &SimReport) -> (Csv, Chart) {
             ]);
         }
         series.push(Series {
-            label: run.policy.clone(),
+            label: run_label(report, run),
             colour: colour(index),
             dashed: false,
             points: steps(run, |period| {
@@ -299,7 +299,7 @@ pub fn util(report: &SimReport) -> (Csv, Chart) {
                 .iter()
                 .enumerate()
                 .map(|(index, run)| Series {
-                    label: format!("{} on {}", run.policy, result.name),
+                    label: format!("{} on {}", run_label(report, run), result.name),
                     colour: colour(index),
                     dashed: false,
                     points: steps(run, |period| {
@@ -366,7 +366,7 @@ pub fn fast_bytes(report: &SimReport) -> (Csv, Chart) {
             csv.rows.push(row);
         }
         series.push(Series {
-            label: run.policy.clone(),
+            label: run_label(report, run),
             colour: colour(index),
             dashed: false,
             // Every run starts with every segment on home and empty caches
@@ -499,7 +499,7 @@ pub fn response_cdf(report: &SimReport) -> (Csv, Chart) {
             }
             if let Some(panel) = panels.get_mut(panel) {
                 panel.series.push(Series {
-                    label: format!("{} ({scope})", run.policy),
+                    label: format!("{} ({scope})", run_label(report, run)),
                     colour: colour(index),
                     dashed: false,
                     points: cdf_points(histogram),
@@ -623,6 +623,112 @@ pub fn html_table(rows: &[Vec<String>]) -> String {
     }
     out.push_str("</table>\n");
     out
+}
+
+/// A run's name in a chart: its policy, and with more than one fast-tier
+/// size in the report (`--fast-bytes`) its size too.
+fn run_label(report: &SimReport, run: &RunResult) -> String {
+    if report.curve.is_empty() {
+        run.policy.clone()
+    } else {
+        format!(
+            "{} @ {}",
+            run.policy,
+            tierd_common::units::Bytes(run.fast_bytes)
+        )
+    }
+}
+
+/// (e) the size sweep's curves (`tierd sim --fast-bytes`): hit ratio and
+/// mean response time against the fast tier's size, one line per policy,
+/// log x: a miss-ratio curve as libCacheSim plots it (hit ratio = 1 − miss
+/// ratio; tiering: the share of IO the fast tier served). `None` without a
+/// sweep ([`SimReport::curve`] empty).
+pub fn curves(report: &SimReport) -> Option<(Csv, Chart)> {
+    if report.curve.is_empty() {
+        return None;
+    }
+    let mut csv = Csv::new(&[
+        "policy",
+        "fast_bytes",
+        "fast_gib",
+        "hit_ratio",
+        "miss_ratio",
+        "avg_response_us",
+    ]);
+    let mut policies: Vec<&str> = Vec::new();
+    for point in &report.curve {
+        if !policies.contains(&point.policy.as_str()) {
+            policies.push(&point.policy);
+        }
+        csv.rows.push(vec![
+            point.policy.clone(),
+            point.fast_bytes.to_string(),
+            number(point.fast_bytes as f64 / GIB),
+            number(point.hit_ratio),
+            number(point.miss_ratio),
+            number(point.avg_response_us),
+        ]);
+    }
+    let line = |index: usize, policy: &str, y: &dyn Fn(&crate::sweep::CurvePoint) -> f64| Series {
+        label: policy.to_string(),
+        colour: colour(index),
+        dashed: is_cache_policy(policy),
+        points: report
+            .curve
+            .iter()
+            .filter(|point| point.policy == policy)
+            .map(|point| (point.fast_bytes as f64 / GIB, y(point)))
+            .collect(),
+    };
+    let hits: Vec<Series> = policies
+        .iter()
+        .enumerate()
+        .map(|(index, policy)| line(index, policy, &|point| point.hit_ratio * 100.0))
+        .collect();
+    let responses: Vec<Series> = policies
+        .iter()
+        .enumerate()
+        .map(|(index, policy)| line(index, policy, &|point| point.avg_response_us))
+        .collect();
+    let chart = Chart {
+        title: "Hit ratio and mean response against fast-tier size (miss-ratio curve)".to_string(),
+        subtitle: "every policy at every size of --fast-bytes; caches dashed: page hit ratio; tiering solid: share of IO the fast tier served".to_string(),
+        x_label: "fast-tier size (GiB, log)".to_string(),
+        x_scale: Scale::Log,
+        x_format: TickFormat::Number,
+        x_range: None,
+        panels: vec![
+            Panel {
+                title: "hit ratio".to_string(),
+                y_label: "% of IO served by the fast tier".to_string(),
+                y_range: Some((0.0, 100.0)),
+                y_format: TickFormat::Number,
+                reference: None,
+                series: hits,
+            },
+            Panel {
+                title: "mean response".to_string(),
+                y_label: "mean response".to_string(),
+                y_range: None,
+                y_format: TickFormat::Microseconds,
+                reference: None,
+                series: responses,
+            },
+        ],
+        legend: policies
+            .iter()
+            .enumerate()
+            .map(|(index, policy)| (policy.to_string(), colour(index), is_cache_policy(policy)))
+            .collect(),
+    };
+    Some((csv, chart))
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+fn is_cache_policy(policy: &str) -> bool {
+    matches!(policy, "fifo" | "lru" | "arc" | "s3fifo")
 }
 
 #[cfg(test)]

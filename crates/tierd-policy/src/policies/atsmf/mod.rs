@@ -86,8 +86,11 @@ pub struct AtsmfConfig {
     /// Prior AvefWithMg as a multiple of Avef, until a user IO has completed
     /// on the slow tier during a migration. Ratio. Default 2.
     pub prior_migration_slowdown: f64,
-    /// Prior AveMgTime = segment bytes / this bandwidth, until the first
-    /// move completes. Bytes per second. Default 1e9.
+    /// Prior AveMgTime = segment bytes / this bandwidth, used only when
+    /// no move has completed and the caller knows nothing of the devices
+    /// (`MigrationStats::device_move_ns`; both `tierd sim` and `tierd
+    /// serve` give it). Bytes per second. Default 1e9 (a memory tier's
+    /// copy: far too fast for a disk).
     pub prior_migration_bytes_per_s: f64,
     /// Positions kept per concentration (for reports and the saved state).
     /// Its moving speed (002 §4.2) is measured over its whole life, from its
@@ -197,6 +200,9 @@ pub enum Source {
     Measured,
     /// Measured earlier in the run (the window had no sample).
     LastKnown,
+    /// Derived from the devices in use (AveMgTime before the first move:
+    /// [`crate::view::MigrationStats::device_move_ns`]).
+    Devices,
     /// The configured prior: nothing measured yet.
     Prior,
 }
@@ -206,6 +212,7 @@ impl Source {
         match self {
             Source::Measured => "measured",
             Source::LastKnown => "last measured",
+            Source::Devices => "from the devices",
             Source::Prior => "prior",
         }
     }
@@ -353,9 +360,16 @@ impl Atsmf {
         ));
         let (memory_response_ns, memory_source) = pick(sums.memory, self.state.last_memory)
             .unwrap_or((config.prior_memory_response_us * 1e3, Source::Prior));
-        let (move_ns, move_source) = match view.migration.mean_move_ns {
-            Some(ns) if ns.is_finite() && ns >= 0.0 => (ns, Source::Measured),
-            _ => (
+        // Measured moves first, then the copy time of the devices in use,
+        // then the prior (a memory tier's copy time: wrong on a disk).
+        let usable = |ns: Option<f64>| ns.filter(|ns| ns.is_finite() && *ns >= 0.0);
+        let (move_ns, move_source) = match (
+            usable(view.migration.mean_move_ns),
+            usable(view.migration.device_move_ns),
+        ) {
+            (Some(ns), _) => (ns, Source::Measured),
+            (None, Some(ns)) => (ns, Source::Devices),
+            (None, None) => (
                 view.segment_bytes as f64 / config.prior_migration_bytes_per_s * 1e9,
                 Source::Prior,
             ),
@@ -441,6 +455,10 @@ impl Policy for Atsmf {
         "atsmf"
     }
 
+    fn restates_plan(&self) -> bool {
+        true
+    }
+
     fn plan(&mut self, view: &View) -> Plan {
         self.observe(view.history);
         let mut plan = Plan::default();
@@ -518,6 +536,14 @@ impl Policy for Atsmf {
             let worth_moving = y > x;
             if !worth_moving {
                 continue;
+            }
+            // The longest these moves may wait and still pay back: Y
+            // shrinks by (Avef − Avem) per second waited until it meets X.
+            let saving_us = us(estimates.flash_response_ns - estimates.memory_response_ns);
+            if saving_us > 0.0 {
+                let payback_s = (y - x) / saving_us;
+                let payback_ns = (payback_s * 1e9).clamp(0.0, u64::MAX as f64) as u64;
+                plan.payback_ns = Some(plan.payback_ns.map_or(payback_ns, |ns| ns.max(payback_ns)));
             }
             let judgement = format!(
                 "concentration {} at segments {first}..={last}, lasted A = {} periods; rest {:.2} periods = {rest_s:.1} s ({} from {} samples); subLUNs {}; Xduration {x_duration_s:.2} s, Yduration {y_duration_s:.2} s; X {x:.1} µs·s < Y {y:.1} µs·s; {figures}",
