@@ -128,6 +128,17 @@ pub struct ConvertArgs {
     /// had times) or 3 (keeps times, for timed replay; fio 3.31+).
     #[arg(long, default_value_t = 2)]
     fio_iolog_version: u32,
+    /// Turn every N-th read into a write (counting reads only, cyclic): paper
+    /// 000 §5.4's filter for its flashcache comparison used N = 2 ("every
+    /// other read becomes a write"). The result is a derived workload, not
+    /// the recorded one.
+    #[arg(long, value_name = "N")]
+    reads_to_writes: Option<u64>,
+    /// Round every offset down to a multiple of this size (e.g. 4KiB: paper
+    /// 000 §5.4's filter, as flashcache cached only 4 KiB-aligned IO).
+    /// Lengths are kept.
+    #[arg(long, value_name = "SIZE", value_parser = bytes)]
+    align: Option<u64>,
 }
 
 #[derive(Args)]
@@ -310,6 +321,18 @@ fn convert(args: ConvertArgs) -> Result<(), CliError> {
             args.fio_iolog_version
         )));
     }
+    if args.reads_to_writes == Some(0) {
+        return Err(CliError(
+            "--reads-to-writes 0: expected N >= 1 (every N-th read becomes a write; 2 = every other, as paper 000 §5.4)".to_string(),
+        ));
+    }
+    if let Some(align) = args.align {
+        if align == 0 || align % 512 != 0 {
+            return Err(CliError(format!(
+                "--align {align} bytes: expected a positive multiple of 512 bytes (e.g. 4KiB)"
+            )));
+        }
+    }
     let mut reader = open_trace(&args.input, &args.read.open_options())?;
     let source_format = reader.format();
     let mut writer = create_writer(
@@ -322,8 +345,25 @@ fn convert(args: ConvertArgs) -> Result<(), CliError> {
     // Whether the input has times to lose (two requests at different times).
     let mut first_ns = None;
     let mut timed_source = false;
-    while let Some(request) = reader.next_request()? {
+    let mut reads_seen = 0u64;
+    let mut turned = 0u64;
+    let mut aligned = 0u64;
+    while let Some(mut request) = reader.next_request()? {
         timed_source |= *first_ns.get_or_insert(request.time_ns) != request.time_ns;
+        if let Some(every) = args.reads_to_writes {
+            if request.op == tierd_trace::Op::Read {
+                reads_seen += 1;
+                if reads_seen.is_multiple_of(every) {
+                    request.op = tierd_trace::Op::Write;
+                    turned += 1;
+                }
+            }
+        }
+        if let Some(align) = args.align {
+            let rounded = request.offset_bytes / align * align;
+            aligned += u64::from(rounded != request.offset_bytes);
+            request.offset_bytes = rounded;
+        }
         writer.write_request(&request, reader.volumes())?;
     }
     let written = writer.finish()?;
@@ -333,6 +373,12 @@ fn convert(args: ConvertArgs) -> Result<(), CliError> {
         args.to,
         args.output.display()
     );
+    if args.reads_to_writes.is_some() {
+        println!("turned {turned} of {reads_seen} reads into writes (a derived workload)");
+    }
+    if let Some(align) = args.align {
+        println!("moved {aligned} offsets down to a multiple of {align} bytes");
+    }
     if args.to == Format::FioIolog && args.fio_iolog_version == 2 && timed_source {
         eprintln!(
             "tierd: note: fio iolog version 2 has no timestamps: the {source_format} times are dropped and fio replays the requests back to back; pass --fio-iolog-version 3 to keep them (fio 3.31 or later)"

@@ -171,6 +171,76 @@ fn convert_round_trips_through_the_native_format() {
     assert_eq!(stats(&source), stats(&back));
 }
 
+/// Paper 000 §5.4's two filters: every other read becomes a write, offsets
+/// rounded down to 4 KiB.
+#[test]
+fn convert_turns_reads_into_writes_and_aligns_offsets_as_asked() {
+    let directory = tempfile::tempdir().unwrap();
+    let lines = "128166372003061629,hm,0,Read,4096,4096,100\n\
+                 128166372003061630,hm,0,Read,8192,4096,100\n\
+                 128166372003061631,hm,0,Write,12800,512,100\n\
+                 128166372003061632,hm,0,Read,16384,4096,100\n\
+                 128166372003061633,hm,0,Read,20992,4096,100\n";
+    let source = write_file(directory.path(), "reads.csv", lines);
+    let derived = directory.path().join("derived.csv");
+    let output = tierd(&[
+        "trace",
+        "convert",
+        path_arg(&source),
+        path_arg(&derived),
+        "--to",
+        "msr",
+        "--reads-to-writes",
+        "2",
+        "--align",
+        "4KiB",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let printed = stdout(&output);
+    assert!(
+        printed.contains("turned 2 of 4 reads into writes"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("moved 2 offsets down to a multiple of 4096 bytes"),
+        "{printed}"
+    );
+    let written = std::fs::read_to_string(&derived).unwrap();
+    let ops_and_offsets: Vec<(String, u64)> = written
+        .lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.split(',').collect();
+            (fields[3].to_string(), fields[4].parse().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        ops_and_offsets,
+        vec![
+            ("Read".to_string(), 4096),
+            ("Write".to_string(), 8192),
+            ("Write".to_string(), 12288),
+            ("Read".to_string(), 16384),
+            ("Write".to_string(), 20480),
+        ]
+    );
+    let output = tierd(&[
+        "trace",
+        "convert",
+        path_arg(&source),
+        path_arg(&derived),
+        "--to",
+        "msr",
+        "--reads-to-writes",
+        "0",
+    ]);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("expected N >= 1"),
+        "{}",
+        stderr(&output)
+    );
+}
+
 #[test]
 fn synth_is_deterministic_for_a_seed_and_labelled_synthetic() {
     let directory = tempfile::tempdir().unwrap();
