@@ -130,6 +130,11 @@ fn offline_volume(config: &Config, volume: &VolumeConfig) -> Result<VolumeStatus
                         }
                     }
                     Record::Pin { .. } | Record::Unpin { .. } => record.apply_to_pins(&mut pins),
+                    Record::CacheMap { .. }
+                    | Record::CacheMode { .. }
+                    | Record::CacheDetached
+                    | Record::CacheLost { .. }
+                    | Record::CacheRewritten { .. } => {}
                 }
             }
             if let Some(note) = decoded.torn_tail {
