@@ -763,9 +763,10 @@ impl Volume {
         };
         let now_ns = self.clock.now_ns();
         // Commits on a timer, and at once when released slots are needed.
+        // Never nested: commits take the commit lock, then the core's.
+        let state_last = layer.commit.lock().last_commit_ns;
         let commit_due = {
             let core = layer.core.lock();
-            let state_last = layer.commit.lock().last_commit_ns;
             core.cache.has_changes()
                 && (now_ns.saturating_sub(state_last) >= layer.options.commit_interval_ns
                     || core.cache.free_slots() * 2 < u64::from(core.cache.settings().reserve()))
