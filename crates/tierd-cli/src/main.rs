@@ -48,6 +48,9 @@ enum Command {
     Pin(serve::PinArgs),
     /// End a segment's pin; policies may move it again.
     Unpin(serve::UnpinArgs),
+    /// Switch a cache volume's mode on a running server (writeback,
+    /// writethrough, writearound) or detach its cache; progress in `tierd status`.
+    Cache(serve::CacheArgs),
     /// Fault drill on a running server: mark a tier (configured with
     /// `[tier.faults]`) gone or back.
     Fault(serve::FaultArgs),
@@ -93,6 +96,7 @@ fn main() -> ExitCode {
         Command::Move(args) => serve::move_segment(args),
         Command::Pin(args) => serve::pin(args),
         Command::Unpin(args) => serve::unpin(args),
+        Command::Cache(args) => serve::cache(args),
         Command::Fault(args) => serve::fault(args),
         Command::Replay(args) => replay::run(args),
         Command::Dst(args) => dst::run(args),

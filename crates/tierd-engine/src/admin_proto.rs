@@ -12,6 +12,7 @@
 //! | `{"cmd":"fault","tier":"ssd","config":{"read_error_probability":0.1}}` | [`AdminRequest::Fault`] |
 //! | `{"cmd":"pin","volume":"vol0","segment":3,"tier":"mem","until_unix_ns":1795615200000000000}` | [`AdminRequest::Pin`] (`until_unix_ns` optional) |
 //! | `{"cmd":"unpin","volume":"vol0","segment":3}` | [`AdminRequest::Unpin`] |
+//! | `{"cmd":"cache","volume":"vol0","mode":"writethrough"}` | [`AdminRequest::Cache`] (`mode`: writeback, writethrough, writearound, detach) |
 //!
 //! Keys other than these are ignored. Every rejection is a non-empty
 //! message saying what was expected; the server sends it back as
@@ -45,7 +46,21 @@ pub enum AdminRequest {
     Pin(PinRequest),
     /// End a segment's pin (`tierd unpin`).
     Unpin(UnpinRequest),
+    /// Switch a cache volume's mode or detach it (`tierd cache`).
+    Cache(CacheRequest),
 }
+
+/// `{"cmd":"cache","volume":"vol0","mode":"detach"}`: the volume exists and
+/// the mode is one of `writeback`, `writethrough`, `writearound`, `detach`
+/// (whether the volume is a cache volume is the server's to say).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheRequest {
+    pub volume: String,
+    pub mode: String,
+}
+
+/// The modes `tierd cache --mode` accepts.
+pub const CACHE_MODES: [&str; 4] = ["writeback", "writethrough", "writearound", "detach"];
 
 /// `{"cmd":"pin",...}`: checked like a move (`tier` is one of the
 /// volume's tiers, `segment` in range).
@@ -146,6 +161,7 @@ pub fn parse_request(line: &[u8], volumes: &[VolumeShape]) -> Result<AdminReques
         Some("fault") => parse_fault(&request).map(AdminRequest::Fault),
         Some("pin") => parse_pin(&request, volumes).map(AdminRequest::Pin),
         Some("unpin") => parse_unpin(&request, volumes).map(AdminRequest::Unpin),
+        Some("cache") => parse_cache(&request, volumes).map(AdminRequest::Cache),
         Some(other) => Err(format!(
             "unknown cmd {other:?}: allowed are \"status\", \"move\", \"fault\", \"pin\" and \"unpin\""
         )),
@@ -223,6 +239,30 @@ fn parse_unpin(request: &Value, volumes: &[VolumeShape]) -> Result<UnpinRequest,
     Ok(UnpinRequest {
         volume: volume.name.clone(),
         segment,
+    })
+}
+
+fn parse_cache(request: &Value, volumes: &[VolumeShape]) -> Result<CacheRequest, String> {
+    let name = request
+        .get("volume")
+        .and_then(Value::as_str)
+        .ok_or("cache needs \"volume\": a volume name")?;
+    if !volumes.iter().any(|volume| volume.name == name) {
+        let names: Vec<&str> = volumes.iter().map(|volume| volume.name.as_str()).collect();
+        return Err(format!("no volume {name:?} (served: {names:?})"));
+    }
+    let mode = request
+        .get("mode")
+        .and_then(Value::as_str)
+        .ok_or("cache needs \"mode\": writeback, writethrough, writearound or detach")?;
+    if !CACHE_MODES.contains(&mode) {
+        return Err(format!(
+            "cache mode {mode:?}: expected writeback, writethrough, writearound or detach"
+        ));
+    }
+    Ok(CacheRequest {
+        volume: name.to_string(),
+        mode: mode.to_string(),
     })
 }
 
@@ -316,6 +356,11 @@ impl AdminRequest {
                 }
                 value
             }
+            AdminRequest::Cache(request) => json!({
+                "cmd": "cache",
+                "volume": request.volume,
+                "mode": request.mode,
+            }),
             AdminRequest::Unpin(request) => json!({
                 "cmd": "unpin",
                 "volume": request.volume,
@@ -460,9 +505,32 @@ mod tests {
     }
 
     #[test]
+    fn cache_requests_name_the_volume_and_a_known_mode() {
+        assert_eq!(
+            parse(r#"{"cmd":"cache","volume":"vol0","mode":"detach"}"#),
+            Ok(AdminRequest::Cache(CacheRequest {
+                volume: "vol0".into(),
+                mode: "detach".into()
+            }))
+        );
+        assert!(
+            parse(r#"{"cmd":"cache","volume":"vol0","mode":"write-back"}"#)
+                .unwrap_err()
+                .contains("writethrough")
+        );
+        assert!(parse(r#"{"cmd":"cache","volume":"nope","mode":"detach"}"#)
+            .unwrap_err()
+            .contains("no volume"));
+    }
+
+    #[test]
     fn requests_survive_a_round_trip_through_their_json() {
         let requests = [
             AdminRequest::Status,
+            AdminRequest::Cache(CacheRequest {
+                volume: "vol0".into(),
+                mode: "writethrough".into(),
+            }),
             AdminRequest::Move(MoveRequest {
                 volume: "vol0".into(),
                 segment: 2,

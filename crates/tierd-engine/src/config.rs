@@ -439,6 +439,137 @@ pub struct VolumeConfig {
     pub checkpoint_every: u32,
     #[serde(default = "default_policy")]
     pub policy: PolicyConfig,
+    /// Makes this a cache volume: `tier` (one of `tiers`, not home) is used
+    /// wholly as a block cache over home (`docs/engine/cache.md`).
+    #[serde(default)]
+    pub cache: Option<CacheConfig>,
+}
+
+/// `[[volume]] cache = { tier = "ssd", block = "64KiB", mode = "writeback", ... }`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheConfig {
+    /// The tier used as the cache (one of the volume's `tiers`, not the last).
+    pub tier: String,
+    /// Cache block: a power of two from 4KiB to 1MiB.
+    #[serde(default = "default_cache_block")]
+    pub block: Bytes,
+    /// `writeback`, `writethrough` or `writearound`.
+    #[serde(default = "default_cache_mode")]
+    pub mode: String,
+    /// Eviction order: `fifo`, `lru`, `arc` or `s3fifo`.
+    #[serde(default = "default_cache_policy")]
+    pub policy: String,
+    /// `always`, `frequency` or `frequency:N` (admit on the N-th miss).
+    #[serde(default = "default_cache_admission")]
+    pub admission: String,
+    /// Misses of a sequential run at least this long bypass the cache; 0 = off.
+    #[serde(default = "default_sequential_cutoff")]
+    pub sequential_cutoff: Bytes,
+    /// Writeback starts above this share of dirty slots (percent) ...
+    #[serde(default = "default_dirty_high_percent")]
+    pub dirty_high_percent: u8,
+    /// ... and goes on down to this one.
+    #[serde(default = "default_dirty_low_percent")]
+    pub dirty_low_percent: u8,
+    /// No user IO for this long: the devices count as idle and writeback
+    /// runs eagerly.
+    #[serde(default = "default_writeback_idle")]
+    pub writeback_idle: Duration,
+    /// Pending mapping changes are committed (journaled) at least this often.
+    #[serde(default = "default_commit_interval")]
+    pub commit_interval: Duration,
+}
+
+/// 64 KiB: 16 Ki mapping entries per GiB of cache tier, and a partial-block
+/// write miss merges at most 64 KiB from home.
+fn default_cache_block() -> Bytes {
+    Bytes(64 << 10)
+}
+
+fn default_cache_mode() -> String {
+    "writeback".to_string()
+}
+
+fn default_cache_policy() -> String {
+    "s3fifo".to_string()
+}
+
+fn default_cache_admission() -> String {
+    "always".to_string()
+}
+
+fn default_sequential_cutoff() -> Bytes {
+    Bytes(tierd_core::cache::DEFAULT_SEQUENTIAL_CUTOFF_BYTES)
+}
+
+fn default_dirty_high_percent() -> u8 {
+    tierd_core::cache::DEFAULT_DIRTY_HIGH_PERCENT
+}
+
+fn default_dirty_low_percent() -> u8 {
+    tierd_core::cache::DEFAULT_DIRTY_LOW_PERCENT
+}
+
+fn default_writeback_idle() -> Duration {
+    Duration(100_000_000)
+}
+
+fn default_commit_interval() -> Duration {
+    Duration(1_000_000_000)
+}
+
+impl CacheConfig {
+    /// The engine's options; errors name the key (`KEY.cache.mode = ...`).
+    pub fn options(&self, key: &str) -> Result<crate::volume::CacheOptions, String> {
+        use tierd_core::cache::{AdmissionKind, CacheMode};
+        use tierd_policy::cache::CacheKind;
+        let mode = CacheMode::parse(&self.mode)
+            .map_err(|error| format!("{key}.cache.mode = {:?}: {error}", self.mode))?;
+        let policy = match self.policy.as_str() {
+            "fifo" => CacheKind::Fifo,
+            "lru" => CacheKind::Lru,
+            "arc" => CacheKind::Arc,
+            "s3fifo" => CacheKind::S3fifo,
+            other => {
+                return Err(format!(
+                    "{key}.cache.policy = {other:?}: expected fifo, lru, arc or s3fifo"
+                ))
+            }
+        };
+        let admission = AdmissionKind::parse(&self.admission)
+            .map_err(|error| format!("{key}.cache.admission = {:?}: {error}", self.admission))?;
+        let block = self.block.0;
+        if !block.is_power_of_two()
+            || !(tierd_core::cache::MIN_BLOCK_BYTES..=tierd_core::cache::MAX_BLOCK_BYTES)
+                .contains(&block)
+        {
+            return Err(format!(
+                "{key}.cache.block = {block}: must be a power of two from 4KiB to 1MiB"
+            ));
+        }
+        if !(self.dirty_low_percent < self.dirty_high_percent && self.dirty_high_percent <= 100) {
+            return Err(format!(
+                "{key}.cache.dirty_low_percent = {} and dirty_high_percent = {}: expected 0 <= low < high <= 100",
+                self.dirty_low_percent, self.dirty_high_percent
+            ));
+        }
+        if self.commit_interval.0 < 1_000_000 || self.commit_interval.0 > 60_000_000_000 {
+            return Err(format!(
+                "{key}.cache.commit_interval = {} ms: must be from 1ms to 60s",
+                self.commit_interval.0 / 1_000_000
+            ));
+        }
+        let mut options = crate::volume::CacheOptions::new(&self.tier, block, mode);
+        options.policy = policy;
+        options.admission = admission;
+        options.sequential_cutoff_bytes = self.sequential_cutoff.0;
+        options.dirty_high_percent = self.dirty_high_percent;
+        options.dirty_low_percent = self.dirty_low_percent;
+        options.writeback_idle_ns = self.writeback_idle.0;
+        options.commit_interval_ns = self.commit_interval.0;
+        Ok(options)
+    }
 }
 
 fn default_segment() -> Bytes {
@@ -855,6 +986,9 @@ impl Config {
                     "{key}.tiers: list 1 to 8 tier names, fastest first (the last is home)"
                 ));
             }
+            if let Some(cache) = &volume.cache {
+                self.check_cache(&key, volume, cache)?;
+            }
             for (position, name) in volume.tiers.iter().enumerate() {
                 let Some(tier) = self.tiers.iter().find(|tier| &tier.name == name) else {
                     let known: Vec<&str> =
@@ -876,6 +1010,12 @@ impl Config {
                             return Err(format!("{key}: home tier {name:?} has size {} but the volume needs {needed} bytes (its size rounded up to whole segments)", size.0));
                         }
                     }
+                } else if volume
+                    .cache
+                    .as_ref()
+                    .is_some_and(|cache| &cache.tier == name)
+                {
+                    // A cache tier holds blocks, not segments (checked above).
                 } else if let Some(size) = tier.size {
                     if size.0 < segment {
                         return Err(format!("tier {name:?}.size = {}: smaller than one segment of volume {:?} ({segment} bytes)", size.0, volume.name));
@@ -891,6 +1031,61 @@ impl Config {
 }
 
 impl Config {
+    /// A `[[volume]]`'s `cache`: the tier is one of the volume's, not home;
+    /// the stack is that tier and home; the policy is `none`; the values
+    /// parse; a volatile cache tier is written through.
+    fn check_cache(
+        &self,
+        key: &str,
+        volume: &VolumeConfig,
+        cache: &CacheConfig,
+    ) -> Result<(), String> {
+        let options = cache.options(key)?;
+        let Some(position) = volume.tiers.iter().position(|name| name == &cache.tier) else {
+            return Err(format!(
+                "{key}.cache.tier = {:?}: not one of the volume's tiers {:?}",
+                cache.tier, volume.tiers
+            ));
+        };
+        if position + 1 == volume.tiers.len() {
+            return Err(format!(
+                "{key}.cache.tier = {:?}: that is home (the last tier); the cache must be a faster tier in front of it",
+                cache.tier
+            ));
+        }
+        if volume.tiers.len() != 2 {
+            return Err(format!(
+                "{key}.tiers = {:?}: a cache volume's tiers are its cache tier and home, e.g. [{:?}, \"hdd\"]",
+                volume.tiers, cache.tier
+            ));
+        }
+        if !matches!(volume.policy, PolicyConfig::None) {
+            return Err(format!(
+                "{key}.policy: a cache volume caches blocks and moves no segments; its policy must be kind = \"none\" (or left out)"
+            ));
+        }
+        if let Some(tier) = self.tiers.iter().find(|tier| tier.name == cache.tier) {
+            if let Some(size) = tier.size {
+                if size.0 / options.block_bytes < 2 {
+                    return Err(format!(
+                        "{key}.cache: tier {:?} of {} bytes holds fewer than 2 blocks of {} bytes; use a larger tier or a smaller block",
+                        cache.tier, size.0, options.block_bytes
+                    ));
+                }
+            }
+            if tier.backend == Backend::Memory
+                && !tier.unsafe_volatile
+                && options.mode == tierd_core::cache::CacheMode::Writeback
+            {
+                return Err(format!(
+                    "{key}.cache.mode = \"writeback\": tier {:?} is memory, so dirty blocks would be lost at a crash; use a file tier, mode = \"writethrough\", or set unsafe_volatile = true on the tier (benchmarks only)",
+                    cache.tier
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Memory tiers must fit in `physical_bytes` of RAM, together, unless
     /// they say `allow_overcommit` (then up to [`MAX_OVERCOMMIT_FACTOR`]
     /// times it: even an empty memory tier keeps a table entry per MiB).
@@ -1024,6 +1219,73 @@ mod tests {
             Some(PathBuf::from("/base/tierd-data/tls/ca.pem"))
         );
         assert_eq!(tls.mode, "require");
+    }
+
+    const CACHE_CONFIG: &str = include_str!("../../../examples/configs/writeback-cache.toml");
+
+    #[test]
+    fn the_writeback_cache_example_parses_and_bad_cache_keys_are_named() {
+        let config = parse(CACHE_CONFIG).unwrap();
+        let cache = config.volumes[0].cache.as_ref().unwrap();
+        let options = cache.options("volume").unwrap();
+        assert_eq!(options.block_bytes, 64 << 10);
+        assert_eq!(options.mode, tierd_core::cache::CacheMode::Writeback);
+        let cases = [
+            (
+                "mode = \"writeback\"",
+                "mode = \"write-back\"",
+                "cache.mode = \"write-back\"",
+            ),
+            (
+                "block = \"64KiB\"",
+                "block = \"3000\"",
+                "cache.block = 3000",
+            ),
+            (
+                "policy = \"s3fifo\"",
+                "policy = \"clock\"",
+                "cache.policy = \"clock\"",
+            ),
+            (
+                "admission = \"always\"",
+                "admission = \"never\"",
+                "cache.admission",
+            ),
+            (
+                "tier = \"ssd\", block",
+                "tier = \"hdd\", block",
+                "that is home",
+            ),
+            (
+                "tier = \"ssd\", block",
+                "tier = \"nvme\", block",
+                "not one of the volume's tiers",
+            ),
+            (
+                "sequential_cutoff = \"4MiB\"",
+                "sequential_cutof = \"4MiB\"",
+                "unknown field `sequential_cutof`",
+            ),
+            (
+                "period = \"10s\"",
+                "period = \"10s\"\npolicy = { kind = \"otf-ast\" }",
+                "policy must be kind = \"none\"",
+            ),
+        ];
+        for (from, to, expected) in cases {
+            let text = CACHE_CONFIG.replace(from, to);
+            assert_ne!(text, CACHE_CONFIG, "{from}");
+            let error = parse(&text).unwrap_err();
+            assert!(error.contains(expected), "{to}: {error}");
+        }
+        // A memory cache tier cannot be written back (its dirt dies with the process).
+        let memory = CACHE_CONFIG.replace(
+            "backend = \"file\"\npath = \"ssd.img\"",
+            "backend = \"memory\"",
+        );
+        let error = parse(&memory).unwrap_err();
+        assert!(error.contains("is memory"), "{error}");
+        assert!(parse(&memory.replace("mode = \"writeback\"", "mode = \"writethrough\"")).is_ok());
     }
 
     #[test]

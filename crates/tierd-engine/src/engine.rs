@@ -602,11 +602,21 @@ impl Engine {
                 return Err(EngineError::Identity(message));
             }
             let metadata_existed = meta_state.checkpoint || meta_state.journal;
-            let (volume, notes) = Volume::open(
+            let cache = volume_config
+                .cache
+                .as_ref()
+                .map(|cache| cache.options(&format!("volume {:?}", volume_config.name)))
+                .transpose()
+                .map_err(|message| EngineError::Volume {
+                    volume: volume_config.name.clone(),
+                    source: VolumeError::Invalid(message),
+                })?;
+            let (volume, notes) = Volume::open_with_cache(
                 volume_options(volume_config),
                 specs,
                 &meta_dir,
                 clock.clone(),
+                cache,
             )
             .map_err(|source| EngineError::Volume {
                 volume: volume_config.name.clone(),
@@ -697,7 +707,7 @@ impl Engine {
         }
         let mut first_error = None;
         for volume in &self.volumes {
-            if let Err(error) = volume.flush().and_then(|()| volume.checkpoint()) {
+            if let Err(error) = volume.flush().and_then(|()| volume.final_checkpoint()) {
                 tracing::error!(volume = %volume.name(), error = %error, "shutdown");
                 first_error.get_or_insert(error);
             }

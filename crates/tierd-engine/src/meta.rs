@@ -78,6 +78,61 @@ pub enum Record {
     },
     /// The pin of `segment` ended (`tierd unpin`, or it expired).
     Unpin { segment: SegmentId },
+    /// A cache volume's mapping changes of one commit, in order (the
+    /// commit's data was flushed on home and the cache tier first).
+    CacheMap { changes: Vec<CacheChange> },
+    /// The operator switched a cache volume's mode (`tierd cache`); `mode`
+    /// is `writeback`, `writethrough`, `writearound` or `detach`, and
+    /// `config_mode` the configured mode at that time (a config that says
+    /// otherwise later wins over the switch).
+    CacheMode { mode: String, config_mode: String },
+    /// A detach finished: every dirty block was written back; the cache's
+    /// mappings are dropped and IO goes to home alone.
+    CacheDetached,
+    /// The cache tier was lost: its mappings are dropped, and `blocks`
+    /// (dirty: their data existed only there) read as errors until they
+    /// are overwritten whole.
+    CacheLost { blocks: Vec<u64> },
+    /// Lost cache blocks that writes covered whole (durable on home before
+    /// this record): they read normally again.
+    CacheRewritten { blocks: Vec<u64> },
+}
+
+/// One mapping change of a cache volume: `["m", block, slot]` (mapped) or
+/// `["u", block, slot]` (unmapped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheChange(pub CacheChangeKind, pub u64, pub u32);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CacheChangeKind {
+    #[serde(rename = "m")]
+    Mapped,
+    #[serde(rename = "u")]
+    Unmapped,
+}
+
+/// A cache volume's mappings in a checkpoint.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CacheCheckpoint {
+    /// The cache tier's name, block size and slots when written: a restart
+    /// with other values cannot reuse the mappings.
+    pub tier: String,
+    pub block_bytes: u64,
+    pub slots: u32,
+    /// The mode in force (`detach` while detaching) and the configured mode
+    /// when the operator last switched it (see [`Record::CacheMode`]).
+    pub mode: String,
+    pub config_mode: String,
+    /// The cache is detached: no mappings, IO goes to home alone.
+    pub detached: bool,
+    /// Written by a clean stop: the dirty bits are exact. Otherwise every
+    /// mapped block counts as dirty at recovery.
+    pub clean_shutdown: bool,
+    /// `(block, slot, dirty)`.
+    pub entries: Vec<(u64, u32, bool)>,
+    /// Blocks whose only current copy was on a lost cache tier.
+    #[serde(default)]
+    pub lost_blocks: Vec<u64>,
 }
 
 /// An operator's pin: `segment` stays on `tier`; policies never move it.
@@ -131,7 +186,12 @@ impl Record {
             Record::Unpin { segment } => {
                 pins.remove(segment);
             }
-            Record::Place { .. } => {}
+            Record::Place { .. }
+            | Record::CacheMap { .. }
+            | Record::CacheMode { .. }
+            | Record::CacheDetached
+            | Record::CacheLost { .. }
+            | Record::CacheRewritten { .. } => {}
         }
     }
 }
@@ -180,6 +240,9 @@ pub struct Checkpoint {
     /// The policy's last plan and its reason.
     #[serde(default)]
     pub last_plan: Option<LastPlan>,
+    /// A cache volume's mappings (absent for other volumes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheCheckpoint>,
 }
 
 /// A metadata file that failed its checks.
@@ -838,6 +901,7 @@ mod tests {
             timed_moves: None,
             pins: Vec::new(),
             last_plan: None,
+            cache: None,
         }
     }
 

@@ -7,7 +7,9 @@
 //! that took `t` to copy, the move's next chunk starts `t × (1 − share) /
 //! share` after it landed (so copying keeps the devices busy at most `share`
 //! of the time), and no sooner than `max_rate` allows; a copier told to wait
-//! sleeps until then. Deterministic tests drive the volume's methods
+//! sleeps until then. A cache volume also gets a writeback thread
+//! ([`Volume::cache_step`]: timed commits, the end of a detach, one
+//! writeback at a time, paced by the step). Deterministic tests drive the volume's methods
 //! directly instead of these threads.
 
 use parking_lot::{Condvar, Mutex};
@@ -17,7 +19,7 @@ use std::time::Duration;
 
 use tierd_common::clock::Clock;
 
-use crate::volume::{CopyBegun, StepOutcome, Volume};
+use crate::volume::{CacheStep, CopyBegun, StepOutcome, Volume};
 
 struct Signal {
     stopped: Mutex<bool>,
@@ -133,6 +135,47 @@ impl VolumeRunner {
                         }
                     })
                     .expect("spawn tick thread"),
+            );
+        }
+        if volume.is_cache() {
+            let signal = signal.clone();
+            let volume = volume.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("writeback-{}", volume.name()))
+                    .spawn(move || {
+                        let _volume =
+                            tracing::info_span!("volume", volume = %volume.name()).entered();
+                        let mut failing = false;
+                        loop {
+                            let pause_ns = match volume.cache_step() {
+                                Ok(CacheStep::Idle) => {
+                                    failing = false;
+                                    10_000_000
+                                }
+                                Ok(CacheStep::Busy) => 1_000_000,
+                                Ok(CacheStep::Wrote { pause_ns, .. }) => {
+                                    failing = false;
+                                    pause_ns
+                                }
+                                Err(error) => {
+                                    if !failing {
+                                        tracing::error!(error = %error, "cache writeback or commit failed; retrying");
+                                    }
+                                    failing = true;
+                                    100_000_000
+                                }
+                            };
+                            if pause_ns > 0 {
+                                if signal.wait(pause_ns) {
+                                    break;
+                                }
+                            } else if *signal.stopped.lock() {
+                                break;
+                            }
+                        }
+                    })
+                    .expect("spawn writeback thread"),
             );
         }
         for index in 0..copiers.max(1) {

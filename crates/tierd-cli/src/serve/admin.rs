@@ -9,6 +9,7 @@
 //! | `{"cmd":"fault","tier":"ssd","config":{"read_error_probability":0.1}}` | the same |
 //! | `{"cmd":"pin","volume":"vol0","segment":3,"tier":"mem","until_unix_ns":N}` | `{"ok":true,"moving":bool}` (journaled before the reply) |
 //! | `{"cmd":"unpin","volume":"vol0","segment":3}` | `{"ok":true,"tier":"mem"}` (the tier it was pinned to) |
+//! | `{"cmd":"cache","volume":"vol0","mode":"detach"}` | `{"ok":true,"cache":CacheStatus}` (journaled before the reply; a detach goes on in the background, `tierd status` shows the dirty bytes left) |
 //! | anything else, malformed JSON, a line over 64 KiB | `{"error":"..."}` |
 //!
 //! A line over the limit also closes its connection (the rest of it cannot be
@@ -30,7 +31,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tierd_engine::admin_proto::{
     error_reply, line_too_long_message, parse_request, read_request_line, AdminRequest,
-    FaultRequest, MoveRequest, PinRequest, RequestLine, UnpinRequest, VolumeShape,
+    CacheRequest, FaultRequest, MoveRequest, PinRequest, RequestLine, UnpinRequest, VolumeShape,
 };
 use tierd_engine::engine::Engine;
 use tierd_engine::volume::Volume;
@@ -225,7 +226,21 @@ fn handle_request(line: &[u8], context: &Context) -> Value {
             Ok(reply) => reply,
             Err(message) => error_reply(message),
         },
+        AdminRequest::Cache(request) => match set_cache_mode(&request, context) {
+            Ok(reply) => reply,
+            Err(message) => error_reply(message),
+        },
     }
+}
+
+/// Switches a cache volume's mode or starts its detach (journaled first).
+fn set_cache_mode(request: &CacheRequest, context: &Context) -> Result<Value, String> {
+    let volume = served_volume(&request.volume, context)?;
+    volume
+        .set_cache_mode(&request.mode)
+        .map_err(|error| error.to_string())?;
+    tracing::info!(volume = %request.volume, mode = %request.mode, "operator cache mode");
+    Ok(json!({ "ok": true, "cache": volume.cache_status() }))
 }
 
 fn served_volume<'a>(name: &str, context: &'a Context) -> Result<&'a Arc<Volume>, String> {

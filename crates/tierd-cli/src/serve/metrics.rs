@@ -428,6 +428,93 @@ fn render_statuses(statuses: &[VolumeStatus], nbd: &ServerStats) -> String {
         family.add("", value);
         nbd_families.push(family);
     }
+    // Per cache volume: the same figures as `tierd status --json`'s "cache".
+    type CacheFigure = fn(&tierd_engine::volume::CacheStatus) -> String;
+    let cache_figures: [(&str, &str, &str, CacheFigure); 11] = [
+        (
+            "tierd_cache_block_bytes",
+            "gauge",
+            "Cache block size.",
+            |cache| cache.block_bytes.to_string(),
+        ),
+        (
+            "tierd_cache_read_hit_ratio",
+            "gauge",
+            "Share of read blocks served by the cache since start.",
+            |cache| cache.read_hit_ratio.to_string(),
+        ),
+        (
+            "tierd_cache_write_hit_ratio",
+            "gauge",
+            "Share of written blocks that were cached since start.",
+            |cache| cache.write_hit_ratio.to_string(),
+        ),
+        (
+            "tierd_cache_dirty_bytes",
+            "gauge",
+            "Bytes of dirty cache blocks (only on the cache tier).",
+            |cache| cache.dirty_bytes.to_string(),
+        ),
+        (
+            "tierd_cache_occupancy_bytes",
+            "gauge",
+            "Bytes of cache blocks held.",
+            |cache| cache.occupancy_bytes.to_string(),
+        ),
+        (
+            "tierd_cache_written_back_bytes_total",
+            "counter",
+            "Bytes written back to home since start.",
+            |cache| cache.written_back_bytes.to_string(),
+        ),
+        (
+            "tierd_cache_allocations_total",
+            "counter",
+            "Misses that took a slot (promotions) since start.",
+            |cache| cache.allocations.to_string(),
+        ),
+        (
+            "tierd_cache_clean_evictions_total",
+            "counter",
+            "Clean blocks evicted since start.",
+            |cache| cache.clean_evictions.to_string(),
+        ),
+        (
+            "tierd_cache_dirty_evictions_total",
+            "counter",
+            "Dirty blocks evicted (written back first) since start.",
+            |cache| cache.dirty_evictions.to_string(),
+        ),
+        (
+            "tierd_cache_lost_bytes",
+            "gauge",
+            "Bytes whose only current copy was on a lost cache tier.",
+            |cache| cache.lost_bytes.to_string(),
+        ),
+        (
+            "tierd_cache_mode",
+            "gauge",
+            "1 for the cache's current mode.",
+            |_| "1".to_string(),
+        ),
+    ];
+    let mut cache_families: Vec<Family<'_>> = cache_figures
+        .iter()
+        .map(|(name, kind, help, _)| Family::new(name, kind, help))
+        .collect();
+    for status in statuses {
+        let Some(cache) = &status.cache else { continue };
+        let volume = label(&status.name);
+        for (family, (name, _, _, figure)) in cache_families.iter_mut().zip(&cache_figures) {
+            let labels = if *name == "tierd_cache_mode" {
+                format!("volume=\"{volume}\",mode=\"{}\"", label(&cache.mode))
+            } else {
+                format!("volume=\"{volume}\"")
+            };
+            family.add(&labels, figure(cache));
+        }
+    }
+    cache_families.retain(|family| !family.samples.is_empty());
     let mut out = String::new();
     for family in [
         &volume_size,
@@ -451,6 +538,7 @@ fn render_statuses(statuses: &[VolumeStatus], nbd: &ServerStats) -> String {
         &write_latency,
     ]
     .into_iter()
+    .chain(cache_families.iter())
     .chain(nbd_families.iter())
     {
         family.write(&mut out);

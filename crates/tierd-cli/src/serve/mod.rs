@@ -95,6 +95,21 @@ pub struct PinArgs {
 }
 
 #[derive(Args)]
+pub struct CacheArgs {
+    /// The configuration the server runs with (finds its admin socket).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Volume (export) name of a cache volume.
+    #[arg(long)]
+    pub volume: String,
+    /// `writeback`, `writethrough`, `writearound`, or `detach` (write every
+    /// dirty block back, then serve from home alone; persists until
+    /// switched back or the configured mode changes).
+    #[arg(long)]
+    pub mode: String,
+}
+
+#[derive(Args)]
 pub struct UnpinArgs {
     /// The configuration the server runs with (finds its admin socket).
     #[arg(long)]
@@ -603,6 +618,30 @@ pub fn unpin(args: UnpinArgs) -> Result<(), CliError> {
         args.segment,
         args.volume,
         reply.get("tier").and_then(serde_json::Value::as_str).unwrap_or("?")
+    );
+    Ok(())
+}
+
+/// `tierd cache`.
+pub fn cache(args: CacheArgs) -> Result<(), CliError> {
+    let request = serde_json::json!({
+        "cmd": "cache",
+        "volume": args.volume,
+        "mode": args.mode,
+    });
+    let reply = operator_request(args.config.as_deref(), &request, "cache modes are switched")?;
+    let cache = reply.get("cache").cloned().unwrap_or_default();
+    let dirty = cache
+        .get("dirty_bytes")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0);
+    let mode = cache
+        .get("mode")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("?");
+    println!(
+        "tierd: cache of volume {} is {mode}; {dirty} dirty bytes to write back (progress: tierd status)",
+        args.volume
     );
     Ok(())
 }

@@ -130,6 +130,11 @@ fn offline_volume(config: &Config, volume: &VolumeConfig) -> Result<VolumeStatus
                         }
                     }
                     Record::Pin { .. } | Record::Unpin { .. } => record.apply_to_pins(&mut pins),
+                    Record::CacheMap { .. }
+                    | Record::CacheMode { .. }
+                    | Record::CacheDetached
+                    | Record::CacheLost { .. }
+                    | Record::CacheRewritten { .. } => {}
                 }
             }
             if let Some(note) = decoded.torn_tail {
@@ -246,6 +251,8 @@ fn offline_volume(config: &Config, volume: &VolumeConfig) -> Result<VolumeStatus
         unavailable: Vec::new(),
         pins,
         last_plan,
+        // The cache's counters live in a running server.
+        cache: None,
     })
 }
 
@@ -478,6 +485,35 @@ pub fn render_text(report: &Value) -> String {
             );
         } else {
             out.push_str("  last plan: none yet\n");
+        }
+        if let Some(cache) = volume.get("cache").filter(|cache| cache.is_object()) {
+            let ratio = |key: &str| cache.get(key).and_then(Value::as_f64).unwrap_or(0.0) * 100.0;
+            let _ = writeln!(
+                out,
+                "  cache on {} ({}, {} blocks): {} of {} used, {} dirty; hits {:.1}% of read blocks, {:.1}% of written; {} written back; {} allocations, {} clean / {} dirty evictions",
+                text(cache, "tier"),
+                text(cache, "mode"),
+                size_text(number(cache, "block_bytes")),
+                size_text(number(cache, "occupancy_bytes")),
+                size_text(number(cache, "slots") * number(cache, "block_bytes")),
+                size_text(number(cache, "dirty_bytes")),
+                ratio("read_hit_ratio"),
+                ratio("write_hit_ratio"),
+                size_text(number(cache, "written_back_bytes")),
+                number(cache, "allocations"),
+                number(cache, "clean_evictions"),
+                number(cache, "dirty_evictions"),
+            );
+            if text(cache, "mode") == "detaching" {
+                let _ = writeln!(
+                    out,
+                    "    detaching: {} dirty left to write back",
+                    size_text(number(cache, "dirty_bytes"))
+                );
+            }
+            if let Some(reason) = cache.get("lost").and_then(Value::as_str) {
+                let _ = writeln!(out, "    CACHE TIER LOST: {reason}");
+            }
         }
         let unavailable = array(volume, "unavailable");
         if !unavailable.is_empty() {

@@ -113,6 +113,14 @@ impl Volume {
     /// Reads `buf.len()` bytes at `offset_bytes`.
     pub fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), VolumeError> {
         self.check_range(offset_bytes, buf.len() as u64)?;
+        if self.cache.is_some() {
+            return self.cached_read(offset_bytes, buf);
+        }
+        self.read_tiered(offset_bytes, buf)
+    }
+
+    /// A read routed by the tiering table (on a cache volume: home's part).
+    pub(super) fn read_tiered(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), VolumeError> {
         for (segment, within, length, at) in self.pieces(offset_bytes, buf.len() as u64) {
             let started_ns = self.clock.now_ns();
             let piece = &mut buf[at as usize..(at + length) as usize];
@@ -179,6 +187,21 @@ impl Volume {
         fua: bool,
     ) -> Result<(), VolumeError> {
         self.check_range(offset_bytes, length_bytes)?;
+        if self.cache.is_some() {
+            return self.cached_mutate(offset_bytes, length_bytes, mutation, fua);
+        }
+        self.mutate_tiered(offset_bytes, length_bytes, mutation, fua)
+    }
+
+    /// A write, discard or zero routed by the tiering table (on a cache
+    /// volume: home's part).
+    pub(super) fn mutate_tiered(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+        mutation: &Mutation,
+        fua: bool,
+    ) -> Result<(), VolumeError> {
         let pieces = self.pieces(offset_bytes, length_bytes);
         let mut touched = [false; 8];
         for (segment, within, length, at) in pieces {
@@ -344,8 +367,19 @@ impl Volume {
         Ok((source.tier, entry.moving))
     }
 
-    /// Makes every completed write durable on every tier.
+    /// Makes every completed write durable on every tier. On a cache
+    /// volume also commits the cache's mapping changes, after the tiers are
+    /// flushed (an unmapping never becomes durable before the home copy it
+    /// relies on).
     pub fn flush(&self) -> Result<(), VolumeError> {
+        if self.cache.is_some() {
+            return self.cache_commit(true);
+        }
+        self.flush_tiers()
+    }
+
+    /// Flushes every tier's device.
+    pub(super) fn flush_tiers(&self) -> Result<(), VolumeError> {
         let mut first_error = None;
         for tier in &self.tiers {
             if let Err(error) = tier.device.flush() {

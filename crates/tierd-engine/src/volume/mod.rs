@@ -53,6 +53,7 @@ use tierd_policy::{Move, MoveReason, Policy, PolicyConfig, SegmentId, TierId};
 use crate::device::{BlockDevice, DeviceError};
 use crate::meta::{LastPlan, Location, MetaError, MetaFaults, MetaStore, MoveRecord, Pin};
 
+mod cache;
 mod io;
 mod migration;
 mod planning;
@@ -60,6 +61,7 @@ mod recorder;
 mod recovery;
 mod status;
 
+pub use cache::{CacheOptions, CacheStatus, CacheStep};
 pub use status::{InFlightMove, PinStatus, TierStatus, UnavailableRange, VolumeStatus};
 
 /// How many finished moves `status` lists.
@@ -358,6 +360,8 @@ pub struct Volume {
     /// Per tier: marked unavailable by an operator or a drill
     /// ([`Volume::set_tier_unavailable`]); status reports what it holds.
     unavailable_tiers: Vec<AtomicBool>,
+    /// A cache volume's block cache over home (`None`: a tiered volume).
+    cache: Option<cache::CacheLayer>,
 }
 
 impl Volume {

@@ -14,7 +14,10 @@ use tierd_policy::{build_policy, SegmentId, TierId};
 
 use crate::meta::{Checkpoint, Location, MetaStore, Pin, Record};
 
-use super::{Entry, Planner, TierSpec, TierState, Volume, VolumeError, VolumeOptions};
+use super::cache::{CacheCore, CacheLayer};
+use super::{
+    CacheOptions, Entry, Planner, TierSpec, TierState, Volume, VolumeError, VolumeOptions,
+};
 
 impl Volume {
     /// Opens a volume over `tiers` (fastest first, home last) with its
@@ -26,6 +29,20 @@ impl Volume {
         meta_dir: &std::path::Path,
         clock: Arc<dyn Clock>,
     ) -> Result<(Volume, Vec<String>), VolumeError> {
+        Self::open_with_cache(options, tiers, meta_dir, clock, None)
+    }
+
+    /// [`Volume::open`], as a cache volume when `cache` is set: its tier is
+    /// used wholly as a block cache over home (it holds no segments), and
+    /// the cache's mappings are recovered from the checkpoint and journal
+    /// (warm: the same blocks hit after the restart).
+    pub fn open_with_cache(
+        options: VolumeOptions,
+        tiers: Vec<TierSpec>,
+        meta_dir: &std::path::Path,
+        clock: Arc<dyn Clock>,
+        cache: Option<CacheOptions>,
+    ) -> Result<(Volume, Vec<String>), VolumeError> {
         let segment_bytes = options.segment_bytes;
         if tiers.is_empty() {
             return Err(VolumeError::Invalid(
@@ -36,6 +53,30 @@ impl Volume {
         let segments = u32::try_from(segments_u64)
             .map_err(|_| VolumeError::Invalid("too many segments".into()))?;
         let home = tiers.len() - 1;
+        let cache_tier = match &cache {
+            None => None,
+            Some(cache) => {
+                let Some(index) = tiers.iter().position(|tier| tier.name == cache.tier) else {
+                    return Err(VolumeError::Invalid(format!(
+                        "cache.tier = {:?} is not in volume {}'s tiers",
+                        cache.tier, options.name
+                    )));
+                };
+                if index == home {
+                    return Err(VolumeError::Invalid(format!(
+                        "cache.tier = {:?} is volume {}'s home (the last tier); the cache must be a faster tier in front of it",
+                        cache.tier, options.name
+                    )));
+                }
+                if !matches!(options.policy, tierd_policy::PolicyConfig::None) {
+                    return Err(VolumeError::Invalid(format!(
+                        "volume {} is a cache volume: its tiering policy must be `none` (the cache tier holds blocks, not segments)",
+                        options.name
+                    )));
+                }
+                Some(index)
+            }
+        };
         let home_needed = segments_u64 * segment_bytes;
         if tiers[home].device.size_bytes() < home_needed {
             return Err(VolumeError::Invalid(format!(
@@ -51,6 +92,9 @@ impl Volume {
             .map(|(index, spec)| {
                 if index == home {
                     segments
+                } else if Some(index) == cache_tier {
+                    // The cache tier holds blocks, never segments.
+                    0
                 } else {
                     u32::try_from(spec.device.size_bytes() / segment_bytes).unwrap_or(u32::MAX)
                 }
@@ -141,6 +185,11 @@ impl Volume {
         for record in &recovered.records {
             match record {
                 Record::Pin { .. } | Record::Unpin { .. } => record.apply_to_pins(&mut pins),
+                Record::CacheMap { .. }
+                | Record::CacheMode { .. }
+                | Record::CacheDetached
+                | Record::CacheLost { .. }
+                | Record::CacheRewritten { .. } => {}
                 Record::Place {
                     segment,
                     location,
@@ -185,6 +234,22 @@ impl Volume {
             ))
         })?;
 
+        let cache_layer = match (cache, cache_tier) {
+            (Some(cache), Some(index)) => Some(restore_cache(
+                cache,
+                index as TierId,
+                &tier_states[index],
+                options.size_bytes,
+                recovered
+                    .checkpoint
+                    .as_ref()
+                    .and_then(|checkpoint| checkpoint.cache.as_ref()),
+                &recovered.records,
+                meta_dir,
+                &mut notes,
+            )?),
+            _ => None,
+        };
         let last_busy_ns = tier_states
             .iter()
             .map(|tier| tier.device.stats().map_or(0, |stats| stats.busy_ns))
@@ -237,6 +302,7 @@ impl Volume {
             max_chunk_hold_ns: AtomicU64::new(0),
             max_switch_over_ns: AtomicU64::new(0),
             unavailable_tiers: (0..tier_count).map(|_| AtomicBool::new(false)).collect(),
+            cache: cache_layer,
             options,
         };
         volume.refill_volatile_tiers(&mut notes)?;
@@ -289,8 +355,28 @@ impl Volume {
         Ok(())
     }
 
-    /// Writes a checkpoint of the durable placement and the policy's state.
+    /// Writes a checkpoint of the durable placement and the policy's state
+    /// (and a cache volume's mappings).
     pub fn checkpoint(&self) -> Result<(), VolumeError> {
+        self.write_checkpoint(false)
+    }
+
+    /// The checkpoint of a clean stop (after every IO ended): a cache
+    /// volume's dirty bits are exact in it, so the next start writes back
+    /// only the blocks that were dirty.
+    pub fn final_checkpoint(&self) -> Result<(), VolumeError> {
+        self.write_checkpoint(true)
+    }
+
+    fn write_checkpoint(&self, clean_shutdown: bool) -> Result<(), VolumeError> {
+        // Cache first (commit lock, then planner, then journal): the
+        // mappings are snapshot with the changes taken for them, and every
+        // tier is flushed before the checkpoint holds them.
+        let cache = self.cache_checkpoint_begin(clean_shutdown)?;
+        let (cache_state, cache_part) = match cache {
+            Some((state, part)) => (Some(state), Some(part)),
+            None => (None, None),
+        };
         let mut planner = self.planner.lock();
         planner.periods_since_checkpoint = 0;
         let history = self.monitor.lock().history().to_vec();
@@ -314,9 +400,14 @@ impl Volume {
             timed_moves: Some(planner.timed_moves),
             pins: planner.pins.values().copied().collect(),
             last_plan: planner.last_plan.clone(),
+            cache: cache_part,
         };
         drop(planner);
         meta.write_checkpoint(&checkpoint)?;
+        drop(meta);
+        if let Some(state) = cache_state {
+            self.cache_checkpoint_done(state);
+        }
         Ok(())
     }
 
@@ -328,6 +419,15 @@ impl Volume {
         let home = self.home();
         let mut forgotten = Vec::new();
         if index >= self.tiers.len() || index == home as usize {
+            return Ok(forgotten);
+        }
+        if self.is_cache_tier(index) {
+            // A reset cache tier holds none of the mapped blocks: clean ones
+            // read from home, dirty ones are reported lost.
+            self.cache_tier_failed(&format!(
+                "tier {} was reset at start (--accept-reset)",
+                self.tiers[index].name
+            ));
             return Ok(forgotten);
         }
         // Planner, then journal, then the entry: the order a move's flip
@@ -358,4 +458,219 @@ impl Volume {
         }
         Ok(forgotten)
     }
+}
+
+/// Rebuilds a cache volume's cache from its checkpoint part and the
+/// journal's cache records (see `docs/engine/cache.md`, "In the engine").
+#[allow(clippy::too_many_arguments)]
+fn restore_cache(
+    options: CacheOptions,
+    tier: TierId,
+    tier_state: &TierState,
+    volume_bytes: u64,
+    checkpoint: Option<&crate::meta::CacheCheckpoint>,
+    records: &[Record],
+    meta_dir: &std::path::Path,
+    notes: &mut Vec<String>,
+) -> Result<CacheLayer, VolumeError> {
+    use crate::meta::CacheChangeKind;
+    use std::collections::BTreeSet;
+    use tierd_core::cache::{BlockCache, CacheMode};
+
+    let invalid = |message: String| VolumeError::Invalid(format!("cache: {message}"));
+    let mut settings = options.settings(volume_bytes, tier_state.device.size_bytes());
+    settings.validate().map_err(|error| {
+        invalid(format!(
+            "tier {} of {} bytes in blocks of {}: {error}",
+            tier_state.name,
+            tier_state.device.size_bytes(),
+            options.block_bytes
+        ))
+    })?;
+    let mut entries: BTreeMap<u64, (u32, bool)> = BTreeMap::new();
+    let mut clean = false;
+    let mut requested = options.mode.name().to_string();
+    let mut config_mode = options.mode;
+    let mut detached = false;
+    let mut lost_blocks: BTreeSet<u64> = BTreeSet::new();
+    if let Some(saved) = checkpoint {
+        let same_shape = saved.tier == tier_state.name
+            && saved.block_bytes == settings.block_bytes
+            && saved.slots == settings.slots;
+        let holds_dirty = !saved.detached
+            && !saved.entries.is_empty()
+            && (!saved.clean_shutdown || saved.entries.iter().any(|entry| entry.2));
+        if !same_shape && holds_dirty {
+            return Err(invalid(format!(
+                "{}: the cache was tier {} with {} slots of {} bytes and may hold dirty blocks, but the configuration gives tier {} with {} slots of {} bytes. Start once with the old cache settings and `tierd cache --mode detach` (or a clean stop in writethrough), then change them",
+                crate::meta::MetaStore::checkpoint_path(meta_dir).display(),
+                saved.tier,
+                saved.slots,
+                saved.block_bytes,
+                tier_state.name,
+                settings.slots,
+                settings.block_bytes
+            )));
+        }
+        clean = saved.clean_shutdown;
+        requested.clone_from(&saved.mode);
+        config_mode = CacheMode::parse(&saved.config_mode).unwrap_or(options.mode);
+        detached = saved.detached;
+        lost_blocks.extend(saved.lost_blocks.iter().copied());
+        if same_shape {
+            entries.extend(
+                saved
+                    .entries
+                    .iter()
+                    .map(|&(block, slot, dirty)| (block, (slot, dirty))),
+            );
+        } else {
+            notes.push(format!(
+                "cache settings changed (tier {}, {} slots of {} bytes before) and nothing was dirty: starting the cache cold",
+                saved.tier, saved.slots, saved.block_bytes
+            ));
+        }
+    }
+    for record in records {
+        match record {
+            Record::CacheMap { changes } => {
+                clean = false;
+                for change in changes {
+                    match change.0 {
+                        CacheChangeKind::Mapped => {
+                            entries.insert(change.1, (change.2, true));
+                        }
+                        CacheChangeKind::Unmapped => {
+                            if entries
+                                .get(&change.1)
+                                .is_some_and(|entry| entry.0 == change.2)
+                            {
+                                entries.remove(&change.1);
+                            }
+                        }
+                    }
+                }
+            }
+            Record::CacheMode {
+                mode,
+                config_mode: configured,
+            } => {
+                clean = false;
+                if detached && mode != "detach" {
+                    detached = false;
+                    entries.clear();
+                }
+                requested.clone_from(mode);
+                config_mode = CacheMode::parse(configured).unwrap_or(options.mode);
+            }
+            Record::CacheDetached => {
+                clean = false;
+                detached = true;
+                entries.clear();
+            }
+            Record::CacheLost { blocks } => {
+                clean = false;
+                lost_blocks.extend(blocks.iter().copied());
+                entries.clear();
+            }
+            Record::CacheRewritten { blocks } => {
+                for block in blocks {
+                    lost_blocks.remove(block);
+                }
+            }
+            Record::Place { .. } | Record::Pin { .. } | Record::Unpin { .. } => {}
+        }
+    }
+    // An operator's switch holds until the configuration's mode changes.
+    if config_mode != options.mode {
+        notes.push(format!(
+            "cache mode: the configuration changed from {config_mode} to {}; it replaces the mode last set with `tierd cache` ({requested})",
+            options.mode
+        ));
+        if detached {
+            detached = false;
+            entries.clear();
+        }
+        requested = options.mode.name().to_string();
+        config_mode = options.mode;
+    }
+    // Dirty bits are exact only after a clean stop.
+    if !clean {
+        for entry in entries.values_mut() {
+            entry.1 = true;
+        }
+    }
+    let mut lost = None;
+    if tier_state.volatile && !entries.is_empty() {
+        // RAM came back empty. Written through, home has everything; an
+        // unsafe_volatile writeback cache lost its dirty blocks.
+        let dirty: Vec<u64> = entries
+            .iter()
+            .filter(|(_, (_, dirty))| *dirty)
+            .map(|(block, _)| *block)
+            .collect();
+        if !tier_state.write_through && requested == "writeback" {
+            notes.push(format!(
+                "cache tier {} is memory (unsafe_volatile): {} dirty blocks were lost with the last process",
+                tier_state.name,
+                dirty.len()
+            ));
+            lost_blocks.extend(dirty);
+        }
+        entries.clear();
+    }
+    if let Some(reason) = tier_state.device.failure() {
+        lost_blocks.extend(
+            entries
+                .iter()
+                .filter(|(_, (_, dirty))| *dirty)
+                .map(|(block, _)| *block),
+        );
+        entries.clear();
+        lost = Some(reason);
+    }
+    let detaching = requested == "detach";
+    if let Ok(mode) = CacheMode::parse(&requested) {
+        settings.mode = mode;
+    }
+    let restored = entries.len();
+    let mut cache = BlockCache::restore(
+        settings,
+        entries
+            .into_iter()
+            .map(|(block, (slot, dirty))| (block, slot, dirty)),
+    )
+    .map_err(|error| {
+        invalid(format!(
+            "{}: the recovered cache mapping is impossible ({error}); tierd will not guess",
+            meta_dir.display()
+        ))
+    })?;
+    if detaching && !detached {
+        cache.detach();
+    }
+    if restored > 0 {
+        notes.push(format!(
+            "cache: {restored} blocks recovered warm ({} dirty{})",
+            cache.dirty_blocks(),
+            if clean {
+                ""
+            } else {
+                ": after an unclean stop every mapped block counts as dirty"
+            }
+        ));
+    }
+    Ok(CacheLayer::new(
+        tier,
+        options,
+        CacheCore {
+            cache,
+            requested,
+            config_mode,
+            detached,
+            lost,
+            lost_blocks,
+            rewritten: Vec::new(),
+        },
+    ))
 }

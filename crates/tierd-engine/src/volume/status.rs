@@ -126,6 +126,9 @@ pub struct VolumeStatus {
     pub pins: Vec<PinStatus>,
     /// The policy's last plan with its reason (also when it moved nothing).
     pub last_plan: Option<LastPlan>,
+    /// A cache volume's cache (absent for other volumes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<super::CacheStatus>,
 }
 
 impl Volume {
@@ -200,6 +203,7 @@ impl Volume {
                     .collect()
             },
             last_plan: planner.last_plan.clone(),
+            cache: self.cache_status(),
         }
     }
 
@@ -218,6 +222,9 @@ impl Volume {
         match self.tiers.iter().position(|tier| tier.name == name) {
             Some(index) => {
                 self.unavailable_tiers[index].store(unavailable, Ordering::SeqCst);
+                if unavailable && self.is_cache_tier(index) {
+                    self.cache_tier_failed(&format!("tier {name} was marked unavailable"));
+                }
                 true
             }
             None => false,
@@ -234,6 +241,9 @@ impl Volume {
         for (index, tier) in self.tiers.iter().enumerate() {
             if let Some(reason) = tier.device.check_backing() {
                 if !self.unavailable_tiers[index].swap(true, Ordering::SeqCst) {
+                    if self.is_cache_tier(index) {
+                        self.cache_tier_failed(&reason);
+                    }
                     newly_failed.push((tier.name.clone(), reason));
                 }
             } else if let Some(warning) = tier.device.backing_warning() {
@@ -255,6 +265,9 @@ impl Volume {
         let home = self.home();
         let home_failed = self.unavailable_tiers[home as usize].load(Ordering::SeqCst);
         let mut ranges: Vec<UnavailableRange> = Vec::new();
+        if self.is_cache() && !home_failed {
+            return self.cache_lost_ranges();
+        }
         for segment in 0..self.segments {
             let tier = self.entry(segment).location.tier;
             let lost = if tier == home {

@@ -1,0 +1,1018 @@
+//! Cache volumes: a block cache ([`tierd_core::cache::BlockCache`], the
+//! sans-IO core the simulator runs too) in front of home, inside the
+//! volume's IO path. The core decides; this module does the IO, keeps the
+//! rules of `docs/engine/cache.md` and journals the mapping.
+//!
+//! ## Rules kept here
+//! - **Per-block locks.** A striped table of reader-writer locks keyed by
+//!   block: reads hold their blocks' stripes shared, writes, discards and
+//!   writebacks exclusive, from planning to the last `finish` (the core's
+//!   first rule). Stripes are taken in ascending order, so two requests
+//!   never wait for each other crosswise. The writeback thread only
+//!   *tries* the stripe of the block the core picked (it holds the core's
+//!   lock then, and IO threads take a stripe before the core's lock); a
+//!   busy block is handed back and picked up later.
+//! - **Commit = flush home, flush the cache tier, append.** The mapping
+//!   changes the core emits (`take_changes`) are appended to the volume's
+//!   journal as one `CacheMap` record after every tier is flushed, so a
+//!   `Mapped` block's data is durable before its mapping and a block's home
+//!   copy (a writeback) before its `Unmapped`. Commits run at FLUSH, after
+//!   a FUA write, on a timer and when free slots run short (the writeback
+//!   thread), and with each checkpoint. A released slot is reused only after
+//!   the commit that unmapped it ([`BlockCache::committed`]).
+//! - **FUA**: the write is durable on every device it reached
+//!   (`write_at_durable`), then, if any mapping change is pending or being
+//!   committed, a commit runs before the acknowledgement.
+//! - **Checkpoint**: the mappings are snapshot together with taking the
+//!   pending changes (one lock), every tier is flushed, and the checkpoint
+//!   holds the mappings; a clean stop writes exact dirty bits and
+//!   `clean_shutdown`. After any other stop every mapped block is dirty.
+//! - **Mode switches and detach** are journaled (`CacheMode`) before they
+//!   take effect; a detach ends, once nothing is dirty, with a commit and a
+//!   `CacheDetached` record appended while the core is locked, and only then
+//!   does IO bypass the cache (so a crash never brings back a mapping that
+//!   writes made after the detach went around).
+//! - **Lost cache tier**: the first failed IO on the cache tier (or the tier
+//!   marked unavailable) records the dirty blocks as lost (`CacheLost`) and
+//!   the cache is bypassed: clean blocks read from home; lost blocks fail
+//!   with EIO until a write covers them whole.
+
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+use tierd_core::cache::{
+    AdmissionKind, BlockCache, BlockId, BlockIo, CacheCounters, CacheMode, CacheSettings, Change,
+    Commit, Step,
+};
+use tierd_policy::cache::CacheKind;
+use tierd_policy::TierId;
+
+use crate::device::{DeviceError, DeviceErrorKind};
+use crate::meta::{CacheChange, CacheChangeKind, CacheCheckpoint, Record};
+
+use super::io::Mutation;
+use super::{Volume, VolumeError};
+
+/// Stripes of the per-block lock table.
+const STRIPES: usize = 1024;
+/// A checkpoint is written when the journal grows past this (the timer
+/// commits would grow it without bound between period checkpoints).
+const JOURNAL_CHECKPOINT_BYTES: u64 = 16 << 20;
+
+/// A cache volume's settings (from `[[volume]] cache = {...}`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CacheOptions {
+    /// The tier of the stack used wholly as the cache.
+    pub tier: String,
+    pub block_bytes: u64,
+    /// The configured mode.
+    pub mode: CacheMode,
+    pub policy: CacheKind,
+    pub admission: AdmissionKind,
+    pub sequential_cutoff_bytes: u64,
+    pub dirty_high_percent: u8,
+    pub dirty_low_percent: u8,
+    /// No user IO for this long counts as idle: writeback then runs eagerly.
+    pub writeback_idle_ns: u64,
+    /// Pending mapping changes are committed at least this often.
+    pub commit_interval_ns: u64,
+}
+
+impl CacheOptions {
+    pub fn new(tier: &str, block_bytes: u64, mode: CacheMode) -> CacheOptions {
+        CacheOptions {
+            tier: tier.to_string(),
+            block_bytes,
+            mode,
+            policy: CacheKind::S3fifo,
+            admission: AdmissionKind::Always,
+            sequential_cutoff_bytes: tierd_core::cache::DEFAULT_SEQUENTIAL_CUTOFF_BYTES,
+            dirty_high_percent: tierd_core::cache::DEFAULT_DIRTY_HIGH_PERCENT,
+            dirty_low_percent: tierd_core::cache::DEFAULT_DIRTY_LOW_PERCENT,
+            writeback_idle_ns: 100_000_000,
+            commit_interval_ns: 1_000_000_000,
+        }
+    }
+
+    /// The core's settings for a volume of `volume_bytes` over a cache tier
+    /// of `cache_bytes`.
+    pub fn settings(&self, volume_bytes: u64, cache_bytes: u64) -> CacheSettings {
+        let slots = u32::try_from(cache_bytes / self.block_bytes).unwrap_or(u32::MAX);
+        let mut settings = CacheSettings::new(volume_bytes, self.block_bytes, slots, self.mode);
+        settings.policy = self.policy;
+        settings.admission = self.admission;
+        settings.sequential_cutoff_bytes = self.sequential_cutoff_bytes;
+        settings.dirty_high_percent = self.dirty_high_percent;
+        settings.dirty_low_percent = self.dirty_low_percent;
+        settings.journal = true;
+        settings
+    }
+}
+
+/// What `tierd status` shows of a cache volume (`"cache"` in the JSON).
+#[derive(Clone, Debug, Serialize)]
+pub struct CacheStatus {
+    /// `writeback`, `writethrough`, `writearound`, `detaching`, `detached`
+    /// or `lost`.
+    pub mode: String,
+    pub block_bytes: u64,
+    pub read_hit_ratio: f64,
+    pub write_hit_ratio: f64,
+    pub dirty_bytes: u64,
+    pub occupancy_bytes: u64,
+    pub tier: String,
+    pub slots: u32,
+    pub dirty_blocks: u64,
+    pub occupancy_blocks: u64,
+    /// Bytes written back to home since start.
+    pub written_back_bytes: u64,
+    /// Of them, per second over the last status interval is left to the
+    /// reader (`tierd status` prints the total); writebacks that cleaned.
+    pub writebacks: u64,
+    pub allocations: u64,
+    pub clean_evictions: u64,
+    pub dirty_evictions: u64,
+    pub bypassed_blocks: u64,
+    pub rejected_blocks: u64,
+    pub no_slot_blocks: u64,
+    pub read_blocks: u64,
+    pub read_hit_blocks: u64,
+    pub write_blocks: u64,
+    pub write_hit_blocks: u64,
+    /// Bytes whose only current copy was on the lost cache tier.
+    pub lost_bytes: u64,
+    /// Why the cache tier was lost, when it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lost: Option<String>,
+}
+
+/// The core and what is decided with it under one lock.
+pub(super) struct CacheCore {
+    pub(super) cache: BlockCache,
+    /// The mode the operator asked for last (`detach` while detaching).
+    pub(super) requested: String,
+    /// The configured mode when the operator switched last.
+    pub(super) config_mode: CacheMode,
+    /// Detach finished: IO bypasses the cache.
+    pub(super) detached: bool,
+    /// The cache tier failed: IO bypasses the cache.
+    pub(super) lost: Option<String>,
+    /// Dirty blocks the lost tier took with it: reads fail until a write
+    /// covers them whole.
+    pub(super) lost_blocks: BTreeSet<BlockId>,
+    /// Lost blocks rewritten whole since the last commit (journaled by it).
+    pub(super) rewritten: Vec<BlockId>,
+}
+
+impl CacheCore {
+    fn bypass(&self) -> bool {
+        self.detached || self.lost.is_some()
+    }
+
+    fn mode_name(&self) -> String {
+        if self.lost.is_some() {
+            "lost".to_string()
+        } else if self.detached {
+            "detached".to_string()
+        } else if self.cache.is_detaching() {
+            "detaching".to_string()
+        } else {
+            self.cache.mode().name().to_string()
+        }
+    }
+}
+
+#[derive(Default)]
+pub(super) struct CommitState {
+    /// Taken from the core and not yet durable (a failed commit's stay here
+    /// and go with the next one).
+    pending: Vec<Commit>,
+    /// Lost blocks rewritten, taken from the core, not yet journaled.
+    rewritten: Vec<BlockId>,
+    last_commit_ns: u64,
+}
+
+/// A cache volume's cache: the core, the lock table, the commit lock.
+pub(super) struct CacheLayer {
+    pub(super) tier: TierId,
+    pub(super) options: CacheOptions,
+    pub(super) core: Mutex<CacheCore>,
+    stripes: Vec<RwLock<()>>,
+    commit: Mutex<CommitState>,
+    last_user_io_ns: AtomicU64,
+    written_back_bytes: AtomicU64,
+}
+
+enum StripeGuard<'a> {
+    Shared(#[allow(dead_code)] RwLockReadGuard<'a, ()>),
+    Exclusive(#[allow(dead_code)] RwLockWriteGuard<'a, ()>),
+}
+
+/// What one background step of the writeback thread did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheStep {
+    /// Nothing to write back now.
+    Idle,
+    /// The block picked was busy with user IO; try again soon.
+    Busy,
+    /// Wrote a block back; wait `pause_ns` before the next (pacing: user IO
+    /// goes first unless the devices are idle).
+    Wrote { bytes: u64, pause_ns: u64 },
+}
+
+impl CacheLayer {
+    pub(super) fn new(tier: TierId, options: CacheOptions, core: CacheCore) -> CacheLayer {
+        CacheLayer {
+            tier,
+            options,
+            core: Mutex::new(core),
+            stripes: (0..STRIPES).map(|_| RwLock::new(())).collect(),
+            commit: Mutex::new(CommitState::default()),
+            last_user_io_ns: AtomicU64::new(0),
+            written_back_bytes: AtomicU64::new(0),
+        }
+    }
+
+    fn stripe(block: BlockId) -> usize {
+        (block % STRIPES as u64) as usize
+    }
+
+    /// Locks the stripes of blocks `first..=last` in ascending order.
+    fn lock_blocks(&self, first: BlockId, last: BlockId, exclusive: bool) -> Vec<StripeGuard<'_>> {
+        let mut stripes: Vec<usize> = if last - first + 1 >= STRIPES as u64 {
+            (0..STRIPES).collect()
+        } else {
+            (first..=last).map(Self::stripe).collect()
+        };
+        stripes.sort_unstable();
+        stripes.dedup();
+        stripes
+            .into_iter()
+            .map(|stripe| {
+                if exclusive {
+                    StripeGuard::Exclusive(self.stripes[stripe].write())
+                } else {
+                    StripeGuard::Shared(self.stripes[stripe].read())
+                }
+            })
+            .collect()
+    }
+
+    fn block_bytes(&self) -> u64 {
+        self.options.block_bytes
+    }
+
+    /// Blocks `offset..offset+length` touches (first, last); `None` if empty.
+    fn block_span(&self, offset_bytes: u64, length_bytes: u64) -> Option<(BlockId, BlockId)> {
+        (length_bytes > 0).then(|| {
+            (
+                offset_bytes / self.block_bytes(),
+                (offset_bytes + length_bytes - 1) / self.block_bytes(),
+            )
+        })
+    }
+}
+
+fn lost_error(block: BlockId, block_bytes: u64, tier: &str) -> VolumeError {
+    VolumeError::Device(DeviceError {
+        device: tier.to_string(),
+        op: "read",
+        offset_bytes: block * block_bytes,
+        length_bytes: block_bytes,
+        kind: DeviceErrorKind::Gone,
+        message: format!(
+            "block {block} of the cache was dirty on cache tier {tier}, which was lost: its latest data is gone (home's copy is older); a write covering the block replaces it"
+        ),
+    })
+}
+
+fn to_record(changes: &[Change]) -> Vec<CacheChange> {
+    changes
+        .iter()
+        .map(|change| match *change {
+            Change::Mapped { block, slot } => CacheChange(CacheChangeKind::Mapped, block, slot),
+            Change::Unmapped { block, slot } => CacheChange(CacheChangeKind::Unmapped, block, slot),
+        })
+        .collect()
+}
+
+/// The part of a request `offset..offset+length` inside `block`:
+/// (offset in the volume, length, offset in the request, offset in the block).
+fn part_of(
+    settings: &CacheSettings,
+    block: BlockId,
+    offset_bytes: u64,
+    length_bytes: u64,
+) -> (u64, u64, usize, u64) {
+    let (block_start, block_length) = settings.block_range(block);
+    let start = offset_bytes.max(block_start);
+    let end = (offset_bytes + length_bytes).min(block_start + block_length);
+    (
+        start,
+        end - start,
+        (start - offset_bytes) as usize,
+        start - block_start,
+    )
+}
+
+impl Volume {
+    fn cache_layer(&self) -> &CacheLayer {
+        self.cache.as_ref().expect("called on a cache volume")
+    }
+
+    fn cache_device(&self) -> &dyn crate::device::BlockDevice {
+        self.tiers[self.cache_layer().tier as usize].device.as_ref()
+    }
+
+    fn cache_tier_name(&self) -> &str {
+        &self.tiers[self.cache_layer().tier as usize].name
+    }
+
+    /// A read on a cache volume.
+    pub(super) fn cached_read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), VolumeError> {
+        let layer = self.cache_layer();
+        let length_bytes = buf.len() as u64;
+        let Some((first, last)) = layer.block_span(offset_bytes, length_bytes) else {
+            return Ok(());
+        };
+        layer
+            .last_user_io_ns
+            .store(self.clock.now_ns(), Ordering::Relaxed);
+        let _locks = layer.lock_blocks(first, last, false);
+        let mut steps = Vec::new();
+        let settings;
+        {
+            let mut core = layer.core.lock();
+            if let Some(&block) = core.lost_blocks.range(first..=last).next() {
+                return Err(lost_error(
+                    block,
+                    layer.block_bytes(),
+                    self.cache_tier_name(),
+                ));
+            }
+            if core.bypass() {
+                drop(core);
+                return self.read_tiered(offset_bytes, buf);
+            }
+            core.cache.read(offset_bytes, length_bytes, &mut steps);
+            settings = core.cache.settings().clone();
+        }
+        let block_bytes = layer.block_bytes();
+        let device = self.cache_device();
+        let mut outcomes = vec![true; steps.len()];
+        let mut result = Ok(());
+        let mut cache_failure = None;
+        let mut index = 0;
+        while index < steps.len() {
+            let step = steps[index];
+            let (start, length, at, within) =
+                part_of(&settings, step.block, offset_bytes, length_bytes);
+            match step.io {
+                BlockIo::ReadHome => {
+                    // One home read for the run of home blocks.
+                    let mut end = index + 1;
+                    while end < steps.len() && steps[end].io == BlockIo::ReadHome {
+                        end += 1;
+                    }
+                    let (last_start, last_length, _, _) =
+                        part_of(&settings, steps[end - 1].block, offset_bytes, length_bytes);
+                    let run_end = last_start + last_length;
+                    let piece = &mut buf[at..at + (run_end - start) as usize];
+                    if let Err(error) = self.read_tiered(start, piece) {
+                        result = Err(error);
+                    }
+                    index = end;
+                    continue;
+                }
+                BlockIo::ReadSlot { ticket, dirty } => {
+                    let piece = &mut buf[at..at + length as usize];
+                    let slot_offset = u64::from(ticket.slot) * block_bytes + within;
+                    if let Err(error) = device.read_at(slot_offset, piece) {
+                        outcomes[index] = false;
+                        cache_failure.get_or_insert_with(|| error.to_string());
+                        if dirty {
+                            result = Err(error.into());
+                        } else if let Err(error) = self.read_tiered(start, piece) {
+                            result = Err(error);
+                        }
+                    }
+                }
+                BlockIo::Fill { ticket } => {
+                    let (block_start, block_length) = settings.block_range(step.block);
+                    let mut block = vec![0u8; block_length as usize];
+                    match self.read_tiered(block_start, &mut block) {
+                        Ok(()) => {
+                            buf[at..at + length as usize].copy_from_slice(
+                                &block[within as usize..(within + length) as usize],
+                            );
+                            if let Err(error) =
+                                device.write_at(u64::from(ticket.slot) * block_bytes, &block)
+                            {
+                                outcomes[index] = false;
+                                cache_failure.get_or_insert_with(|| error.to_string());
+                            }
+                        }
+                        Err(error) => {
+                            outcomes[index] = false;
+                            result = Err(error);
+                        }
+                    }
+                }
+                other => unreachable!("a read planned {other:?}"),
+            }
+            index += 1;
+        }
+        {
+            let mut core = layer.core.lock();
+            for (step, ok) in steps.iter().zip(&outcomes) {
+                core.cache.finish(step, *ok);
+            }
+        }
+        drop(_locks);
+        if let Some(reason) = cache_failure {
+            self.cache_tier_failed(&reason);
+        }
+        result
+    }
+
+    /// A write, discard or write of zeroes on a cache volume.
+    pub(super) fn cached_mutate(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+        mutation: &Mutation,
+        fua: bool,
+    ) -> Result<(), VolumeError> {
+        let layer = self.cache_layer();
+        let Some((first, last)) = layer.block_span(offset_bytes, length_bytes) else {
+            return Ok(());
+        };
+        layer
+            .last_user_io_ns
+            .store(self.clock.now_ns(), Ordering::Relaxed);
+        let locks = layer.lock_blocks(first, last, true);
+        let mut steps: Vec<Step> = Vec::new();
+        let settings;
+        {
+            let mut core = layer.core.lock();
+            settings = core.cache.settings().clone();
+            // Whole blocks this request covers are no longer lost.
+            let end = offset_bytes + length_bytes;
+            let covered: Vec<BlockId> = core
+                .lost_blocks
+                .range(first..=last)
+                .copied()
+                .filter(|&block| {
+                    let (start, length) = settings.block_range(block);
+                    offset_bytes <= start && end >= start + length
+                })
+                .collect();
+            if core.bypass() {
+                drop(core);
+                self.mutate_tiered(offset_bytes, length_bytes, mutation, fua)?;
+                let mut core = layer.core.lock();
+                for block in covered {
+                    core.lost_blocks.remove(&block);
+                    core.rewritten.push(block);
+                }
+                drop(core);
+                if fua {
+                    self.cache_commit(false)?;
+                }
+                return Ok(());
+            }
+            // Lost blocks a write covers whole are current again once it
+            // lands (cleared at planning: the stripes keep readers out).
+            for block in covered {
+                core.lost_blocks.remove(&block);
+                core.rewritten.push(block);
+            }
+            match mutation {
+                Mutation::Write(_) => core.cache.write(offset_bytes, length_bytes, &mut steps),
+                Mutation::Discard | Mutation::Zero => {
+                    core.cache.discard(offset_bytes, length_bytes, &mut steps)
+                }
+            }
+        }
+        let block_bytes = layer.block_bytes();
+        let device = self.cache_device();
+        let mut outcomes = vec![true; steps.len()];
+        let mut result = Ok(());
+        let mut cache_failure = None;
+        let mut slot_touched = false;
+        let data_of = |at: usize, length: u64| -> Mutation<'_> {
+            mutation.slice(
+                at,
+                if matches!(mutation, Mutation::Write(_)) {
+                    length as usize
+                } else {
+                    0
+                },
+            )
+        };
+        let mut index = 0;
+        while index < steps.len() {
+            let step = steps[index];
+            let (start, length, at, within) =
+                part_of(&settings, step.block, offset_bytes, length_bytes);
+            let slot_offset = |slot: u32| u64::from(slot) * block_bytes;
+            match step.io {
+                BlockIo::WriteHome => {
+                    let mut end = index + 1;
+                    while end < steps.len() && steps[end].io == BlockIo::WriteHome {
+                        end += 1;
+                    }
+                    let (last_start, last_length, _, _) =
+                        part_of(&settings, steps[end - 1].block, offset_bytes, length_bytes);
+                    let run_length = last_start + last_length - start;
+                    if let Err(error) =
+                        self.mutate_tiered(start, run_length, &data_of(at, run_length), fua)
+                    {
+                        result = Err(error);
+                    }
+                    index = end;
+                    continue;
+                }
+                BlockIo::WriteSlot { ticket } => {
+                    slot_touched = true;
+                    if let Err(error) = data_of(at, length).apply(
+                        device,
+                        slot_offset(ticket.slot) + within,
+                        length,
+                        fua,
+                    ) {
+                        outcomes[index] = false;
+                        cache_failure.get_or_insert_with(|| error.to_string());
+                        result = Err(error.into());
+                    }
+                }
+                BlockIo::WriteSlotMerged { ticket } => {
+                    slot_touched = true;
+                    let (block_start, block_length) = settings.block_range(step.block);
+                    let mut block = vec![0u8; block_length as usize];
+                    match self.read_tiered(block_start, &mut block) {
+                        Ok(()) => {
+                            let range = within as usize..(within + length) as usize;
+                            match data_of(at, length) {
+                                Mutation::Write(data) => block[range].copy_from_slice(data),
+                                Mutation::Discard | Mutation::Zero => block[range].fill(0),
+                            }
+                            let written = if fua {
+                                device.write_at_durable(slot_offset(ticket.slot), &block)
+                            } else {
+                                device.write_at(slot_offset(ticket.slot), &block)
+                            };
+                            if let Err(error) = written {
+                                outcomes[index] = false;
+                                cache_failure.get_or_insert_with(|| error.to_string());
+                                result = Err(error.into());
+                            }
+                        }
+                        Err(error) => {
+                            outcomes[index] = false;
+                            result = Err(error);
+                        }
+                    }
+                }
+                BlockIo::WriteBoth { ticket, merge } => {
+                    slot_touched = true;
+                    match self.mutate_tiered(start, length, &data_of(at, length), fua) {
+                        Err(error) => {
+                            // Home did not take it: the slot must not
+                            // either (a load fails; a hit keeps the old data
+                            // in both places).
+                            outcomes[index] = false;
+                            result = Err(error);
+                        }
+                        Ok(()) if merge => {
+                            // Home holds the merged block now.
+                            let (block_start, block_length) = settings.block_range(step.block);
+                            let mut block = vec![0u8; block_length as usize];
+                            let written =
+                                self.read_tiered(block_start, &mut block).and_then(|()| {
+                                    device
+                                        .write_at(slot_offset(ticket.slot), &block)
+                                        .map_err(VolumeError::from)
+                                });
+                            if let Err(error) = written {
+                                outcomes[index] = false;
+                                cache_failure.get_or_insert_with(|| error.to_string());
+                            }
+                        }
+                        Ok(()) => {
+                            if let Err(error) = data_of(at, length).apply(
+                                device,
+                                slot_offset(ticket.slot) + within,
+                                length,
+                                false,
+                            ) {
+                                // Home has the write; the slot is stale:
+                                // the cache tier is lost from now on.
+                                outcomes[index] = false;
+                                cache_failure.get_or_insert_with(|| error.to_string());
+                            }
+                        }
+                    }
+                }
+                other => unreachable!("a write planned {other:?}"),
+            }
+            index += 1;
+        }
+        {
+            let mut core = layer.core.lock();
+            for (step, ok) in steps.iter().zip(&outcomes) {
+                core.cache.finish(step, *ok);
+            }
+        }
+        drop(locks);
+        if let Some(reason) = cache_failure {
+            self.cache_tier_failed(&reason);
+        }
+        result?;
+        if fua {
+            if slot_touched && !matches!(mutation, Mutation::Write(_)) {
+                device.flush()?;
+            }
+            // Mapping changes this write relies on (its own `Mapped`, or the
+            // `Unmapped` of an older copy of a block it wrote home) are made
+            // durable before the acknowledgement.
+            self.cache_commit(false)?;
+        }
+        Ok(())
+    }
+
+    /// Commits the pending mapping changes: flush every tier, append them,
+    /// hand them back to the core. `always`: flush even when nothing is
+    /// pending (FLUSH).
+    pub(super) fn cache_commit(&self, always: bool) -> Result<(), VolumeError> {
+        let layer = self.cache_layer();
+        let mut state = layer.commit.lock();
+        {
+            let mut core = layer.core.lock();
+            if !always
+                && !core.cache.has_changes()
+                && state.pending.is_empty()
+                && core.rewritten.is_empty()
+                && state.rewritten.is_empty()
+            {
+                return Ok(());
+            }
+            state.pending.push(core.cache.take_changes());
+            let rewritten = std::mem::take(&mut core.rewritten);
+            state.rewritten.extend(rewritten);
+        }
+        self.flush_tiers()?;
+        let changes: Vec<Change> = state
+            .pending
+            .iter()
+            .flat_map(|commit| commit.changes.iter().copied())
+            .collect();
+        if !changes.is_empty() {
+            self.meta.lock().append(&Record::CacheMap {
+                changes: to_record(&changes),
+            })?;
+        }
+        if !state.rewritten.is_empty() {
+            let blocks = std::mem::take(&mut state.rewritten);
+            self.meta
+                .lock()
+                .append(&Record::CacheRewritten { blocks })?;
+        }
+        let commits = std::mem::take(&mut state.pending);
+        state.last_commit_ns = self.clock.now_ns();
+        let mut core = layer.core.lock();
+        for commit in commits {
+            core.cache.committed(commit);
+        }
+        Ok(())
+    }
+
+    /// For a checkpoint: takes the pending changes and snapshots the
+    /// mappings they lead to, flushes every tier, and returns the
+    /// checkpoint's cache part. The commit lock stays held (returned) until
+    /// the checkpoint is written; then [`Volume::cache_checkpoint_done`].
+    pub(super) fn cache_checkpoint_begin(
+        &self,
+        clean_shutdown: bool,
+    ) -> Result<Option<(parking_lot::MutexGuard<'_, CommitState>, CacheCheckpoint)>, VolumeError>
+    {
+        let Some(layer) = &self.cache else {
+            return Ok(None);
+        };
+        let mut state = layer.commit.lock();
+        let snapshot = {
+            let mut core = layer.core.lock();
+            state.pending.push(core.cache.take_changes());
+            let settings = core.cache.settings();
+            CacheCheckpoint {
+                tier: self.tiers[layer.tier as usize].name.clone(),
+                block_bytes: settings.block_bytes,
+                slots: settings.slots,
+                mode: core.requested.clone(),
+                config_mode: core.config_mode.name().to_string(),
+                detached: core.detached,
+                clean_shutdown,
+                entries: if core.bypass() {
+                    Vec::new()
+                } else {
+                    core.cache.mappings()
+                },
+                lost_blocks: core.lost_blocks.iter().copied().collect(),
+            }
+        };
+        self.flush_tiers()?;
+        Ok(Some((state, snapshot)))
+    }
+
+    /// The checkpoint holding the snapshot is durable: the changes taken
+    /// for it are committed.
+    pub(super) fn cache_checkpoint_done(
+        &self,
+        mut state: parking_lot::MutexGuard<'_, CommitState>,
+    ) {
+        let layer = self.cache_layer();
+        let commits = std::mem::take(&mut state.pending);
+        state.last_commit_ns = self.clock.now_ns();
+        drop(state);
+        let mut core = layer.core.lock();
+        for commit in commits {
+            core.cache.committed(commit);
+        }
+    }
+
+    /// Whether tier `index` is this volume's cache tier.
+    pub(super) fn is_cache_tier(&self, index: usize) -> bool {
+        self.cache
+            .as_ref()
+            .is_some_and(|layer| layer.tier as usize == index)
+    }
+
+    /// Whether this is a cache volume.
+    pub fn is_cache(&self) -> bool {
+        self.cache.is_some()
+    }
+
+    /// One step of the cache's background work (the writeback thread, or a
+    /// deterministic test): a commit when due, a checkpoint when the journal
+    /// is long, the end of a detach, and one writeback.
+    pub fn cache_step(&self) -> Result<CacheStep, VolumeError> {
+        let Some(layer) = &self.cache else {
+            return Ok(CacheStep::Idle);
+        };
+        let now_ns = self.clock.now_ns();
+        // Commits on a timer, and at once when released slots are needed.
+        // Never nested: commits take the commit lock, then the core's.
+        let state_last = layer.commit.lock().last_commit_ns;
+        let commit_due = {
+            let core = layer.core.lock();
+            core.cache.has_changes()
+                && (now_ns.saturating_sub(state_last) >= layer.options.commit_interval_ns
+                    || core.cache.free_slots() * 2 < u64::from(core.cache.settings().reserve()))
+        };
+        if commit_due {
+            self.cache_commit(false)?;
+        }
+        if self.meta.lock().journal_bytes() > JOURNAL_CHECKPOINT_BYTES {
+            self.checkpoint()?;
+        }
+        self.finish_detach()?;
+        let idle = now_ns.saturating_sub(layer.last_user_io_ns.load(Ordering::Relaxed))
+            >= layer.options.writeback_idle_ns;
+        let mut core = layer.core.lock();
+        if core.bypass() {
+            return Ok(CacheStep::Idle);
+        }
+        let Some(writeback) = core.cache.next_writeback(idle) else {
+            return Ok(CacheStep::Idle);
+        };
+        let Some(guard) = layer.stripes[CacheLayer::stripe(writeback.block)].try_write() else {
+            core.cache.writeback_done(writeback, false);
+            return Ok(CacheStep::Busy);
+        };
+        let (start, length) = core.cache.settings().block_range(writeback.block);
+        drop(core);
+        let started_ns = self.clock.now_ns();
+        let mut block = vec![0u8; length as usize];
+        let slot_offset = u64::from(writeback.slot) * layer.block_bytes();
+        let read = self.cache_device().read_at(slot_offset, &mut block);
+        let written = match &read {
+            Ok(()) => self.mutate_tiered(start, length, &Mutation::Write(&block), false),
+            Err(_) => Ok(()),
+        };
+        let ok = read.is_ok() && written.is_ok();
+        layer.core.lock().cache.writeback_done(writeback, ok);
+        drop(guard);
+        if let Err(error) = read {
+            self.cache_tier_failed(&error.to_string());
+            return Err(error.into());
+        }
+        written?;
+        layer
+            .written_back_bytes
+            .fetch_add(length, Ordering::Relaxed);
+        let took_ns = self.clock.now_ns().saturating_sub(started_ns);
+        // Idle devices: write back at full speed. Otherwise (above the high
+        // watermark, or draining) leave the devices to user IO half the time.
+        let pause_ns = if idle { 0 } else { took_ns };
+        Ok(CacheStep::Wrote {
+            bytes: length,
+            pause_ns,
+        })
+    }
+
+    /// A detach whose last dirty block was written back ends: commit,
+    /// journal `CacheDetached` (with the core locked, so no IO is planned
+    /// in between), then IO bypasses the cache.
+    fn finish_detach(&self) -> Result<(), VolumeError> {
+        let layer = self.cache_layer();
+        {
+            let core = layer.core.lock();
+            if core.bypass() || !core.cache.detached() {
+                return Ok(());
+            }
+        }
+        self.cache_commit(true)?;
+        let mut core = layer.core.lock();
+        if core.bypass() || !core.cache.detached() {
+            return Ok(());
+        }
+        self.meta.lock().append(&Record::CacheDetached)?;
+        core.detached = true;
+        tracing::info!(volume = %self.options.name, "cache detached: every dirty block is home; IO goes to home alone");
+        Ok(())
+    }
+
+    /// Switches the cache's mode online (`tierd cache --mode`): `writeback`,
+    /// `writethrough`, `writearound`, or `detach`. Journaled before it takes
+    /// effect. Re-attaching a detached cache starts it empty.
+    pub fn set_cache_mode(&self, mode: &str) -> Result<(), VolumeError> {
+        let Some(layer) = &self.cache else {
+            return Err(VolumeError::Invalid(format!(
+                "volume {} is not a cache volume (it has no `cache` in its [[volume]])",
+                self.options.name
+            )));
+        };
+        let parsed = match mode {
+            "detach" => None,
+            other => Some(
+                CacheMode::parse(other)
+                    .map_err(|error| VolumeError::Invalid(format!("{error}, or detach")))?,
+            ),
+        };
+        let mut core = layer.core.lock();
+        if let Some(reason) = &core.lost {
+            return Err(VolumeError::Invalid(format!(
+                "the cache tier of volume {} was lost ({reason}); restart with a working cache tier to use the cache again",
+                self.options.name
+            )));
+        }
+        if parsed.is_some() && core.cache.is_detaching() && !core.detached {
+            return Err(VolumeError::Invalid(format!(
+                "volume {}: a detach is in progress ({} dirty bytes left); wait for it to finish, then switch the mode",
+                self.options.name,
+                core.cache.dirty_blocks() * layer.block_bytes()
+            )));
+        }
+        if parsed.is_none() && (core.detached || core.cache.is_detaching()) {
+            return Ok(());
+        }
+        self.meta.lock().append(&Record::CacheMode {
+            mode: mode.to_string(),
+            config_mode: layer.options.mode.name().to_string(),
+        })?;
+        core.requested = mode.to_string();
+        core.config_mode = layer.options.mode;
+        match parsed {
+            None => core.cache.detach(),
+            Some(mode) if core.detached => {
+                let mut settings = core.cache.settings().clone();
+                settings.mode = mode;
+                core.cache = BlockCache::new(settings).map_err(VolumeError::Invalid)?;
+                core.detached = false;
+            }
+            Some(mode) => core.cache.set_mode(mode),
+        }
+        tracing::info!(volume = %self.options.name, mode, "cache mode switched");
+        Ok(())
+    }
+
+    /// The cache tier failed (an IO error, or it was marked unavailable):
+    /// its dirty blocks are recorded as lost (journaled) and IO bypasses the
+    /// cache from now on.
+    pub(super) fn cache_tier_failed(&self, reason: &str) {
+        let Some(layer) = &self.cache else { return };
+        let mut core = layer.core.lock();
+        if core.lost.is_some() {
+            return;
+        }
+        let lost: Vec<BlockId> = if core.detached {
+            Vec::new()
+        } else {
+            core.cache
+                .mappings()
+                .into_iter()
+                .filter(|(_, _, dirty)| *dirty)
+                .map(|(block, _, _)| block)
+                .collect()
+        };
+        core.lost_blocks.extend(lost.iter().copied());
+        core.lost = Some(reason.to_string());
+        tracing::error!(
+            volume = %self.options.name,
+            tier = %self.tiers[layer.tier as usize].name,
+            reason,
+            lost_blocks = lost.len(),
+            "cache tier lost: clean blocks read from home, dirty ones fail until rewritten"
+        );
+        if let Err(error) = self.meta.lock().append(&Record::CacheLost { blocks: lost }) {
+            tracing::error!(volume = %self.options.name, error = %error, "cannot journal the lost cache tier");
+        }
+    }
+
+    /// The cache's status (`None` for other volumes).
+    pub fn cache_status(&self) -> Option<CacheStatus> {
+        let layer = self.cache.as_ref()?;
+        let core = layer.core.lock();
+        let counters: CacheCounters = core.cache.counters();
+        let block_bytes = layer.block_bytes();
+        let ratio = |hits: u64, all: u64| {
+            if all == 0 {
+                0.0
+            } else {
+                hits as f64 / all as f64
+            }
+        };
+        let (dirty, occupancy) = if core.bypass() {
+            (0, 0)
+        } else {
+            (core.cache.dirty_blocks(), core.cache.occupancy_blocks())
+        };
+        Some(CacheStatus {
+            mode: core.mode_name(),
+            block_bytes,
+            read_hit_ratio: ratio(counters.read_hit_blocks, counters.read_blocks),
+            write_hit_ratio: ratio(counters.write_hit_blocks, counters.write_blocks),
+            dirty_bytes: dirty * block_bytes,
+            occupancy_bytes: occupancy * block_bytes,
+            tier: self.tiers[layer.tier as usize].name.clone(),
+            slots: core.cache.settings().slots,
+            dirty_blocks: dirty,
+            occupancy_blocks: occupancy,
+            written_back_bytes: layer.written_back_bytes.load(Ordering::Relaxed),
+            writebacks: counters.writebacks,
+            allocations: counters.allocations,
+            clean_evictions: counters.clean_evictions,
+            dirty_evictions: counters.dirty_evictions,
+            bypassed_blocks: counters.bypassed,
+            rejected_blocks: counters.rejected,
+            no_slot_blocks: counters.no_slot,
+            read_blocks: counters.read_blocks,
+            read_hit_blocks: counters.read_hit_blocks,
+            write_blocks: counters.write_blocks,
+            write_hit_blocks: counters.write_hit_blocks,
+            lost_bytes: core.lost_blocks.len() as u64 * block_bytes,
+            lost: core.lost.clone(),
+        })
+    }
+
+    /// Lost blocks as byte ranges (adjacent blocks merged), for status.
+    pub(super) fn cache_lost_ranges(&self) -> Vec<super::UnavailableRange> {
+        let Some(layer) = &self.cache else {
+            return Vec::new();
+        };
+        let core = layer.core.lock();
+        let block_bytes = layer.block_bytes();
+        let name = self.tiers[layer.tier as usize].name.clone();
+        let mut ranges: Vec<super::UnavailableRange> = Vec::new();
+        for &block in &core.lost_blocks {
+            let (start, length) = core.cache.settings().block_range(block);
+            let segment = (start / self.options.segment_bytes) as u32;
+            let last_segment = ((start + length - 1) / self.options.segment_bytes) as u32;
+            match ranges.last_mut() {
+                Some(last) if last.offset_bytes + last.length_bytes == start => {
+                    last.length_bytes += length;
+                    last.last_segment = last_segment;
+                }
+                _ => ranges.push(super::UnavailableRange {
+                    tier: name.clone(),
+                    offset_bytes: start,
+                    length_bytes: length,
+                    first_segment: segment,
+                    last_segment,
+                }),
+            }
+        }
+        let _ = block_bytes;
+        ranges
+    }
+
+    /// Test and DST hook: the core's mappings `(block, slot, dirty)`.
+    pub fn cache_mappings(&self) -> Vec<(u64, u32, bool)> {
+        self.cache
+            .as_ref()
+            .map(|layer| layer.core.lock().cache.mappings())
+            .unwrap_or_default()
+    }
+}
