@@ -450,3 +450,38 @@ fn a_lost_cache_tier_serves_clean_blocks_from_home_and_fails_dirty_ones() {
     assert!(volume.read(6 * BLOCK, &mut data).is_err());
     assert_eq!(read_block(&volume, 5), block_of(55));
 }
+
+/// A FUA write to a block cached clean in writethrough mode reaches home
+/// and the slot; after a crash every mapped block counts as dirty, so the
+/// slot must hold the FUA data durably too, or the stale slot would win
+/// (served, then written back over home's good copy).
+#[test]
+fn a_fua_write_through_a_cached_block_survives_a_crash() {
+    for mode in [CacheMode::Writethrough, CacheMode::Writearound] {
+        for merge in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let stack = Stack::new(64, SEGMENT);
+            let clock = Arc::new(ManualClock::new(0));
+            let volume = open_mode(&stack, dir.path(), &clock, mode);
+            volume.write(5 * BLOCK, &block_of(5), false).unwrap();
+            // A read fills the block; the flush makes the mapping durable.
+            assert_eq!(read_block(&volume, 5), block_of(5));
+            volume.flush().unwrap();
+            let mut expected = block_of(5);
+            if merge {
+                // A partial FUA write of the cached block.
+                volume.write(5 * BLOCK + 1024, &[9u8; 512], true).unwrap();
+                expected[1024..1536].fill(9);
+            } else {
+                volume.write(5 * BLOCK, &block_of(505), true).unwrap();
+                expected = block_of(505);
+            }
+            drop(volume);
+            // Every unflushed sector is lost.
+            stack.fast.crash_losing_everything_unflushed();
+            stack.home.crash_losing_everything_unflushed();
+            let volume = open_mode(&stack, dir.path(), &clock, mode);
+            assert_eq!(read_block(&volume, 5), expected, "{mode:?} merge {merge}");
+        }
+    }
+}

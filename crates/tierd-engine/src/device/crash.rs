@@ -78,6 +78,17 @@ impl CrashDisk {
         lost
     }
 
+    /// The harshest crash: every sector written since the last flush loses
+    /// its new contents (only flushed and durable writes survive).
+    pub fn crash_losing_everything_unflushed(&self) {
+        let mut state = self.state.lock();
+        state.pending.clear();
+        let State {
+            current, durable, ..
+        } = &mut *state;
+        current.copy_from_slice(durable);
+    }
+
     fn mark(state: &mut State, offset: u64, length: u64) {
         if length == 0 {
             return;

@@ -590,11 +590,18 @@ impl Volume {
                             // Home holds the merged block now.
                             let (block_start, block_length) = settings.block_range(step.block);
                             let mut block = vec![0u8; block_length as usize];
+                            // A FUA write makes the slot durable too: after
+                            // a crash every mapped block counts as dirty, so
+                            // a stale slot would win over home's good copy.
                             let written =
                                 self.read_tiered(block_start, &mut block).and_then(|()| {
-                                    device
-                                        .write_at(slot_offset(ticket.slot), &block)
-                                        .map_err(VolumeError::from)
+                                    let at = slot_offset(ticket.slot);
+                                    if fua {
+                                        device.write_at_durable(at, &block)
+                                    } else {
+                                        device.write_at(at, &block)
+                                    }
+                                    .map_err(VolumeError::from)
                                 });
                             if let Err(error) = written {
                                 outcomes[index] = false;
@@ -602,11 +609,12 @@ impl Volume {
                             }
                         }
                         Ok(()) => {
+                            // Durable on the slot too under FUA (see above).
                             if let Err(error) = data_of(at, length).apply(
                                 device,
                                 slot_offset(ticket.slot) + within,
                                 length,
-                                false,
+                                fua,
                             ) {
                                 // Home has the write; the slot is stale:
                                 // the cache tier is lost from now on.
