@@ -51,7 +51,7 @@ fn run(config: &SimConfig, kind: CacheKind, requests: &[Request]) -> RunResult {
     let controller =
         tierd_sim::build_controller(config, &tierd_sim::Strategy::Cache(kind)).unwrap();
     let mut reader = IteratorReader::new(
-        requests.to_vec().into_iter(),
+        requests.iter().copied(),
         &["test"],
         Format::Tierd,
         "test",
@@ -91,11 +91,11 @@ fn mixed(count: u64, gap_ns: u64, seed: u64) -> Vec<Request> {
     let mut random = XorShift(seed);
     (0..count)
         .map(|index| {
-            let hot = random.next() % 4 != 0;
+            let hot = !random.next().is_multiple_of(4);
             let span = if hot { 2 * MIB } else { VOLUME - 64 * KIB };
             let offset = (random.next() % span) / 512 * 512;
             let length = 512 * (1 + random.next() % 64);
-            let op = if random.next() % 3 == 0 {
+            let op = if random.next().is_multiple_of(3) {
                 Op::Write
             } else {
                 Op::Read
