@@ -99,6 +99,22 @@ pub struct SimArgs {
     /// capacity, as every policy gets.
     #[arg(long, value_parser = bytes)]
     cache_bytes: Option<u64>,
+    /// Block caches (fifo/lru/arc/s3fifo): cache block, a power of two from
+    /// 4KiB to 1MiB; default: the tier stack's [cache] block_bytes (64KiB).
+    #[arg(long, value_name = "SIZE", value_parser = cache_block)]
+    cache_block: Option<u64>,
+    /// Block caches: writeback (default: flashcache, the papers' baseline,
+    /// is write-back), writethrough or writearound.
+    #[arg(long, value_name = "MODE", value_parser = cache_mode)]
+    cache_mode: Option<tierd_sim::stack::CacheMode>,
+    /// Block caches: which misses take a slot: always (default), frequency
+    /// (on a block's 2nd recent miss) or frequency:N.
+    #[arg(long, value_name = "RULE", value_parser = admission)]
+    admission: Option<tierd_sim::stack::AdmissionKind>,
+    /// Block caches: misses of a sequential run at least this long bypass
+    /// the cache (bcache's sequential_cutoff); default 4MiB, 0 = off.
+    #[arg(long, value_name = "SIZE", value_parser = bytes)]
+    sequential_cutoff: Option<u64>,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -117,6 +133,22 @@ pub struct SimArgs {
 
 fn bytes(text: &str) -> Result<u64, String> {
     parse_bytes(text).map_err(|error| error.to_string())
+}
+
+fn cache_block(text: &str) -> Result<u64, String> {
+    let value = parse_bytes(text).map_err(|error| error.to_string())?;
+    tierd_sim::stack::check_cache_block_bytes("options", "cache_block", value).map_err(|_| {
+        format!("{value} bytes: a cache block is a power of two from 4KiB to 1MiB (4KiB, 8KiB, ..., 1MiB)")
+    })?;
+    Ok(value)
+}
+
+fn cache_mode(text: &str) -> Result<tierd_sim::stack::CacheMode, String> {
+    tierd_sim::stack::CacheMode::parse(text)
+}
+
+fn admission(text: &str) -> Result<tierd_sim::stack::AdmissionKind, String> {
+    tierd_sim::stack::AdmissionKind::parse(text)
 }
 
 fn duration_ns(text: &str) -> Result<u64, String> {
@@ -357,6 +389,14 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
             window,
         )?);
     }
+    let mut stack = stack;
+    let cache = &mut stack.cache;
+    cache.block_bytes = args.cache_block.unwrap_or(cache.block_bytes);
+    cache.mode = args.cache_mode.unwrap_or(cache.mode);
+    cache.admission = args.admission.unwrap_or(cache.admission);
+    cache.sequential_cutoff_bytes = args
+        .sequential_cutoff
+        .unwrap_or(cache.sequential_cutoff_bytes);
     let mut config = SimConfig::new(stack, volume_bytes);
     config.segment_bytes = segment_bytes;
     config.period_ns = args.period.unwrap_or(tierd_sim::config::DEFAULT_PERIOD_NS);
@@ -533,6 +573,7 @@ fn option_names(error: SimError) -> CliError {
                 "queue_depth" => "--queue-depth",
                 "window" => "--from-min/--to-min",
                 "cache_bytes" => "--cache-bytes",
+                "cache_block" => "--cache-block",
                 "policy" => "--policy",
                 other => other,
             };

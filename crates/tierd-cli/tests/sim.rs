@@ -81,6 +81,25 @@ fn json_has_the_public_keys_and_is_reproducible() {
     assert_eq!(runs[0]["fast_io_share"], 0.0);
     assert_eq!(runs[0]["gain"]["iops_ratio"], 1.0);
     assert!(runs[1]["cache"]["hit_ratio"].as_f64().unwrap() > 0.0);
+    for key in [
+        "hit_ratio",
+        "dirty_evictions",
+        "clean_evictions",
+        "block_bytes",
+        "mode",
+        "admission",
+        "read_hit_ratio",
+        "write_hit_ratio",
+        "writebacks",
+        "bypassed",
+        "rejected",
+        "no_slot",
+        "fills",
+    ] {
+        assert!(runs[1]["cache"].get(key).is_some(), "cache.{key} missing");
+    }
+    assert_eq!(runs[1]["cache"]["mode"], "writeback");
+    assert_eq!(runs[1]["cache"]["admission"], "always");
     assert_eq!(
         runs[1]["fast_io_share"],
         runs[1]["cache"]["fast_access_ratio"]
@@ -144,6 +163,54 @@ fn a_trace_file_is_replayed_and_named() {
         text.starts_with(&format!("trace: {} [file]", path.display())),
         "{text}"
     );
+}
+
+#[test]
+fn cache_flags_set_the_block_caches_and_their_errors_say_what_is_accepted() {
+    let output = tierd(&[
+        "sim",
+        "--hours",
+        SHORT,
+        "--json",
+        "--policy",
+        "none,s3fifo",
+        "--cache-block",
+        "16KiB",
+        "--cache-mode",
+        "writethrough",
+        "--admission",
+        "frequency:3",
+        "--sequential-cutoff",
+        "0",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let value: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let cache = &value["runs"][1]["cache"];
+    assert_eq!(cache["block_bytes"], 16 * 1024);
+    assert_eq!(cache["mode"], "writethrough");
+    assert_eq!(cache["admission"], "frequency:3");
+    assert_eq!(cache["sequential_cutoff_bytes"], 0);
+    assert_eq!(cache["dirty_evictions"], 0, "writethrough makes no dirt");
+
+    for (flag, value, says) in [
+        ("--cache-block", "48KiB", "power of two from 4KiB to 1MiB"),
+        ("--cache-block", "2MiB", "power of two from 4KiB to 1MiB"),
+        (
+            "--cache-mode",
+            "write-back",
+            "writeback, writethrough or writearound",
+        ),
+        ("--admission", "lfu", "frequency:N"),
+        ("--sequential-cutoff", "4 parsecs", "parsecs"),
+    ] {
+        let output = tierd(&["sim", "--hours", SHORT, "--policy", "lru", flag, value]);
+        assert!(!output.status.success(), "{flag} {value}");
+        let message = stderr(&output);
+        assert!(
+            message.contains(flag) && message.contains(says),
+            "{flag} {value}: {message}"
+        );
+    }
 }
 
 #[test]

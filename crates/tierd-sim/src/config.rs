@@ -196,6 +196,11 @@ impl SimConfig {
                 return Err(SimError::option("cache_bytes", "at least one 4KiB page"));
             }
         }
+        crate::stack::check_cache_block_bytes(
+            "options",
+            "cache_block",
+            self.stack.cache.block_bytes,
+        )?;
         Ok(())
     }
 }

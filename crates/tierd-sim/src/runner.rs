@@ -1,7 +1,8 @@
 //! Building a run from settings: the device models of the tier stack and
 //! the strategy's policy or cache.
 
-use tierd_policy::cache::{build_cache, MAX_CAPACITY_PAGES, PAGE_BYTES};
+use tierd_core::cache::{BlockCache, CacheSettings};
+use tierd_policy::cache::{CacheKind, MAX_CAPACITY_PAGES};
 use tierd_trace::TraceReader;
 
 use crate::config::{SimConfig, Strategy};
@@ -9,37 +10,57 @@ use crate::engine::{run_with, Controller, Progress};
 use crate::error::SimError;
 use crate::result::RunResult;
 
-/// The policy or page cache `strategy` names, sized for `config`.
+/// The policy or block cache `strategy` names, sized for `config`. A cache
+/// is `tierd_core::cache::BlockCache` (the live engine's cache core, without
+/// a journal) with `cache_bytes / block_bytes` slots and the strategy's
+/// eviction policy; the rest of its settings are `config.stack.cache`.
 pub fn build_controller(config: &SimConfig, strategy: &Strategy) -> Result<Controller, SimError> {
     match strategy {
         Strategy::Tiering(policy) => Ok(Controller::Policy(tierd_policy::build_policy(policy))),
-        Strategy::Cache(kind) => {
-            let cache_bytes = match config.cache_bytes {
-                Some(bytes) => bytes,
-                None => config.tier_capacity_bytes(0),
-            };
-            let capacity_pages = cache_bytes / PAGE_BYTES;
-            if capacity_pages == 0 || capacity_pages > MAX_CAPACITY_PAGES {
-                return Err(SimError::option(
-                    "cache_bytes",
-                    format!(
-                        "{cache_bytes} bytes is {capacity_pages} pages; a cache holds 1 to {MAX_CAPACITY_PAGES} 4KiB pages"
-                    ),
-                ));
-            }
-            if cache_bytes > config.tier_capacity_bytes(0) {
-                return Err(SimError::option(
-                    "cache_bytes",
-                    format!(
-                        "{cache_bytes} bytes do not fit the fast tier {:?} ({} bytes)",
-                        config.stack.tiers[0].name,
-                        config.tier_capacity_bytes(0)
-                    ),
-                ));
-            }
-            Ok(Controller::Cache(build_cache(*kind, capacity_pages)))
-        }
+        Strategy::Cache(kind) => Ok(Controller::Cache(Box::new(build_cache(config, *kind)?))),
     }
+}
+
+/// The block cache of a `kind` strategy run with `config`.
+pub fn build_cache(config: &SimConfig, kind: CacheKind) -> Result<BlockCache, SimError> {
+    let cache_bytes = match config.cache_bytes {
+        Some(bytes) => bytes,
+        None => config.tier_capacity_bytes(0),
+    };
+    if cache_bytes > config.tier_capacity_bytes(0) {
+        return Err(SimError::option(
+            "cache_bytes",
+            format!(
+                "{cache_bytes} bytes do not fit the fast tier {:?} ({} bytes)",
+                config.stack.tiers[0].name,
+                config.tier_capacity_bytes(0)
+            ),
+        ));
+    }
+    let cache = &config.stack.cache;
+    let slots = cache_bytes / cache.block_bytes;
+    let most_slots = MAX_CAPACITY_PAGES.min(u64::from(u32::MAX));
+    if slots < 2 || slots > most_slots {
+        return Err(SimError::option(
+            "cache_bytes",
+            format!(
+                "{cache_bytes} bytes is {slots} cache blocks of {} bytes; a cache holds 2 to {most_slots} blocks (change the cache size or --cache-block)",
+                cache.block_bytes
+            ),
+        ));
+    }
+    let mut settings = CacheSettings::new(
+        config.volume_bytes,
+        cache.block_bytes,
+        slots as u32,
+        cache.mode,
+    );
+    settings.policy = kind;
+    settings.admission = cache.admission;
+    settings.sequential_cutoff_bytes = cache.sequential_cutoff_bytes;
+    // The simulator keeps no metadata: a released slot is free at once.
+    settings.journal = false;
+    BlockCache::new(settings).map_err(|message| SimError::option("cache_bytes", message))
 }
 
 /// Runs `strategy` over `reader` on the device models of `config.stack`

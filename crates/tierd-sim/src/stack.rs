@@ -24,6 +24,12 @@
 //! chunks_in_flight = 4            # chunks of one move copied at once
 //! chunk_gap = "0s"                # pause after a chunk lands
 //! max_bandwidth = "200MB"         # bytes per second per move; absent = unpaced
+//!
+//! [cache]                         # the block caches (fifo, lru, arc, s3fifo)
+//! block_bytes = "64KiB"           # cache block: power of two, 4KiB..1MiB
+//! mode = "writeback"              # writeback | writethrough | writearound
+//! admission = "always"            # always | frequency | frequency:N
+//! sequential_cutoff_bytes = "4MiB"  # misses of longer sequential runs bypass; 0 = off
 //! ```
 //!
 //! Every key is checked: an unknown key, a bad unit or an out-of-range value
@@ -33,6 +39,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use tierd_common::units::{parse_bytes, parse_duration_ns, PAGE_BYTES};
+pub use tierd_core::cache::{AdmissionKind, CacheMode};
+use tierd_core::cache::{DEFAULT_SEQUENTIAL_CUTOFF_BYTES, MAX_BLOCK_BYTES, MIN_BLOCK_BYTES};
 use tierd_device::DevicePreset;
 
 use crate::error::SimError;
@@ -139,6 +147,17 @@ struct StackFile {
     tier: Vec<TierFile>,
     #[serde(default)]
     migration: MigrationFile,
+    #[serde(default)]
+    cache: CacheFile,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CacheFile {
+    block_bytes: Option<HumanSize>,
+    mode: Option<String>,
+    admission: Option<String>,
+    sequential_cutoff_bytes: Option<HumanSize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -210,6 +229,89 @@ impl Default for MigrationConfig {
     }
 }
 
+/// The simulator's default cache block, chosen by measurement (`EVIDENCE.md`,
+/// "Cache block size"; `docs/sim.md`).
+pub const DEFAULT_CACHE_BLOCK_BYTES: u64 = 64 << 10;
+
+/// How the block caches run (the `[cache]` table; `tierd sim --cache-block`,
+/// `--cache-mode`, `--admission`, `--sequential-cutoff` override it). The
+/// eviction policy is the strategy (`fifo`, `lru`, `arc`, `s3fifo`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CacheConfig {
+    /// Cache block: a power of two, 4 KiB ..= 1 MiB.
+    pub block_bytes: u64,
+    #[serde(serialize_with = "display")]
+    pub mode: CacheMode,
+    #[serde(serialize_with = "display")]
+    pub admission: AdmissionKind,
+    /// Misses of a sequential run at least this long do not allocate; 0 = off.
+    pub sequential_cutoff_bytes: u64,
+}
+
+fn display<T: std::fmt::Display, S: serde::Serializer>(
+    value: &T,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(value)
+}
+
+impl Default for CacheConfig {
+    /// Write-back (flashcache, the papers' baseline, is write-back), admit
+    /// every miss, bcache's 4 MiB sequential cutoff.
+    fn default() -> Self {
+        Self {
+            block_bytes: DEFAULT_CACHE_BLOCK_BYTES,
+            mode: CacheMode::Writeback,
+            admission: AdmissionKind::Always,
+            sequential_cutoff_bytes: DEFAULT_SEQUENTIAL_CUTOFF_BYTES,
+        }
+    }
+}
+
+/// Checks a cache block size: a power of two in 4 KiB ..= 1 MiB.
+pub fn check_cache_block_bytes(source_name: &str, key: &str, bytes: u64) -> Result<(), SimError> {
+    if !bytes.is_power_of_two() || !(MIN_BLOCK_BYTES..=MAX_BLOCK_BYTES).contains(&bytes) {
+        return Err(config_error(
+            source_name,
+            key,
+            format!(
+                "{bytes} bytes is not allowed: a cache block is a power of two from 4KiB to 1MiB \
+                 (4KiB, 8KiB, ..., 512KiB, 1MiB)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn cache_config(source_name: &str, file: &CacheFile) -> Result<CacheConfig, SimError> {
+    let defaults = CacheConfig::default();
+    let block_bytes = match &file.block_bytes {
+        Some(value) => size(source_name, "cache.block_bytes", value)?,
+        None => defaults.block_bytes,
+    };
+    check_cache_block_bytes(source_name, "cache.block_bytes", block_bytes)?;
+    let mode = match &file.mode {
+        Some(text) => CacheMode::parse(text)
+            .map_err(|message| config_error(source_name, "cache.mode", message))?,
+        None => defaults.mode,
+    };
+    let admission = match &file.admission {
+        Some(text) => AdmissionKind::parse(text)
+            .map_err(|message| config_error(source_name, "cache.admission", message))?,
+        None => defaults.admission,
+    };
+    let sequential_cutoff_bytes = match &file.sequential_cutoff_bytes {
+        Some(value) => size(source_name, "cache.sequential_cutoff_bytes", value)?,
+        None => defaults.sequential_cutoff_bytes,
+    };
+    Ok(CacheConfig {
+        block_bytes,
+        mode,
+        admission,
+        sequential_cutoff_bytes,
+    })
+}
+
 /// A validated tier stack.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TierStack {
@@ -220,6 +322,8 @@ pub struct TierStack {
     /// Fastest first; the last is home.
     pub tiers: Vec<TierSpec>,
     pub migration: MigrationConfig,
+    /// The block caches' settings (`[cache]`).
+    pub cache: CacheConfig,
 }
 
 fn config_error(source_name: &str, key: impl Into<String>, message: impl Into<String>) -> SimError {
@@ -381,12 +485,14 @@ impl TierStack {
             });
         }
         let migration = migration_config(source_name, &file.migration, segment_bytes)?;
+        let cache = cache_config(source_name, &file.cache)?;
         Ok(TierStack {
             name: file.name.clone().unwrap_or_else(|| source_name.to_string()),
             description: file.description.clone().unwrap_or_default(),
             segment_bytes,
             tiers,
             migration,
+            cache,
         })
     }
 
@@ -562,6 +668,65 @@ mod tests {
             message.contains("hdd-ssd") && message.contains("ssd-mem"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn the_cache_table_sets_the_block_caches_and_its_errors_name_the_key() {
+        const HOME: &str = "[[tier]]\nname = \"hdd\"\ndevice = \"savvio10k4\"\n";
+        let stack = TierStack::parse(HOME, "t.toml").unwrap();
+        assert_eq!(stack.cache, CacheConfig::default());
+        let stack = TierStack::parse(
+            &format!(
+                "{HOME}[cache]\nblock_bytes = \"16KiB\"\nmode = \"writethrough\"\n\
+                 admission = \"frequency:3\"\nsequential_cutoff_bytes = 0\n"
+            ),
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            stack.cache,
+            CacheConfig {
+                block_bytes: 16 << 10,
+                mode: CacheMode::Writethrough,
+                admission: AdmissionKind::Frequency { misses: 3 },
+                sequential_cutoff_bytes: 0,
+            }
+        );
+        for (table, key, says) in [
+            (
+                "block_bytes = \"48KiB\"",
+                "cache.block_bytes",
+                "4KiB to 1MiB",
+            ),
+            (
+                "block_bytes = \"2MiB\"",
+                "cache.block_bytes",
+                "4KiB to 1MiB",
+            ),
+            (
+                "mode = \"write-back\"",
+                "cache.mode",
+                "writeback, writethrough or writearound",
+            ),
+            (
+                "admission = \"frequency:1\"",
+                "cache.admission",
+                "frequency:N",
+            ),
+            (
+                "sequential_cutoff_bytes = \"4 parsecs\"",
+                "cache.sequential_cutoff_bytes",
+                "parsecs",
+            ),
+        ] {
+            let message = error_of(&format!("{HOME}[cache]\n{table}\n"));
+            assert!(
+                message.contains("test.toml") && message.contains(key) && message.contains(says),
+                "{table}: {message}"
+            );
+        }
+        let message = error_of(&format!("{HOME}[cache]\npolicy = \"lru\"\n"));
+        assert!(message.contains("policy"), "{message}");
     }
 
     #[test]

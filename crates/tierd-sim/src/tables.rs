@@ -100,6 +100,9 @@ pub fn render_text(report: &SimReport) -> String {
             settings.seed
         );
     }
+    if let Some(line) = cache_line(report) {
+        out.push_str(&line);
+    }
     for note in &report.notes {
         let _ = writeln!(out, "note: {note}");
     }
@@ -172,6 +175,39 @@ pub fn size_text(bytes: u64) -> String {
 /// tables then gain a size column).
 fn swept(report: &SimReport) -> bool {
     crate::sweep::sizes(report).len() > 1
+}
+
+/// The block caches' settings, one line per distinct setting (a report's
+/// caches normally share one): `cache: fifo, lru: 64.00 KiB blocks,
+/// writeback, admission always, sequential cutoff 4.00 MiB, 1.07 GB`.
+pub fn cache_line(report: &SimReport) -> Option<String> {
+    let mut lines: Vec<(String, Vec<&str>)> = Vec::new();
+    for run in &report.runs {
+        let Some(cache) = &run.cache else { continue };
+        let cutoff = match cache.sequential_cutoff_bytes {
+            0 => "off".to_string(),
+            bytes => tierd_common::units::Bytes(bytes).to_string(),
+        };
+        let text = format!(
+            "{} blocks, {}, admission {}, sequential cutoff {cutoff}, {:.2} GB",
+            tierd_common::units::Bytes(cache.block_bytes),
+            cache.mode,
+            cache.admission,
+            gigabytes(cache.slots * cache.block_bytes)
+        );
+        match lines.iter_mut().find(|(line, _)| *line == text) {
+            Some((_, policies)) => policies.push(&run.policy),
+            None => lines.push((text, vec![&run.policy])),
+        }
+    }
+    if lines.is_empty() {
+        return None;
+    }
+    let mut out = String::new();
+    for (text, policies) in lines {
+        let _ = writeln!(out, "cache: {}: {text}", policies.join(", "));
+    }
+    Some(out)
 }
 
 /// Title of [`iops_rows`]' table.

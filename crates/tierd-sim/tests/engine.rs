@@ -2,7 +2,6 @@
 //! where every expected figure can be worked out by hand.
 
 use tierd_device::DeviceModel;
-use tierd_policy::cache::{build_cache, pages_touched, replay_pages, CacheKind};
 use tierd_policy::{Move, MoveReason, Plan, Policy, View};
 use tierd_sim::testing::FixedLatencyDevice;
 use tierd_sim::{run_with, Controller, Replay, RunResult, SimConfig, SimError, TierStack, Window};
@@ -339,62 +338,6 @@ fn invalid_and_overflowing_moves_are_dropped() {
     assert_eq!(starts[0], SECOND);
     assert_eq!(starts[1], SECOND);
     assert!(starts[2] > SECOND);
-}
-
-#[test]
-fn cache_hit_ratio_equals_a_direct_replay_through_the_same_cache() {
-    let volume = 64 * MIB;
-    let config = config(volume, "");
-    let mut state = 7u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
-    let requests: Vec<Request> = (0..5_000)
-        .map(|index| {
-            let hot = next() % 4 != 0;
-            let span = if hot { 2 * MIB } else { volume - 64 * 1024 };
-            let offset = (next() % span) / 512 * 512;
-            let length = 512 * (1 + next() % 64);
-            let op = if next() % 3 == 0 { Op::Write } else { Op::Read };
-            request(index * 100_000, op, offset, length)
-        })
-        .collect();
-    for kind in [
-        CacheKind::Fifo,
-        CacheKind::Lru,
-        CacheKind::Arc,
-        CacheKind::S3fifo,
-    ] {
-        let capacity_pages = 256;
-        let result = run(
-            &config,
-            Controller::Cache(build_cache(kind, capacity_pages)),
-            devices(volume, 0),
-            requests.clone(),
-        )
-        .unwrap();
-        let mut direct = build_cache(kind, capacity_pages);
-        let pages = requests.iter().flat_map(|request| {
-            pages_touched(request.offset_bytes, request.length_bytes)
-                .map(move |page| (page, request.op.is_write()))
-        });
-        let expected = replay_pages(pages, direct.as_mut());
-        let cache = result.cache.as_ref().unwrap();
-        assert_eq!(cache.page_accesses, expected.accesses, "{kind:?}");
-        assert_eq!(cache.page_hits, expected.hits, "{kind:?}");
-        assert_eq!(cache.dirty_evictions, expected.dirty_evictions, "{kind:?}");
-        assert!(cache.hit_ratio > 0.2, "{kind:?}: {}", cache.hit_ratio);
-        assert_eq!(
-            result.fast_io_share,
-            (cache.read_hit_pages + cache.write_pages) as f64 / cache.page_accesses as f64
-        );
-        assert_eq!(cache.writeback_bytes, cache.dirty_evictions * 4096);
-        assert_eq!(result.requests, 5_000);
-        assert_eq!(result.fast_bytes_max, capacity_pages * 4096);
-    }
 }
 
 #[test]

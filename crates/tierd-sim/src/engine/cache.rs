@@ -1,177 +1,425 @@
-//! The cache baselines: a page cache over tier 0 and home.
+//! The cache baselines: `tierd_core::cache::BlockCache`, the live engine's
+//! cache core, over tier 0 (the slots) and home, on the device models.
+//!
+//! The core plans one step per cache block of a request; this file turns
+//! the steps into device IO and reports each step back (`BlockCache::finish`)
+//! when its IO has completed. Adjacent steps of the same kind whose device
+//! ranges are contiguous go to the device as one IO, as the block layer
+//! merges adjacent requests (a 64 KiB read that misses 16 blocks of 4 KiB
+//! is one home read, not 16). The simulator carries no data, so it does not
+//! need the caller's per-block serialization rule (`docs/engine/cache.md`,
+//! rule 1): IOs to one block may overlap in time here.
+//!
+//! | step | device IO | the user piece completes | reported |
+//! |---|---|---|---|
+//! | `ReadSlot` | read fast at `slot × block + offset in block` | with the read | then |
+//! | `ReadHome` | read home at the volume offset | with the read | (nothing to report) |
+//! | `Fill` | read the whole block from home, then write it into the slot (background) | with the home read | when the slot write lands |
+//! | `WriteSlot` | write fast | with the write | then |
+//! | `WriteSlotMerged` | read the whole block from home, then write it into the slot | after the slot write | then |
+//! | `WriteBoth` | write home and the slot (`merge`: read the block from home first, then write the whole block into the slot) | when both writes are done | then |
+//! | `WriteHome` | write home | with the write | then |
+//!
+//! Writeback (`BlockCache::next_writeback`) is asked after every request
+//! is planned, every device completion and every period end, with `idle` = no user IO
+//! outstanding at home (the device a writeback's write competes for), at
+//! most [`WRITEBACKS_IN_FLIGHT`] at a time: read the slot, write home, then
+//! `writeback_done`. Dirty victims become orphans in the core and are
+//! written back first; they are counted as `dirty_evictions`.
+
+use tierd_core::cache::{BlockCache, BlockIo, Step, Writeback};
 
 use super::*;
 
-/// Cache-baseline counters.
+/// Writebacks (slot read + home write) in flight at once. Enough to keep
+/// the write-back elevator moving under a write burst; few enough that a
+/// user IO arriving at an idle-looking disk waits behind at most this many
+/// background writes.
+pub const WRITEBACKS_IN_FLIGHT: u32 = 4;
+
+/// Most steps one device IO carries (the fill payload holds the step index).
+const MAX_GROUP_STEPS: usize = 1 << 20;
+const FILL_STEP_BITS: u32 = 20;
+
+/// What the simulator counted beside the core's counters.
 #[derive(Default)]
 pub(super) struct CacheCounters {
-    pub(super) page_accesses: u64,
-    pub(super) page_hits: u64,
-    pub(super) read_pages: u64,
-    pub(super) read_hit_pages: u64,
-    pub(super) write_pages: u64,
-    pub(super) dirty_evictions: u64,
-    pub(super) clean_evictions: u64,
+    /// Fill steps (read misses that took a slot) and the bytes they wrote into slots.
+    pub(super) fills: u64,
     pub(super) fill_bytes: u64,
+    /// Write blocks served by the slot alone (`WriteSlot`, `WriteSlotMerged`).
+    pub(super) fast_write_blocks: u64,
+    /// Bytes read from home to merge partial writes into a new block.
+    pub(super) merge_read_bytes: u64,
     pub(super) writeback_bytes: u64,
+    /// Most dirty blocks seen (after each request is planned and each completion).
+    pub(super) dirty_blocks_max: u64,
+}
+
+/// The kind of device IO a run of steps becomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum GroupKind {
+    ReadSlot,
+    ReadHome,
+    Fill,
+    WriteSlot,
+    WriteSlotMerged,
+    WriteBoth { merge: bool },
+    WriteHome,
+}
+
+impl GroupKind {
+    fn of(io: &BlockIo) -> GroupKind {
+        match *io {
+            BlockIo::ReadSlot { .. } => GroupKind::ReadSlot,
+            BlockIo::ReadHome => GroupKind::ReadHome,
+            BlockIo::Fill { .. } => GroupKind::Fill,
+            BlockIo::WriteSlot { .. } => GroupKind::WriteSlot,
+            BlockIo::WriteSlotMerged { .. } => GroupKind::WriteSlotMerged,
+            BlockIo::WriteBoth { merge, .. } => GroupKind::WriteBoth { merge },
+            BlockIo::WriteHome => GroupKind::WriteHome,
+        }
+    }
+
+    /// The user's data is served by the slot alone.
+    fn served_by_slot(self) -> bool {
+        matches!(
+            self,
+            GroupKind::ReadSlot | GroupKind::WriteSlot | GroupKind::WriteSlotMerged
+        )
+    }
+
+    /// Whether the next step may join a run of this kind: same kind, and
+    /// for slot IO the next slot (home IO is contiguous already: the steps
+    /// are consecutive blocks). Merging partial-block writes stay alone.
+    fn joins(self, last: &Step, next: &Step) -> bool {
+        if GroupKind::of(&next.io) != self {
+            return false;
+        }
+        let slot = |step: &Step| step.io.ticket().map(|ticket| ticket.slot);
+        match self {
+            GroupKind::ReadHome | GroupKind::WriteHome | GroupKind::Fill => true,
+            GroupKind::ReadSlot | GroupKind::WriteSlot | GroupKind::WriteBoth { merge: false } => {
+                matches!((slot(last), slot(next)), (Some(a), Some(b)) if a.checked_add(1) == Some(b))
+            }
+            GroupKind::WriteSlotMerged | GroupKind::WriteBoth { merge: true } => false,
+        }
+    }
+}
+
+/// A run of steps of one request that goes to the devices together.
+pub(super) struct CacheGroup {
+    /// The user piece (in `Engine::pieces`) this run answers.
+    piece: u32,
+    kind: GroupKind,
+    /// 0: first IO(s) issued; 1: the merge read is done, the writes are out;
+    /// 2: the user piece is done, fills are landing.
+    phase: u8,
+    /// Device IOs of the current phase still outstanding.
+    parts_left: u32,
+    /// The user's bytes in this run.
+    volume_offset: u64,
+    bytes: u64,
+    steps: Vec<Step>,
 }
 
 impl<'run> Engine<'run> {
-    pub(super) fn fast_offset(&self, page: u64, length: u64) -> u64 {
-        let offset = (page % self.fast_device_pages) * PAGE_BYTES;
-        let capacity = self.devices[0].capacity_bytes();
-        offset.min(capacity.saturating_sub(length))
+    fn cache(&mut self) -> &mut BlockCache {
+        match &mut self.controller {
+            Controller::Cache(cache) => cache,
+            Controller::Policy(_) => unreachable!("cache IO in a tiering run"),
+        }
+    }
+
+    /// The volume bytes of `block` (the last one may be short).
+    fn block_range(&self, block: u64) -> (u64, u64) {
+        let start = block * self.cache_block_bytes;
+        (
+            start,
+            self.cache_block_bytes
+                .min(self.config.volume_bytes.saturating_sub(start)),
+        )
+    }
+
+    fn slot_offset(&self, step: &Step) -> u64 {
+        let ticket = step.io.ticket().expect("a slot step has a ticket");
+        u64::from(ticket.slot) * self.cache_block_bytes
     }
 
     pub(super) fn dispatch_cache(&mut self, request_index: u32, request: &Request) {
-        let is_write = request.op.is_write();
-        let start = request.offset_bytes;
-        let end = request.end_bytes();
-        let first_page = start / PAGE_BYTES;
-        let last_page = (end - 1) / PAGE_BYTES;
-        // Every page is looked up in order; consecutive read pages with the
-        // same outcome (hit or miss) become one device IO.
-        let mut run: Option<(u64, bool)> = None;
-        for page in first_page..=last_page {
-            let access = match &mut self.controller {
-                Controller::Cache(cache) => cache.access(page, is_write),
-                Controller::Policy(_) => return,
-            };
-            let counters = &mut self.cache_counters;
-            counters.page_accesses += 1;
-            counters.page_hits += u64::from(access.hit);
-            if is_write {
-                counters.write_pages += 1;
-            } else {
-                counters.read_pages += 1;
-                counters.read_hit_pages += u64::from(access.hit);
-            }
-            if let Some(evicted) = access.evicted {
-                if evicted.dirty {
-                    self.cache_counters.dirty_evictions += 1;
-                    let offset = self.fast_offset(evicted.page, PAGE_BYTES);
-                    self.submit(
-                        0,
-                        DeviceIo {
-                            id: (KIND_WRITEBACK_READ << KIND_SHIFT) | (evicted.page & PAYLOAD_MASK),
-                            op: Op::Read,
-                            offset_bytes: offset,
-                            length_bytes: PAGE_BYTES,
-                            background: true,
-                        },
-                    );
-                } else {
-                    self.cache_counters.clean_evictions += 1;
-                }
-            }
-            if !is_write {
-                match run {
-                    Some((run_first, run_hit)) if run_hit != access.hit => {
-                        self.cache_run_piece(request_index, request, run_first, page - 1, run_hit);
-                        run = Some((page, access.hit));
-                    }
-                    None => run = Some((page, access.hit)),
-                    Some(_) => {}
-                }
-            }
-        }
-        if is_write {
-            // Write-back, write-allocate: the whole write goes to the fast tier.
-            let span = (last_page - first_page + 1) * PAGE_BYTES;
-            let device_offset = self.fast_offset(first_page, span) + start % PAGE_BYTES;
-            self.requests.get_mut(request_index).pieces_left += 1;
-            self.submit_cache_piece(
-                request_index,
-                request,
-                start,
-                end - start,
-                0,
-                device_offset,
-                0,
-                0,
-            );
-        } else if let Some((run_first, run_hit)) = run {
-            self.cache_run_piece(request_index, request, run_first, last_page, run_hit);
-        }
-    }
-
-    /// A read run of pages `first..=last` that all hit (fast) or all missed
-    /// (slow, then filled into the fast tier).
-    pub(super) fn cache_run_piece(
-        &mut self,
-        request_index: u32,
-        request: &Request,
-        first: u64,
-        last: u64,
-        hit: bool,
-    ) {
-        let start = request.offset_bytes.max(first * PAGE_BYTES);
-        let end = request.end_bytes().min((last + 1) * PAGE_BYTES);
-        self.requests.get_mut(request_index).pieces_left += 1;
-        let run_bytes = (last - first + 1) * PAGE_BYTES;
-        if hit {
-            let device_offset = self.fast_offset(first, run_bytes) + (start - first * PAGE_BYTES);
-            self.submit_cache_piece(
-                request_index,
-                request,
-                start,
-                end - start,
-                0,
-                device_offset,
-                0,
-                0,
-            );
+        let mut steps = std::mem::take(&mut self.cache_steps);
+        steps.clear();
+        if request.op.is_write() {
+            self.cache()
+                .write(request.offset_bytes, request.length_bytes, &mut steps);
         } else {
-            let fill_offset = self.fast_offset(first, run_bytes);
-            let home = self.home as TierId;
-            self.submit_cache_piece(
-                request_index,
-                request,
-                start,
-                end - start,
-                home,
-                start,
-                fill_offset,
-                run_bytes,
-            );
+            self.cache()
+                .read(request.offset_bytes, request.length_bytes, &mut steps);
         }
+        let mut first = 0;
+        while first < steps.len() {
+            let kind = GroupKind::of(&steps[first].io);
+            let mut end = first + 1;
+            while end < steps.len()
+                && end - first < MAX_GROUP_STEPS
+                && kind.joins(&steps[end - 1], &steps[end])
+            {
+                end += 1;
+            }
+            self.start_group(request_index, request, kind, &steps[first..end]);
+            first = end;
+        }
+        self.cache_steps = steps;
+        self.pump_writebacks();
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn submit_cache_piece(
+    fn start_group(
         &mut self,
         request_index: u32,
         request: &Request,
-        volume_offset: u64,
-        bytes: u64,
-        tier: TierId,
-        device_offset: u64,
-        fill_offset: u64,
-        fill_bytes: u64,
+        kind: GroupKind,
+        steps: &[Step],
     ) {
-        let piece_index = self.pieces.insert(Piece {
+        let (first_start, _) = self.block_range(steps[0].block);
+        let (last_start, last_len) = self.block_range(steps[steps.len() - 1].block);
+        let volume_offset = request.offset_bytes.max(first_start);
+        let bytes = request.end_bytes().min(last_start + last_len) - volume_offset;
+        let tier = if kind.served_by_slot() { 0 } else { self.home };
+        if matches!(kind, GroupKind::WriteSlot | GroupKind::WriteSlotMerged) {
+            self.cache_counters.fast_write_blocks += steps.len() as u64;
+        }
+        let piece = self.pieces.insert(Piece {
             request: request_index,
             segment: (volume_offset / self.config.segment_bytes) as SegmentId,
-            tier,
+            tier: tier as TierId,
             is_write: request.op.is_write(),
             volume_offset,
-            device_offset,
             bytes,
-            fill_offset,
-            fill_bytes,
             parts_left: 1,
             ..Piece::default()
         });
         self.pieces_total += 1;
+        self.requests.get_mut(request_index).pieces_left += 1;
+        let group = CacheGroup {
+            piece,
+            kind,
+            phase: 0,
+            parts_left: 0,
+            volume_offset,
+            bytes,
+            steps: Vec::new(),
+        };
+        let index = match self.cache_groups_free.pop() {
+            Some(index) => {
+                let reused = &mut self.cache_groups[index as usize];
+                let mut kept = std::mem::take(&mut reused.steps);
+                kept.clear();
+                kept.extend_from_slice(steps);
+                *reused = CacheGroup {
+                    steps: kept,
+                    ..group
+                };
+                index
+            }
+            None => {
+                self.cache_groups.push(CacheGroup {
+                    steps: steps.to_vec(),
+                    ..group
+                });
+                (self.cache_groups.len() - 1) as u32
+            }
+        };
+        let first_slot = match kind {
+            GroupKind::ReadHome | GroupKind::WriteHome | GroupKind::Fill => 0,
+            _ => self.slot_offset(&steps[0]) + (volume_offset - first_start),
+        };
+        let whole = first_start..last_start + last_len;
+        let op = request.op;
+        match kind {
+            GroupKind::ReadSlot | GroupKind::WriteSlot => {
+                self.cache_user_io(index, 0, op, first_slot, bytes);
+            }
+            GroupKind::ReadHome | GroupKind::WriteHome => {
+                self.cache_user_io(index, self.home, op, volume_offset, bytes);
+            }
+            GroupKind::WriteBoth { merge: false } => {
+                self.cache_user_io(index, self.home, Op::Write, volume_offset, bytes);
+                self.cache_user_io(index, 0, Op::Write, first_slot, bytes);
+            }
+            GroupKind::Fill | GroupKind::WriteSlotMerged | GroupKind::WriteBoth { merge: true } => {
+                // The whole block(s) from home: a fill's read answers the
+                // user; a merge read precedes the writes.
+                if kind != GroupKind::Fill {
+                    self.cache_counters.merge_read_bytes += whole.end - whole.start;
+                }
+                self.cache_user_io(
+                    index,
+                    self.home,
+                    Op::Read,
+                    whole.start,
+                    whole.end - whole.start,
+                );
+            }
+        }
+    }
+
+    /// A device IO the user waits for (counts as user IO of its tier).
+    fn cache_user_io(
+        &mut self,
+        group: u32,
+        tier: usize,
+        op: Op,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) {
+        self.cache_groups[group as usize].parts_left += 1;
         self.submit(
-            tier as usize,
+            tier,
             DeviceIo {
-                id: (KIND_USER << KIND_SHIFT) | u64::from(piece_index),
-                op: request.op,
-                offset_bytes: device_offset,
-                length_bytes: bytes,
+                id: (KIND_CACHE_USER << KIND_SHIFT) | u64::from(group),
+                op,
+                offset_bytes,
+                length_bytes,
                 background: false,
             },
         );
+    }
+
+    /// A user-facing IO of `group` completed.
+    pub(super) fn cache_user_io_done(&mut self, group: u32, done_ns: u64) -> Result<(), SimError> {
+        let entry = &mut self.cache_groups[group as usize];
+        entry.parts_left -= 1;
+        if entry.parts_left > 0 {
+            return Ok(());
+        }
+        let kind = entry.kind;
+        match (kind, entry.phase) {
+            (GroupKind::WriteSlotMerged, 0) => {
+                entry.phase = 1;
+                let step = entry.steps[0];
+                let (_, length) = self.block_range(step.block);
+                let offset = self.slot_offset(&step);
+                self.cache_user_io(group, 0, Op::Write, offset, length);
+                Ok(())
+            }
+            (GroupKind::WriteBoth { merge: true }, 0) => {
+                entry.phase = 1;
+                let step = entry.steps[0];
+                let (volume_offset, bytes) = (entry.volume_offset, entry.bytes);
+                let (_, length) = self.block_range(step.block);
+                let offset = self.slot_offset(&step);
+                self.cache_user_io(group, self.home, Op::Write, volume_offset, bytes);
+                self.cache_user_io(group, 0, Op::Write, offset, length);
+                Ok(())
+            }
+            (GroupKind::Fill, _) => {
+                // The user has the data; the blocks go into their slots.
+                entry.phase = 2;
+                let piece = entry.piece;
+                let count = entry.steps.len();
+                entry.parts_left = count as u32;
+                for position in 0..count {
+                    let step = self.cache_groups[group as usize].steps[position];
+                    let (_, length) = self.block_range(step.block);
+                    let offset = self.slot_offset(&step);
+                    self.cache_counters.fills += 1;
+                    self.cache_counters.fill_bytes += length;
+                    self.submit(
+                        0,
+                        DeviceIo {
+                            id: (KIND_CACHE_FILL << KIND_SHIFT)
+                                | (u64::from(group) << FILL_STEP_BITS)
+                                | position as u64,
+                            op: Op::Write,
+                            offset_bytes: offset,
+                            length_bytes: length,
+                            background: true,
+                        },
+                    );
+                }
+                self.complete_piece(piece, done_ns)
+            }
+            _ => {
+                let piece = entry.piece;
+                let steps = std::mem::take(&mut entry.steps);
+                for step in &steps {
+                    self.cache().finish(step, true);
+                }
+                self.cache_groups[group as usize].steps = steps;
+                self.cache_groups_free.push(group);
+                self.complete_piece(piece, done_ns)
+            }
+        }
+    }
+
+    /// A fill's slot write landed: the block is valid from now on.
+    pub(super) fn cache_fill_done(&mut self, tier: usize, payload: u64) {
+        let group = (payload >> FILL_STEP_BITS) as u32;
+        let position = (payload & ((1 << FILL_STEP_BITS) - 1)) as usize;
+        let step = self.cache_groups[group as usize].steps[position];
+        let (_, length) = self.block_range(step.block);
+        self.monitor.record_migration_io(tier as TierId, length);
+        self.cache().finish(&step, true);
+        let entry = &mut self.cache_groups[group as usize];
+        entry.parts_left -= 1;
+        if entry.parts_left == 0 {
+            self.cache_groups_free.push(group);
+        }
+    }
+
+    /// Starts the writebacks the cache wants now, up to [`WRITEBACKS_IN_FLIGHT`].
+    pub(super) fn pump_writebacks(&mut self) {
+        let Controller::Cache(_) = self.controller else {
+            return;
+        };
+        let dirty = self.cache().dirty_blocks();
+        self.cache_counters.dirty_blocks_max = self.cache_counters.dirty_blocks_max.max(dirty);
+        let idle = self.user_outstanding[self.home] == 0;
+        while self.writebacks_in_flight < WRITEBACKS_IN_FLIGHT {
+            let Some(writeback) = self.cache().next_writeback(idle) else {
+                break;
+            };
+            self.writebacks_in_flight += 1;
+            let (_, length) = self.block_range(writeback.block);
+            let offset = u64::from(writeback.slot) * self.cache_block_bytes;
+            let index = self.writebacks.insert(writeback);
+            self.submit(
+                0,
+                DeviceIo {
+                    id: (KIND_WRITEBACK_READ << KIND_SHIFT) | u64::from(index),
+                    op: Op::Read,
+                    offset_bytes: offset,
+                    length_bytes: length,
+                    background: true,
+                },
+            );
+        }
+    }
+
+    /// A writeback's slot read completed: write the block home.
+    pub(super) fn writeback_read_done(&mut self, tier: usize, index: u32) {
+        let writeback: Writeback = self.writebacks.items[index as usize];
+        let (offset, length) = self.block_range(writeback.block);
+        self.monitor.record_migration_io(tier as TierId, length);
+        self.submit(
+            self.home,
+            DeviceIo {
+                id: (KIND_WRITEBACK_WRITE << KIND_SHIFT) | u64::from(index),
+                op: Op::Write,
+                offset_bytes: offset,
+                length_bytes: length,
+                background: true,
+            },
+        );
+    }
+
+    /// A writeback's home write completed: home holds the block as read.
+    pub(super) fn writeback_write_done(&mut self, tier: usize, index: u32) {
+        let writeback = self.writebacks.take(index);
+        let (_, length) = self.block_range(writeback.block);
+        self.monitor.record_migration_io(tier as TierId, length);
+        self.cache_counters.writeback_bytes += length;
+        self.writebacks_in_flight -= 1;
+        self.cache().writeback_done(writeback, true);
     }
 }

@@ -71,32 +71,13 @@ impl<'run> Engine<'run> {
             KIND_HANDED_OVER => self.handed_over_done((payload >> 32) as u32, payload as u32),
             KIND_MIGRATION_READ => self.chunk_read_done((payload >> 32) as u32, payload as u32),
             KIND_MIGRATION_WRITE => self.chunk_write_done((payload >> 32) as u32, payload as u32),
-            KIND_CACHE_FILL => {
-                self.monitor.record_migration_io(tier as TierId, payload);
-            }
-            KIND_WRITEBACK_READ => {
-                self.monitor.record_migration_io(tier as TierId, PAGE_BYTES);
-                let offset = payload * PAGE_BYTES;
-                let length = PAGE_BYTES.min(self.config.volume_bytes.saturating_sub(offset));
-                if length > 0 {
-                    self.cache_counters.writeback_bytes += length;
-                    self.submit(
-                        self.home,
-                        DeviceIo {
-                            id: KIND_WRITEBACK_WRITE << KIND_SHIFT,
-                            op: Op::Write,
-                            offset_bytes: offset,
-                            length_bytes: length,
-                            background: true,
-                        },
-                    );
-                }
-            }
-            KIND_WRITEBACK_WRITE => {
-                self.monitor.record_migration_io(tier as TierId, PAGE_BYTES);
-            }
+            KIND_CACHE_USER => self.cache_user_io_done(payload as u32, completion.done_ns)?,
+            KIND_CACHE_FILL => self.cache_fill_done(tier, payload),
+            KIND_WRITEBACK_READ => self.writeback_read_done(tier, payload as u32),
+            KIND_WRITEBACK_WRITE => self.writeback_write_done(tier, payload as u32),
             _ => debug_assert!(false, "unknown IO id {:#x}", completion.id),
         }
+        self.pump_writebacks();
         Ok(())
     }
 
@@ -196,19 +177,6 @@ impl<'run> Engine<'run> {
             response_ns,
             self.moves_touching[tier] > 0,
         );
-        if piece.fill_bytes > 0 {
-            self.cache_counters.fill_bytes += piece.fill_bytes;
-            self.submit(
-                0,
-                DeviceIo {
-                    id: (KIND_CACHE_FILL << KIND_SHIFT) | (piece.fill_bytes & PAYLOAD_MASK),
-                    op: Op::Write,
-                    offset_bytes: piece.fill_offset,
-                    length_bytes: piece.fill_bytes,
-                    background: true,
-                },
-            );
-        }
         if piece.is_write && matches!(self.controller, Controller::Policy(_)) {
             self.write_acknowledged(&piece, done_ns);
         }

@@ -54,23 +54,43 @@ impl<'run> Engine<'run> {
         }
         let cache = match &self.controller {
             Controller::Cache(cache) => {
-                let counters = &self.cache_counters;
+                let counters = cache.counters();
+                let ours = &self.cache_counters;
+                let settings = cache.settings();
+                let accesses = counters.read_blocks + counters.write_blocks;
+                let hits = counters.read_hit_blocks + counters.write_hit_blocks;
                 Some(CacheResult {
-                    kind: cache.name().to_string(),
-                    capacity_pages: cache.capacity_pages(),
-                    page_accesses: counters.page_accesses,
-                    page_hits: counters.page_hits,
-                    hit_ratio: share(counters.page_hits, counters.page_accesses),
-                    read_pages: counters.read_pages,
-                    read_hit_pages: counters.read_hit_pages,
-                    write_pages: counters.write_pages,
+                    kind: settings.policy.name().to_string(),
+                    capacity_pages: u64::from(settings.slots) * settings.block_bytes / 4096,
+                    block_bytes: settings.block_bytes,
+                    slots: u64::from(settings.slots),
+                    mode: settings.mode.to_string(),
+                    admission: settings.admission.to_string(),
+                    sequential_cutoff_bytes: settings.sequential_cutoff_bytes,
+                    page_accesses: accesses,
+                    page_hits: hits,
+                    hit_ratio: share(hits, accesses),
+                    read_pages: counters.read_blocks,
+                    read_hit_pages: counters.read_hit_blocks,
+                    read_hit_ratio: share(counters.read_hit_blocks, counters.read_blocks),
+                    write_pages: counters.write_blocks,
+                    write_hit_pages: counters.write_hit_blocks,
+                    write_hit_ratio: share(counters.write_hit_blocks, counters.write_blocks),
                     dirty_evictions: counters.dirty_evictions,
                     clean_evictions: counters.clean_evictions,
-                    fill_bytes: counters.fill_bytes,
-                    writeback_bytes: counters.writeback_bytes,
+                    writebacks: counters.writebacks,
+                    dirty_blocks_max: ours.dirty_blocks_max,
+                    dirty_blocks_end: cache.dirty_blocks(),
+                    bypassed: counters.bypassed,
+                    rejected: counters.rejected,
+                    no_slot: counters.no_slot,
+                    fills: ours.fills,
+                    fill_bytes: ours.fill_bytes,
+                    writeback_bytes: ours.writeback_bytes,
+                    merge_read_bytes: ours.merge_read_bytes,
                     fast_access_ratio: share(
-                        counters.read_hit_pages + counters.write_pages,
-                        counters.page_accesses,
+                        counters.read_hit_blocks + ours.fast_write_blocks,
+                        accesses,
                     ),
                 })
             }
@@ -91,7 +111,12 @@ impl<'run> Engine<'run> {
             fast_io_share,
             fast_bytes_max: self.used_bytes_max[0],
             fast_bytes: match &cache {
-                Some(cache) => cache.capacity_pages * PAGE_BYTES,
+                // The capacity the cache was given (its slots are the whole
+                // blocks of it).
+                Some(_) => self
+                    .config
+                    .cache_bytes
+                    .unwrap_or_else(|| self.config.tier_capacity_bytes(0)),
                 None => self.config.tier_capacity_bytes(0),
             },
             fast_segments: cache

@@ -21,12 +21,11 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use crate::cursor::Cursor;
-use tierd_common::units::PAGE_BYTES;
+use tierd_core::cache::{BlockCache, Step, Writeback};
 use tierd_core::placement::{
     home_current_after_flip, write_reaches_home, Location, PlacementTable, StaleInputs, Started,
 };
 use tierd_device::{Completion, DeviceCounters, DeviceIo, DeviceModel, DevicePreset};
-use tierd_policy::cache::PageCache;
 use tierd_policy::monitor::Monitor;
 use tierd_policy::view::{MigrationStats, TierInfo};
 use tierd_policy::{Move, Plan, Policy, SegmentId, TierId, View};
@@ -57,8 +56,9 @@ use slab::Slab;
 pub enum Controller {
     /// A tiering policy, called at every period end.
     Policy(Box<dyn Policy>),
-    /// A page cache over tier 0 (fast) and the home tier (slow).
-    Cache(Box<dyn PageCache>),
+    /// A block cache (`tierd_core::cache::BlockCache`, the live engine's
+    /// cache core) over tier 0 (its slots) and the home tier.
+    Cache(Box<BlockCache>),
 }
 
 /// Reported to the progress callback every [`PROGRESS_EVERY`] completed requests.
@@ -90,6 +90,8 @@ const KIND_THROUGH_WRITE: u64 = 8;
 /// A chunk copy's home half, for a move onto a write-through tier from
 /// another fast tier (home backs the RAM copy after the flip; background).
 const KIND_MIGRATION_THROUGH: u64 = 9;
+/// A block cache's device IO the user waits for (payload: its group).
+const KIND_CACHE_USER: u64 = 10;
 
 /// User IO (a piece, the target half of a mirrored write, the home half of
 /// a written-through write): counts in the user-busy time the policies see
@@ -98,7 +100,7 @@ const KIND_MIGRATION_THROUGH: u64 = 9;
 fn is_user_io(id: u64) -> bool {
     matches!(
         id >> KIND_SHIFT,
-        KIND_USER | KIND_MIRROR_WRITE | KIND_THROUGH_WRITE
+        KIND_USER | KIND_MIRROR_WRITE | KIND_THROUGH_WRITE | KIND_CACHE_USER
     )
 }
 
@@ -123,10 +125,6 @@ struct Piece {
     /// Where the piece went on its tier's device.
     device_offset: u64,
     bytes: u64,
-    /// Cache read miss: after the slow read, write `fill_bytes` at
-    /// `fill_offset` on the fast device.
-    fill_offset: u64,
-    fill_bytes: u64,
     /// Order in which pieces were sent to a device (tells a move which
     /// writes were issued before it started).
     route_sequence: u64,
@@ -240,8 +238,15 @@ struct Engine<'run> {
     mirror_wait_ns_max: u64,
 
     // Cache mode.
-    fast_device_pages: u64,
+    cache_block_bytes: u64,
     cache_counters: CacheCounters,
+    /// The core's plan for the request being dispatched (reused).
+    cache_steps: Vec<Step>,
+    /// Runs of steps in flight, and the free entries (their step buffers kept).
+    cache_groups: Vec<cache::CacheGroup>,
+    cache_groups_free: Vec<u32>,
+    writebacks: Slab<Writeback>,
+    writebacks_in_flight: u32,
 
     // Measurements.
     monitor: Monitor,
@@ -375,7 +380,10 @@ impl<'run> Engine<'run> {
             .map(|tier| tier.queue_depth as usize)
             .collect();
         let period_snapshot = devices.iter().map(|device| device.counters()).collect();
-        let fast_device_pages = (devices[0].capacity_bytes() / PAGE_BYTES).max(1);
+        let cache_block_bytes = match &controller {
+            Controller::Cache(cache) => cache.settings().block_bytes,
+            Controller::Policy(_) => 0,
+        };
         Engine {
             config,
             reader,
@@ -432,8 +440,13 @@ impl<'run> Engine<'run> {
             deferred_halves: 0,
             mirror_wait_ns_total: 0,
             mirror_wait_ns_max: 0,
-            fast_device_pages,
+            cache_block_bytes,
             cache_counters: CacheCounters::default(),
+            cache_steps: Vec::new(),
+            cache_groups: Vec::new(),
+            cache_groups_free: Vec::new(),
+            writebacks: Slab::new(),
+            writebacks_in_flight: 0,
             monitor: Monitor::new(config.period_ns, tiers, 0, config.history_periods),
             response: Histogram::new(),
             tier_response: (0..tiers).map(|_| Histogram::new()).collect(),

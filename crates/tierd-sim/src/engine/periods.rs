@@ -12,7 +12,7 @@ impl<'run> Engine<'run> {
         match &self.controller {
             Controller::Cache(cache) => {
                 if tier == 0 {
-                    cache.len() * PAGE_BYTES
+                    cache.occupancy_blocks() * cache.settings().block_bytes
                 } else {
                     0
                 }
@@ -102,6 +102,7 @@ impl<'run> Engine<'run> {
         self.period_snapshot = counters;
         if !last {
             self.plan_moves(end_ns);
+            self.pump_writebacks();
         }
         Ok(())
     }

@@ -214,7 +214,7 @@ fn moves_section(report: &SimReport, options: &ReportOptions) -> String {
         );
         if run.move_log.is_empty() {
             let text = if run.cache.is_some() {
-                "A page cache: no segment moves (its fills and write-backs are the migration IOs in util.csv)."
+                "A block cache: no segment moves (its fills and write-backs are the migration IOs in util.csv)."
             } else {
                 "No moves completed."
             };
