@@ -400,6 +400,10 @@ fn fast_bytes_runs_every_policy_at_every_size_of_the_working_set() {
             "hm_0",
             "--policy",
             "none,otf-ast,lru",
+            // The trace touches 16 KiB: 4 KiB cache blocks, so that half
+            // of it is still two blocks.
+            "--cache-block",
+            "4KiB",
             "--fast-bytes",
             sizes,
         ];
