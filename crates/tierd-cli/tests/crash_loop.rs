@@ -658,7 +658,10 @@ fn kill_9_loop_on_a_writeback_cache_volume_keeps_flushed_writes() {
     );
     assert!(totals.warm_restarts > 0, "no restart came back warm");
     if iterations >= 10 {
-        assert!(totals.mode_switches > 0, "no mode switch in {iterations} iterations");
+        assert!(
+            totals.mode_switches > 0,
+            "no mode switch in {iterations} iterations"
+        );
     }
 }
 
@@ -752,7 +755,10 @@ fn crash_loop(stack: Stack, config: &str, seed: u64, iterations: u64) -> Totals 
                     before[name].as_u64().unwrap_or(0);
             }
             if before["allocations"].as_u64() > before["slots"].as_u64() {
-                *totals.cache_counters.entry("processes_reusing_slots").or_default() += 1;
+                *totals
+                    .cache_counters
+                    .entry("processes_reusing_slots")
+                    .or_default() += 1;
             }
             // Warm: the mapping came back (unless the cache was detached).
             let cache = &status["cache"];
@@ -760,7 +766,10 @@ fn crash_loop(stack: Stack, config: &str, seed: u64, iterations: u64) -> Totals 
                 totals.warm_restarts += 1;
             }
             let dirty = cache["dirty_blocks"].as_u64().unwrap_or(0);
-            *totals.cache_counters.entry("dirty_blocks_at_restart").or_default() += dirty;
+            *totals
+                .cache_counters
+                .entry("dirty_blocks_at_restart")
+                .or_default() += dirty;
         }
         let completed = status["completed_moves"].as_u64().unwrap();
         totals.moves_completed_seen += completed - last_completed;
