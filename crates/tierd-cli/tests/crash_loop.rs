@@ -438,6 +438,19 @@ struct MoverOutcome {
     cache: Option<Value>,
     /// Cache volumes: `tierd cache --mode` switches the server accepted.
     mode_switches: u64,
+    /// Cache volumes: the modes the restart may come back in — the last
+    /// status's mode, or the mode of a switch the server accepted (it is
+    /// journaled before the reply) or was asked for when it died; a detach
+    /// may have finished.
+    modes_allowed: Vec<String>,
+}
+
+/// The modes a cache switched (or seen) to `mode` may show after a restart.
+fn modes_after(mode: &str) -> Vec<String> {
+    match mode {
+        "detach" | "detaching" => vec!["detaching".into(), "detached".into()],
+        other => vec![other.to_string()],
+    }
 }
 
 /// Forces 1–3 segments at a time between `mem` (index 0) and `disk` (1)
@@ -535,6 +548,7 @@ fn run_cache_driver(admin_path: &Path, rng: &mut SeededRng) -> MoverOutcome {
         outcome.placement = Some(placement.to_string());
         outcome.cache = Some(status["cache"].clone());
         let mode = status["cache"]["mode"].as_str().unwrap_or_default();
+        outcome.modes_allowed = modes_after(mode);
         let elapsed_ms = (clock.now_ns() - start_ns) / 1_000_000;
         let target = if back_to_writeback && mode != "writeback" && mode != "detaching" {
             back_to_writeback = false;
@@ -546,6 +560,7 @@ fn run_cache_driver(admin_path: &Path, rng: &mut SeededRng) -> MoverOutcome {
             None
         };
         if let Some(target) = target {
+            outcome.modes_allowed.extend(modes_after(target));
             let Some(reply) = admin(
                 admin_path,
                 &json!({"cmd": "cache", "volume": "vol0", "mode": target}),
@@ -554,6 +569,12 @@ fn run_cache_driver(admin_path: &Path, rng: &mut SeededRng) -> MoverOutcome {
             };
             if reply["ok"] == true {
                 outcome.mode_switches += 1;
+                // Journaled: the restart comes back in this mode (a detach
+                // asked of a cache already detaching or detached changes
+                // nothing).
+                if !(target == "detach" && (mode == "detaching" || mode == "detached")) {
+                    outcome.modes_allowed = modes_after(target);
+                }
             } else {
                 let error = reply["error"].as_str().unwrap_or_default();
                 assert!(
@@ -762,6 +783,14 @@ fn crash_loop(stack: Stack, config: &str, seed: u64, iterations: u64) -> Totals 
             }
             // Warm: the mapping came back (unless the cache was detached).
             let cache = &status["cache"];
+            // A mode switch, once accepted, survives the kill.
+            let mode = cache["mode"].as_str().unwrap_or_default();
+            assert!(
+                moves.modes_allowed.is_empty() || moves.modes_allowed.iter().any(|m| m == mode),
+                "iteration {iteration} (seed {seed}): the cache came back in mode {mode}; expected one of {:?}\n{}",
+                moves.modes_allowed,
+                server.log()
+            );
             if cache["occupancy_blocks"].as_u64().unwrap_or(0) > 0 {
                 totals.warm_restarts += 1;
             }
