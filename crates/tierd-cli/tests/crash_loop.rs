@@ -64,6 +64,25 @@ fn mem_config() -> String {
     )
 }
 
+/// A writeback cache volume for the crash loop: the same 64 MiB volume over
+/// a file home, cached by a 256 KiB file tier `ssd` in 8 KiB blocks — 32
+/// slots for 8 K blocks, with up to 8 writes of 1–8 4 KiB blocks in flight —
+/// so nearly every write is a miss that merges half a block from home, dirty
+/// blocks are evicted (written back inline) all the time, slots are reused
+/// after each commit, and a write can find no free slot. Commits every 5 ms
+/// (besides every FLUSH), writeback when idle for 5 ms, above 25% dirty.
+fn cache_config() -> String {
+    common::small_stack_config(
+        "data",
+        "",
+        common::FastTier::Cache {
+            size: "256KiB",
+            cache: "block = \"8KiB\", mode = \"writeback\", policy = \"s3fifo\", commit_interval = \"5ms\", writeback_idle = \"5ms\", dirty_high_percent = 25, dirty_low_percent = 5",
+        },
+        "",
+    )
+}
+
 /// A non-volatile file fast tier `ssd` (with the fault wrapper when
 /// `faults`) over a file home.
 fn ssd_config(faults: bool) -> String {
@@ -415,6 +434,23 @@ struct MoverOutcome {
     /// The last status showed a move copying or queued.
     busy_at_last_status: bool,
     moves_requested: u64,
+    /// Cache volumes: the `cache` object of the last status answered.
+    cache: Option<Value>,
+    /// Cache volumes: `tierd cache --mode` switches the server accepted.
+    mode_switches: u64,
+    /// Cache volumes: the modes the restart may come back in — the last
+    /// status's mode, or the mode of a switch the server accepted (it is
+    /// journaled before the reply) or was asked for when it died; a detach
+    /// may have finished.
+    modes_allowed: Vec<String>,
+}
+
+/// The modes a cache switched (or seen) to `mode` may show after a restart.
+fn modes_after(mode: &str) -> Vec<String> {
+    match mode {
+        "detach" | "detaching" => vec!["detaching".into(), "detached".into()],
+        other => vec![other.to_string()],
+    }
 }
 
 /// Forces 1–3 segments at a time between `mem` (index 0) and `disk` (1)
@@ -488,6 +524,69 @@ fn run_mover(server_dir: &Path, admin_path: &Path, rng: &mut SeededRng) -> Mover
     }
 }
 
+/// For a cache volume (no segments move): polls status every 2–20 ms,
+/// keeping the cache's counters, and on about a third of the iterations
+/// switches the mode once at a random moment (`writethrough`, `writearound`,
+/// `detach` — kills then land in drains — or `writeback`); an iteration that
+/// starts in another mode (mode switches persist across restarts) goes back
+/// to writeback first, most of the time. A switch refused because a detach
+/// is still draining is expected; any other refusal fails the test.
+fn run_cache_driver(admin_path: &Path, rng: &mut SeededRng) -> MoverOutcome {
+    let mut outcome = MoverOutcome::default();
+    let clock = SystemClock::new();
+    let start_ns = clock.now_ns();
+    let mut switch_at_ms = rng.chance(0.35).then(|| rng.range(0, 700));
+    let mut back_to_writeback = rng.chance(0.8);
+    loop {
+        let Some(reply) = admin(admin_path, &json!({"cmd": "status"})) else {
+            return outcome;
+        };
+        let status = &reply["volumes"][0];
+        let Some(placement) = status["placement"].as_str() else {
+            return outcome;
+        };
+        outcome.placement = Some(placement.to_string());
+        outcome.cache = Some(status["cache"].clone());
+        let mode = status["cache"]["mode"].as_str().unwrap_or_default();
+        outcome.modes_allowed = modes_after(mode);
+        let elapsed_ms = (clock.now_ns() - start_ns) / 1_000_000;
+        let target = if back_to_writeback && mode != "writeback" && mode != "detaching" {
+            back_to_writeback = false;
+            Some("writeback")
+        } else if switch_at_ms.is_some_and(|at| elapsed_ms >= at) {
+            switch_at_ms = None;
+            Some(["writethrough", "writearound", "detach", "writeback"][rng.below(4) as usize])
+        } else {
+            None
+        };
+        if let Some(target) = target {
+            outcome.modes_allowed.extend(modes_after(target));
+            let Some(reply) = admin(
+                admin_path,
+                &json!({"cmd": "cache", "volume": "vol0", "mode": target}),
+            ) else {
+                return outcome;
+            };
+            if reply["ok"] == true {
+                outcome.mode_switches += 1;
+                // Journaled: the restart comes back in this mode (a detach
+                // asked of a cache already detaching or detached changes
+                // nothing).
+                if !(target == "detach" && (mode == "detaching" || mode == "detached")) {
+                    outcome.modes_allowed = modes_after(target);
+                }
+            } else {
+                let error = reply["error"].as_str().unwrap_or_default();
+                assert!(
+                    error.contains("a detach is in progress"),
+                    "tierd cache --mode {target} (mode was {mode}) refused: {reply}"
+                );
+            }
+        }
+        sleep_ms(rng.range(2, 21));
+    }
+}
+
 // ---------------------------------------------------------------- crash loop
 
 fn env_number(name: &str, default: u64) -> u64 {
@@ -513,19 +612,90 @@ struct Totals {
     unflushed_blocks_kept_new: u64,
     unflushed_blocks_kept_old: u64,
     blocks_checked: u64,
+    /// Cache volumes: acknowledged, unflushed writes that a kill -9 undid
+    /// (allowed: their block's new slot was not yet journaled).
+    acked_unflushed_reverted: u64,
+    /// Cache volumes: the counters of the last status before each kill,
+    /// summed (each process counts from its start).
+    cache_counters: BTreeMap<&'static str, u64>,
+    mode_switches: u64,
+    /// Cache volumes: restarts that came back with blocks cached (warm).
+    warm_restarts: u64,
 }
+
+/// What the loop runs against.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Stack {
+    /// `mem_config`: operator moves between the memory tier and home.
+    Tiered,
+    /// `cache_config`: a writeback cache volume, mode switches now and then.
+    Cache,
+}
+
+/// The cache counters the loop sums and reports.
+const CACHE_COUNTERS: [&str; 9] = [
+    "allocations",
+    "clean_evictions",
+    "dirty_evictions",
+    "writebacks",
+    "written_back_bytes",
+    "no_slot_blocks",
+    "write_blocks",
+    "write_hit_blocks",
+    "read_hit_blocks",
+];
 
 #[test]
 fn kill_9_loop_keeps_flushed_writes_and_finished_moves() {
     let seed = env_number("TIERD_SEED", 0x00C0_FFEE);
     let iterations = env_number("TIERD_CRASH_ITERATIONS", 20);
+    let totals = crash_loop(Stack::Tiered, &mem_config(), seed, iterations);
+    assert!(
+        totals.writes_acked > 0 && totals.moves_completed_seen > 0,
+        "the loop wrote nothing or moved nothing"
+    );
+}
+
+/// The same loop over a writeback cache volume (`cache_config`): every
+/// flushed write readable after each kill -9, with evictions, writebacks,
+/// slot reuse and mode switches (drains) under way.
+#[test]
+fn kill_9_loop_on_a_writeback_cache_volume_keeps_flushed_writes() {
+    let seed = env_number("TIERD_SEED", 0x00CA_C4E0);
+    let iterations = env_number("TIERD_CRASH_ITERATIONS", 20);
+    let totals = crash_loop(Stack::Cache, &cache_config(), seed, iterations);
+    let counter = |name: &str| totals.cache_counters.get(name).copied().unwrap_or(0);
+    // The loop must have exercised what it is for, or it shows nothing.
+    assert!(totals.writes_acked > 0 && totals.flushes > 0);
+    assert!(
+        counter("dirty_evictions") > 0 && counter("writebacks") > 0,
+        "no dirty eviction or writeback: {:?}",
+        totals.cache_counters
+    );
+    assert!(
+        counter("processes_reusing_slots") > 0,
+        "no process allocated more blocks than the cache has slots: {:?}",
+        totals.cache_counters
+    );
+    assert!(totals.warm_restarts > 0, "no restart came back warm");
+    if iterations >= 10 {
+        assert!(
+            totals.mode_switches > 0,
+            "no mode switch in {iterations} iterations"
+        );
+    }
+}
+
+/// Runs `iterations` kill -9s of a server on `config`; panics on the first
+/// wrong placement or block. Returns what it did.
+fn crash_loop(stack: Stack, config: &str, seed: u64, iterations: u64) -> Totals {
     eprintln!(
-        "crash loop: seed {seed} (TIERD_SEED={seed} replays the choices), {iterations} iterations"
+        "crash loop ({stack:?}): seed {seed} (TIERD_SEED={seed} replays the choices), {iterations} iterations"
     );
     let root = SeededRng::new(seed);
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    std::fs::write(dir.join("config.toml"), mem_config()).unwrap();
+    std::fs::write(dir.join("config.toml"), config).unwrap();
     let next_seq = Arc::new(AtomicU64::new(1));
     let mut baseline = vec![0u64; BLOCKS as usize];
     let mut totals = Totals::default();
@@ -545,7 +715,10 @@ fn kill_9_loop_keeps_flushed_writes_and_finished_moves() {
             model
         });
         let (server_dir, admin_path) = (server.dir.clone(), server.admin.clone());
-        let mover = std::thread::spawn(move || run_mover(&server_dir, &admin_path, &mut mover_rng));
+        let mover = std::thread::spawn(move || match stack {
+            Stack::Tiered => run_mover(&server_dir, &admin_path, &mut mover_rng),
+            Stack::Cache => run_cache_driver(&admin_path, &mut mover_rng),
+        });
         // kill -9 at a random moment.
         sleep_ms(rng.range(50, 900));
         server.kill();
@@ -595,6 +768,38 @@ fn kill_9_loop_keeps_flushed_writes_and_finished_moves() {
             totals.kills_with_a_move_copying_or_queued += 1;
         }
         totals.moves_requested += moves.moves_requested;
+        if stack == Stack::Cache {
+            totals.mode_switches += moves.mode_switches;
+            let before = moves.cache.as_ref().unwrap_or(&Value::Null);
+            for name in CACHE_COUNTERS {
+                *totals.cache_counters.entry(name).or_default() +=
+                    before[name].as_u64().unwrap_or(0);
+            }
+            if before["allocations"].as_u64() > before["slots"].as_u64() {
+                *totals
+                    .cache_counters
+                    .entry("processes_reusing_slots")
+                    .or_default() += 1;
+            }
+            // Warm: the mapping came back (unless the cache was detached).
+            let cache = &status["cache"];
+            // A mode switch, once accepted, survives the kill.
+            let mode = cache["mode"].as_str().unwrap_or_default();
+            assert!(
+                moves.modes_allowed.is_empty() || moves.modes_allowed.iter().any(|m| m == mode),
+                "iteration {iteration} (seed {seed}): the cache came back in mode {mode}; expected one of {:?}\n{}",
+                moves.modes_allowed,
+                server.log()
+            );
+            if cache["occupancy_blocks"].as_u64().unwrap_or(0) > 0 {
+                totals.warm_restarts += 1;
+            }
+            let dirty = cache["dirty_blocks"].as_u64().unwrap_or(0);
+            *totals
+                .cache_counters
+                .entry("dirty_blocks_at_restart")
+                .or_default() += dirty;
+        }
         let completed = status["completed_moves"].as_u64().unwrap();
         totals.moves_completed_seen += completed - last_completed;
         last_completed = completed;
@@ -602,7 +807,11 @@ fn kill_9_loop_keeps_flushed_writes_and_finished_moves() {
         // Data: every block holds an intact stamp; flushed blocks exactly;
         // blocks written since their last flush hold the flushed stamp or a
         // later one; and (kill -9 is not power loss: acknowledged writes are
-        // in the page cache) the last acknowledged stamp or the one in flight.
+        // in the page cache) the last acknowledged stamp or the one in flight
+        // — except on a cache volume, where a write acknowledged into a newly
+        // allocated slot is durable only once a commit journals that slot
+        // (at the FLUSH, every commit_interval, when slots run short), so an
+        // unflushed acknowledged write may be undone (counted).
         let mut client = Client::connect_uri(&server.uri).unwrap();
         let stamps = read_all(&mut client).unwrap_or_else(|error| {
             panic!(
@@ -629,8 +838,13 @@ fn kill_9_loop_keeps_flushed_writes_and_finished_moves() {
                 .copied()
                 .filter(|seq| *seq > acked)
                 .collect();
+            let kept_acked = got == acked || in_flight.contains(&got);
+            if stack == Stack::Cache && !kept_acked {
+                totals.acked_unflushed_reverted += 1;
+                continue;
+            }
             assert!(
-                got == acked || in_flight.contains(&got),
+                kept_acked,
                 "iteration {iteration} (seed {seed}): block {block} reads stamp {got} but write {acked} was acknowledged (in flight at the kill: {in_flight:?}); a kill -9 lost an acknowledged write\n{}",
                 server.log()
             );
@@ -650,6 +864,20 @@ fn kill_9_loop_keeps_flushed_writes_and_finished_moves() {
             "iteration {iteration}: {} writes acked, {} flushes, {} moves asked, placement {placement}, unsettled at kill {:?}",
             model.writes_acked, model.flushes_done, moves.moves_requested, moves.unsettled
         );
+        if let Some(cache) = &moves.cache {
+            eprintln!(
+                "  cache at the kill: mode {}, dirty {} of {} slots, allocations {}, dirty evictions {}, writebacks {}, no slot {}; after the restart: mode {}, {} blocks mapped",
+                cache["mode"],
+                cache["dirty_blocks"],
+                cache["slots"],
+                cache["allocations"],
+                cache["dirty_evictions"],
+                cache["writebacks"],
+                cache["no_slot_blocks"],
+                status["cache"]["mode"],
+                status["cache"]["occupancy_blocks"]
+            );
+        }
     }
     eprintln!(
         "crash loop done: seed {seed}, {iterations} kill -9s, {} writes acknowledged, {} flushes, {} moves requested, {} completed; kills with moves not yet settled {} (a move copying or queued at the last status: {}), such moves landed {} / stayed {}; blocks written after their last flush: kept new {} / old {}; {} block reads checked",
@@ -665,10 +893,17 @@ fn kill_9_loop_keeps_flushed_writes_and_finished_moves() {
         totals.unflushed_blocks_kept_old,
         totals.blocks_checked
     );
-    assert!(
-        totals.writes_acked > 0 && totals.moves_completed_seen > 0,
-        "the loop wrote nothing or moved nothing"
-    );
+    if stack == Stack::Cache {
+        eprintln!(
+            "cache: {} mode switches, {} warm restarts, {} acknowledged unflushed writes undone by a kill; counters summed over the processes (last status before each kill): {:?}",
+            totals.mode_switches,
+            totals.warm_restarts,
+            totals.acked_unflushed_reverted,
+            totals.cache_counters
+        );
+    }
+    server.stop();
+    totals
 }
 
 // ---------------------------------------------------------------- lost tier

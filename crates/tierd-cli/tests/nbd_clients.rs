@@ -2,7 +2,10 @@
 //! qemu-io, qemu-img, nbdcopy, nbdsh, fio and an ext4 file system through
 //! nbdfuse + losetup, on a volume of a memory tier over a file tier, while a
 //! background thread keeps forcing segments back and forth between the two
-//! tiers with `tierd move`.
+//! tiers with `tierd move`; and the data tests (qemu-io, qemu-img, nbdcopy,
+//! nbdsh, fio verify, ext4) again on a writeback cache volume (`Stack::Cache`:
+//! a small file cache tier over the file home, so the clients' IO keeps
+//! evicting, writing back and reusing slots; `*_on_a_cache_volume`).
 //!
 //! Each test needs some tools; when one is missing the test prints why and
 //! returns, except under `CI=true`, where it fails. Install them with
@@ -157,8 +160,22 @@ fn pause_ms(milliseconds: u64) {
 
 // ---------------------------------------------------------------- server
 
+/// What a test's volume is.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Stack {
+    /// The memory tier over the file home; a `Mover` forces segments
+    /// between them.
+    Tiered,
+    /// A writeback cache volume: a 1 MiB file tier `ssd` caching the 64 MiB
+    /// file home in 16 KiB blocks (64 slots), commits every 10 ms, writeback
+    /// when idle for 10 ms or above 25% dirty. Nothing moves; `Mover::finish`
+    /// checks the cache really evicted, wrote back and reused slots.
+    Cache,
+}
+
 /// A `tierd serve` process on its own directory, config and socket.
 struct Tierd {
+    stack: Stack,
     directory: tempfile::TempDir,
     config: PathBuf,
     process: Option<ServeProcess>,
@@ -166,35 +183,44 @@ struct Tierd {
     uri: String,
 }
 
-fn config_text(data_dir: &Path, server_extra: &str) -> String {
+fn config_text(data_dir: &Path, server_extra: &str, stack: Stack) -> String {
+    let fast = match stack {
+        Stack::Tiered => common::FastTier::Memory,
+        Stack::Cache => common::FastTier::Cache {
+            size: "1MiB",
+            cache: "block = \"16KiB\", mode = \"writeback\", commit_interval = \"10ms\", writeback_idle = \"10ms\", dirty_high_percent = 25, dirty_low_percent = 5",
+        },
+    };
     common::small_stack_config(
         &data_dir.display().to_string(),
         &format!("[server]\nlisten = [\"unix:tierd.sock\"]\n{server_extra}"),
-        common::FastTier::Memory,
+        fast,
         "",
     )
 }
 
 impl Tierd {
-    fn start() -> Tierd {
+    fn start(stack: Stack) -> Tierd {
         Tierd::start_in(
             tempfile::Builder::new()
                 .prefix("tierd-clients-")
                 .tempdir()
                 .expect("temp dir"),
             "",
+            stack,
         )
     }
 
     /// A server in `directory`, with `server_extra` appended to `[server]`.
-    fn start_in(directory: tempfile::TempDir, server_extra: &str) -> Tierd {
+    fn start_in(directory: tempfile::TempDir, server_extra: &str, stack: Stack) -> Tierd {
         let config = directory.path().join("tierd.toml");
         std::fs::write(
             &config,
-            config_text(&directory.path().join("data"), server_extra),
+            config_text(&directory.path().join("data"), server_extra, stack),
         )
         .unwrap();
         let mut server = Tierd {
+            stack,
             directory,
             config,
             process: None,
@@ -277,6 +303,13 @@ impl Tierd {
     fn path(&self, name: &str) -> PathBuf {
         self.directory.path().join(name)
     }
+
+    /// The cache volume's `cache` status object.
+    fn cache_status(&self) -> serde_json::Value {
+        let status = self.volume_status();
+        assert!(status["cache"].is_object(), "not a cache volume: {status}");
+        status["cache"].clone()
+    }
 }
 
 // ---------------------------------------------------------------- migrations
@@ -292,8 +325,12 @@ struct Mover {
 }
 
 impl Mover {
+    /// Starts moving (on a cache volume, nothing moves: no thread).
     fn start(server: &Tierd) -> Mover {
         let stop = Arc::new(AtomicBool::new(false));
+        if server.stack == Stack::Cache {
+            return Mover { stop, thread: None };
+        }
         let config = server.config.clone();
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
@@ -331,8 +368,22 @@ impl Mover {
     }
 
     /// Keeps moving until the server has completed at least `minimum` moves
-    /// in all, then stops and returns that count.
+    /// in all, then stops and returns that count. On a cache volume: checks
+    /// that the client's IO went through the cache and kept it churning
+    /// (more blocks allocated than it has slots, dirty blocks evicted or
+    /// written back) and returns the allocations.
     fn finish(mut self, server: &Tierd, minimum: u64) -> u64 {
+        if server.stack == Stack::Cache {
+            let cache = server.cache_status();
+            let number = |key: &str| cache[key].as_u64().unwrap_or(0);
+            assert!(
+                number("allocations") > number("slots")
+                    && number("dirty_evictions") + number("writebacks") > 0,
+                "the cache did not churn: {cache:#}"
+            );
+            eprintln!("cache: {cache}");
+            return number("allocations");
+        }
         let deadline = Deadline::after(Duration::from_secs(60));
         let mut completed = server.completed_moves();
         while completed < minimum && !deadline.passed() {
@@ -373,9 +424,13 @@ impl Drop for Mover {
 
 /// Starts a server and the mover, and waits until the first move has
 /// completed so that the client runs while migrations do.
-fn start_with_moves() -> (Tierd, Mover) {
-    let server = Tierd::start();
+/// On a cache volume: just the server (nothing moves).
+fn start_with_moves(stack: Stack) -> (Tierd, Mover) {
+    let server = Tierd::start(stack);
     let mover = Mover::start(&server);
+    if stack == Stack::Cache {
+        return (server, mover);
+    }
     let deadline = Deadline::after(Duration::from_secs(60));
     while server.completed_moves() == 0 {
         assert!(
@@ -413,7 +468,7 @@ fn nbdinfo_shows_size_and_capabilities() {
     if !require_tool("nbdinfo") {
         return;
     }
-    let (server, mover) = start_with_moves();
+    let (server, mover) = start_with_moves(Stack::Tiered);
     let output = run(tool("nbdinfo").arg("--json").arg(&server.uri));
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(json["protocol"], "newstyle-fixed", "{json}");
@@ -448,10 +503,19 @@ fn nbdinfo_shows_size_and_capabilities() {
 
 #[test]
 fn qemu_io_patterns_zeroes_discards_and_fua_across_segments() {
+    check_qemu_io_patterns_zeroes_discards_and_fua_across_segments(Stack::Tiered);
+}
+
+#[test]
+fn qemu_io_patterns_zeroes_discards_and_fua_across_segments_on_a_cache_volume() {
+    check_qemu_io_patterns_zeroes_discards_and_fua_across_segments(Stack::Cache);
+}
+
+fn check_qemu_io_patterns_zeroes_discards_and_fua_across_segments(stack: Stack) {
     if !require_tool("qemu-io") {
         return;
     }
-    let (server, mover) = start_with_moves();
+    let (server, mover) = start_with_moves(stack);
     // Offsets straddle segment boundaries (every 1 MiB) on purpose.
     let writes = [
         "write -P 0x5a 1020k 8k",
@@ -517,10 +581,19 @@ fn qemu_io_patterns_zeroes_discards_and_fua_across_segments() {
 
 #[test]
 fn qemu_img_converts_in_and_out_and_compares() {
+    check_qemu_img_converts_in_and_out_and_compares(Stack::Tiered);
+}
+
+#[test]
+fn qemu_img_converts_in_and_out_and_compares_on_a_cache_volume() {
+    check_qemu_img_converts_in_and_out_and_compares(Stack::Cache);
+}
+
+fn check_qemu_img_converts_in_and_out_and_compares(stack: Stack) {
     if !require_tool("qemu-img") {
         return;
     }
-    let (server, mover) = start_with_moves();
+    let (server, mover) = start_with_moves(stack);
     let source = server.path("source.img");
     let data = pattern(32, 32 << 20);
     std::fs::write(&source, &data).unwrap();
@@ -574,10 +647,19 @@ fn sha256_of(path: &Path) -> String {
 
 #[test]
 fn nbdcopy_round_trip_keeps_the_checksum() {
+    check_nbdcopy_round_trip_keeps_the_checksum(Stack::Tiered);
+}
+
+#[test]
+fn nbdcopy_round_trip_keeps_the_checksum_on_a_cache_volume() {
+    check_nbdcopy_round_trip_keeps_the_checksum(Stack::Cache);
+}
+
+fn check_nbdcopy_round_trip_keeps_the_checksum(stack: Stack) {
     if !require_tool("nbdcopy") || !require_tool("sha256sum") {
         return;
     }
-    let (server, mover) = start_with_moves();
+    let (server, mover) = start_with_moves(stack);
     let source = server.path("source.img");
     std::fs::write(&source, pattern(64, VOLUME_BYTES as usize)).unwrap();
     let expected = sha256_of(&source);
@@ -616,10 +698,19 @@ fn nbdcopy_round_trip_keeps_the_checksum() {
 
 #[test]
 fn nbdsh_script_writes_reads_flushes_and_zeroes() {
+    check_nbdsh_script_writes_reads_flushes_and_zeroes(Stack::Tiered);
+}
+
+#[test]
+fn nbdsh_script_writes_reads_flushes_and_zeroes_on_a_cache_volume() {
+    check_nbdsh_script_writes_reads_flushes_and_zeroes(Stack::Cache);
+}
+
+fn check_nbdsh_script_writes_reads_flushes_and_zeroes(stack: Stack) {
     if !require_tool("nbdsh") {
         return;
     }
-    let (server, mover) = start_with_moves();
+    let (server, mover) = start_with_moves(stack);
     // Every request straddles a segment boundary.
     let script = r#"
 import os
@@ -653,10 +744,19 @@ print("nbdsh ok")
 
 #[test]
 fn fio_randwrite_verifies_with_crc32c() {
+    check_fio_randwrite_verifies_with_crc32c(Stack::Tiered);
+}
+
+#[test]
+fn fio_randwrite_verifies_with_crc32c_on_a_cache_volume() {
+    check_fio_randwrite_verifies_with_crc32c(Stack::Cache);
+}
+
+fn check_fio_randwrite_verifies_with_crc32c(stack: Stack) {
     if !require_tool("fio") {
         return;
     }
-    let (server, mover) = start_with_moves();
+    let (server, mover) = start_with_moves(stack);
     let mut command = tool("fio");
     command
         .arg("--name=tierd")
@@ -823,6 +923,15 @@ const FILES: u64 = 8;
 
 #[test]
 fn ext4_over_nbdfuse_and_loop_survives_a_restart() {
+    check_ext4_over_nbdfuse_and_loop_survives_a_restart(Stack::Tiered);
+}
+
+#[test]
+fn ext4_over_nbdfuse_and_loop_survives_a_restart_on_a_cache_volume() {
+    check_ext4_over_nbdfuse_and_loop_survives_a_restart(Stack::Cache);
+}
+
+fn check_ext4_over_nbdfuse_and_loop_survives_a_restart(stack: Stack) {
     for name in [
         "nbdfuse",
         "losetup",
@@ -845,7 +954,7 @@ fn ext4_over_nbdfuse_and_loop_survives_a_restart() {
     if unsafe { libc::geteuid() } != 0 && !missing("root (for losetup and mount)") {
         return;
     }
-    let (mut server, mover) = start_with_moves();
+    let (mut server, mover) = start_with_moves(stack);
     let mut cleanup = Cleanup::default();
     let point = server.path("mnt");
 
@@ -882,12 +991,19 @@ fn ext4_over_nbdfuse_and_loop_survives_a_restart() {
         after["placement"], before["placement"],
         "placement changed across the restart"
     );
-    assert!(
-        after["placement"]
-            .as_str()
-            .is_some_and(|placement| placement.contains('0')),
-        "no segment was on the memory tier at the stop: {after}"
-    );
+    match stack {
+        Stack::Tiered => assert!(
+            after["placement"]
+                .as_str()
+                .is_some_and(|placement| placement.contains('0')),
+            "no segment was on the memory tier at the stop: {after}"
+        ),
+        // The cache comes back warm from the clean stop's checkpoint.
+        Stack::Cache => assert!(
+            after["cache"]["occupancy_blocks"].as_u64() > Some(0),
+            "the cache came back cold after a clean stop: {after}"
+        ),
+    }
 
     let mover = Mover::start(&server);
     let attached = attach(&server, "fuse2", &mut cleanup);
@@ -903,8 +1019,20 @@ fn ext4_over_nbdfuse_and_loop_survives_a_restart() {
     unmount(&point, &mut cleanup);
     run(tool("e2fsck").arg("-fn").arg(&attached.device));
     detach(attached, &mut cleanup);
-    mover.finish(&server, 1);
-    eprintln!("ext4: {completed} moves before the restart");
+    match stack {
+        Stack::Tiered => {
+            mover.finish(&server, 1);
+        }
+        // Mostly reads after the restart: the warm cache served some.
+        Stack::Cache => {
+            let cache = server.cache_status();
+            assert!(
+                cache["read_hit_blocks"].as_u64() > Some(0),
+                "no read hit after a warm restart: {cache:#}"
+            );
+        }
+    }
+    eprintln!("ext4 ({stack:?}): {completed} moves (cache: allocations) before the restart");
 }
 
 // ---------------------------------------------------------------- TLS
@@ -929,7 +1057,7 @@ fn nbdinfo_and_qemu_img_over_tls_with_client_certificates() {
         "[server.tls]\ncertificate = \"{0}/server-cert.pem\"\nkey = \"{0}/server-key.pem\"\nclient_ca = \"{0}/ca-cert.pem\"\n",
         pki.display()
     );
-    let server = Tierd::start_in(directory, &server_extra);
+    let server = Tierd::start_in(directory, &server_extra, Stack::Tiered);
     assert!(server.uri.starts_with("nbds+unix://"), "{}", server.uri);
     let with_certificates =
         |directory: &Path| format!("{}&tls-certificates={}", server.uri, directory.display());

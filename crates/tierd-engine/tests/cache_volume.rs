@@ -485,3 +485,111 @@ fn a_fua_write_through_a_cached_block_survives_a_crash() {
         }
     }
 }
+
+/// Home whose `flush` takes 200 ms once armed, saying when it started: a
+/// checkpoint is then held between its snapshot of the cache and writing it.
+struct SlowFlush {
+    inner: Arc<CrashDisk>,
+    armed: AtomicBool,
+    flushing: AtomicBool,
+}
+
+impl BlockDevice for SlowFlush {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn is_volatile(&self) -> bool {
+        false
+    }
+    fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> tierd_engine::device::DeviceResult<()> {
+        self.inner.read_at(offset_bytes, buf)
+    }
+    fn write_at(&self, offset_bytes: u64, data: &[u8]) -> tierd_engine::device::DeviceResult<()> {
+        self.inner.write_at(offset_bytes, data)
+    }
+    fn flush(&self) -> tierd_engine::device::DeviceResult<()> {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            self.flushing.store(true, Ordering::SeqCst);
+            std::thread::park_timeout(std::time::Duration::from_millis(200));
+        }
+        self.inner.flush()
+    }
+    fn discard(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> tierd_engine::device::DeviceResult<()> {
+        self.inner.discard(offset_bytes, length_bytes)
+    }
+    fn write_zeroes(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> tierd_engine::device::DeviceResult<()> {
+        self.inner.write_zeroes(offset_bytes, length_bytes)
+    }
+}
+
+/// Found by the real-process crash loop (`crash_loop.rs`, a mode switched
+/// back to writeback came back in writearound after kill -9): a checkpoint
+/// snapshots the cache's mode, flushes the tiers, then writes itself and
+/// starts a fresh journal. A `cache-mode` record appended in between was
+/// in neither the checkpoint nor the new journal: the switch, acknowledged
+/// to the operator, was undone by the next crash. (A `cache-detached` or
+/// `cache-lost` record appended there was dropped the same way: a finished
+/// detach came back with its old mappings.)
+#[test]
+fn a_mode_switch_during_a_checkpoint_survives_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let stack = Stack::new(16, SEGMENT);
+    let clock = Arc::new(ManualClock::new(0));
+    let home = Arc::new(SlowFlush {
+        inner: stack.home.clone(),
+        armed: AtomicBool::new(false),
+        flushing: AtomicBool::new(false),
+    });
+    let specs = |home: Arc<dyn BlockDevice>| {
+        let mut specs = stack.specs();
+        specs[1].device = home;
+        specs
+    };
+    let open_slow = || {
+        let clock: Arc<dyn Clock> = clock.clone();
+        Volume::open_with_cache(
+            options(stack.volume_bytes),
+            specs(home.clone()),
+            dir.path(),
+            clock,
+            Some(cache_options(CacheMode::Writeback)),
+        )
+        .unwrap()
+        .0
+    };
+    let volume = Arc::new(open_slow());
+    volume.write(0, &block_of(1), false).unwrap();
+    volume.flush().unwrap();
+    home.armed.store(true, Ordering::SeqCst);
+    let checkpointer = {
+        let volume = volume.clone();
+        std::thread::spawn(move || volume.checkpoint().unwrap())
+    };
+    while !home.flushing.load(Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
+    // The checkpoint has its snapshot and is flushing: switch now.
+    volume.set_cache_mode("writearound").unwrap();
+    assert_eq!(volume.cache_status().unwrap().mode, "writearound");
+    checkpointer.join().unwrap();
+    drop(volume);
+    stack.crash(21);
+    let volume = open_slow();
+    assert_eq!(
+        volume.cache_status().unwrap().mode,
+        "writearound",
+        "an acknowledged mode switch was undone by a crash"
+    );
+    assert_eq!(read_block(&volume, 0), block_of(1));
+}

@@ -37,6 +37,13 @@ pub enum FastTier {
     Memory,
     /// `ssd`: a 16 MiB file tier, with the fault wrapper when `faults`.
     File { faults: bool },
+    /// `ssd`: a file tier of `size` used wholly as the volume's block cache
+    /// (a cache volume): the volume gets `cache = { tier = "ssd", CACHE }`,
+    /// `cache` being the rest of that table (e.g. `block = "8KiB"`).
+    Cache {
+        size: &'static str,
+        cache: &'static str,
+    },
 }
 
 /// The small stack the `serve` tests share: a 64 MiB volume `vol0` of 1 MiB
@@ -45,10 +52,11 @@ pub enum FastTier {
 /// `disk`. `top` goes after `data_dir` (e.g. a `[server]` table);
 /// `volume_extra` is appended to `[[volume]]`.
 pub fn small_stack_config(data_dir: &str, top: &str, fast: FastTier, volume_extra: &str) -> String {
-    let (fast_name, fast_tier) = match fast {
+    let (fast_name, fast_tier, cache_line) = match fast {
         FastTier::Memory => (
             "mem",
             "backend = \"memory\"\nsize = \"16MiB\"\n".to_string(),
+            String::new(),
         ),
         FastTier::File { faults } => (
             "ssd",
@@ -56,6 +64,12 @@ pub fn small_stack_config(data_dir: &str, top: &str, fast: FastTier, volume_extr
                 "backend = \"file\"\npath = \"ssd.img\"\nsize = \"16MiB\"\n{}",
                 if faults { "[tier.faults]\n" } else { "" }
             ),
+            String::new(),
+        ),
+        FastTier::Cache { size, cache } => (
+            "ssd",
+            format!("backend = \"file\"\npath = \"ssd.img\"\nsize = \"{size}\"\n"),
+            format!("cache = {{ tier = \"ssd\", {cache} }}"),
         ),
     };
     format!(
@@ -77,6 +91,7 @@ segment = "1MiB"
 chunk = "256KiB"
 tiers = ["{fast_name}", "disk"]
 period = "200ms"
+{cache_line}
 {volume_extra}
 
 [volume.policy]

@@ -200,6 +200,11 @@ pub(super) struct CacheLayer {
     pub(super) options: CacheOptions,
     pub(super) core: Mutex<CacheCore>,
     stripes: Vec<RwLock<()>>,
+    /// Held by every commit and checkpoint from its snapshot of the core to
+    /// its journal write, and by everyone who journals cache state outside
+    /// a commit (`cache-mode`, `cache-detached`, `cache-lost`): a checkpoint
+    /// starts a fresh journal, so a record appended between its snapshot
+    /// and its write would be in neither. Order: commit, core, meta.
     commit: Mutex<CommitState>,
     last_user_io_ns: AtomicU64,
     written_back_bytes: AtomicU64,
@@ -842,6 +847,8 @@ impl Volume {
             }
         }
         self.cache_commit(true)?;
+        // Not inside a checkpoint's snapshot-to-write (see `commit`).
+        let _commit = layer.commit.lock();
         let mut core = layer.core.lock();
         if core.bypass() || !core.cache.detached() {
             return Ok(());
@@ -869,6 +876,9 @@ impl Volume {
                     .map_err(|error| VolumeError::Invalid(format!("{error}, or detach")))?,
             ),
         };
+        // Not inside a checkpoint's snapshot-to-write (see `commit`): the
+        // switch must be in the checkpoint or in the journal after it.
+        let _commit = layer.commit.lock();
         let mut core = layer.core.lock();
         if let Some(reason) = &core.lost {
             return Err(VolumeError::Invalid(format!(
@@ -911,6 +921,8 @@ impl Volume {
     /// cache from now on.
     pub(super) fn cache_tier_failed(&self, reason: &str) {
         let Some(layer) = &self.cache else { return };
+        // Not inside a checkpoint's snapshot-to-write (see `commit`).
+        let _commit = layer.commit.lock();
         let mut core = layer.core.lock();
         if core.lost.is_some() {
             return;
