@@ -35,7 +35,7 @@ enum Command {
     /// Replay a trace through a tier stack under several policies and compare
     /// them in the papers' tables. With no arguments: a generated usr_1-like
     /// spike workload on hdd-ssd, replayed x8, through none, otf-ast and atsmf.
-    Sim(sim::SimArgs),
+    Sim(Box<sim::SimArgs>),
     /// Serve tiered volumes over NBD. With no --config: a 1 GiB volume of a
     /// 256 MiB memory tier over a file tier in ./tierd-data, on a Unix socket.
     Serve(serve::ServeArgs),
@@ -90,7 +90,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Trace(command) => trace::run(command),
-        Command::Sim(args) => sim::run(args),
+        Command::Sim(args) => sim::run(*args),
         Command::Serve(args) => serve::run(args),
         Command::Status(args) => serve::status(args),
         Command::Move(args) => serve::move_segment(args),
