@@ -169,6 +169,48 @@ pub(crate) mod nodes {
         pub frequency: u8,
     }
 
+    /// A miss in a single-queue cache (FIFO, LRU): on a full cache the tail
+    /// (oldest) page leaves, then `page` enters at the head. A capacity of 0
+    /// holds nothing.
+    #[inline]
+    pub fn miss_one_queue(
+        nodes: &mut PageNodes,
+        queue: &mut Queue,
+        capacity_pages: u64,
+        page: u64,
+        is_write: bool,
+    ) -> Option<super::Evicted> {
+        if capacity_pages == 0 {
+            return None;
+        }
+        let mut evicted = None;
+        if queue.len == capacity_pages {
+            let victim = queue.tail;
+            queue.unlink(&mut nodes.nodes, victim);
+            let node = nodes.nodes[victim as usize];
+            nodes.remove(victim);
+            evicted = Some(super::Evicted {
+                page: node.page,
+                dirty: node.dirty,
+            });
+        }
+        let id = nodes.insert(page, 0, is_write);
+        queue.push_head(&mut nodes.nodes, id);
+        evicted
+    }
+
+    /// Takes `page` off a single-queue cache; whether it was there.
+    pub fn remove_one_queue(nodes: &mut PageNodes, queue: &mut Queue, page: u64) -> bool {
+        match nodes.find(page) {
+            Some(id) => {
+                queue.unlink(&mut nodes.nodes, id);
+                nodes.remove(id);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Nodes by index plus a page → node index. Freed nodes are reused
     /// before the slab grows.
     #[derive(Debug)]

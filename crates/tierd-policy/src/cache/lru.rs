@@ -12,7 +12,7 @@
 //! nothing once the cache has filled.
 
 use super::nodes::{PageNodes, Queue};
-use super::{checked_capacity, initial_nodes, Access, Evicted, PageCache};
+use super::{checked_capacity, initial_nodes, Access, PageCache};
 
 #[derive(Debug)]
 pub struct Lru {
@@ -61,40 +61,20 @@ impl PageCache for Lru {
                 evicted: None,
             };
         }
-        if self.capacity_pages == 0 {
-            return Access {
-                hit: false,
-                evicted: None,
-            };
-        }
-        let mut evicted = None;
-        if self.queue.len == self.capacity_pages {
-            let victim = self.queue.tail;
-            self.queue.unlink(&mut self.nodes.nodes, victim);
-            let node = self.nodes.nodes[victim as usize];
-            self.nodes.remove(victim);
-            evicted = Some(Evicted {
-                page: node.page,
-                dirty: node.dirty,
-            });
-        }
-        let id = self.nodes.insert(page, 0, is_write);
-        self.queue.push_head(&mut self.nodes.nodes, id);
         Access {
             hit: false,
-            evicted,
+            evicted: super::nodes::miss_one_queue(
+                &mut self.nodes,
+                &mut self.queue,
+                self.capacity_pages,
+                page,
+                is_write,
+            ),
         }
     }
 
     fn remove(&mut self, page: u64) -> bool {
-        match self.nodes.find(page) {
-            Some(id) => {
-                self.queue.unlink(&mut self.nodes.nodes, id);
-                self.nodes.remove(id);
-                true
-            }
-            None => false,
-        }
+        super::nodes::remove_one_queue(&mut self.nodes, &mut self.queue, page)
     }
 }
 
