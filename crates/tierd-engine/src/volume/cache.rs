@@ -590,11 +590,16 @@ impl Volume {
                             // Home holds the merged block now.
                             let (block_start, block_length) = settings.block_range(step.block);
                             let mut block = vec![0u8; block_length as usize];
+                            // A FUA write is durable in the slot too: after
+                            // a crash the slot, not home, is read.
                             let written =
                                 self.read_tiered(block_start, &mut block).and_then(|()| {
-                                    device
-                                        .write_at(slot_offset(ticket.slot), &block)
-                                        .map_err(VolumeError::from)
+                                    if fua {
+                                        device.write_at_durable(slot_offset(ticket.slot), &block)
+                                    } else {
+                                        device.write_at(slot_offset(ticket.slot), &block)
+                                    }
+                                    .map_err(VolumeError::from)
                                 });
                             if let Err(error) = written {
                                 outcomes[index] = false;
@@ -602,11 +607,13 @@ impl Volume {
                             }
                         }
                         Ok(()) => {
+                            // FUA: durable in the slot as well as at home
+                            // (a restart reads the slot of a mapped block).
                             if let Err(error) = data_of(at, length).apply(
                                 device,
                                 slot_offset(ticket.slot) + within,
                                 length,
-                                false,
+                                fua,
                             ) {
                                 // Home has the write; the slot is stale:
                                 // the cache tier is lost from now on.
