@@ -677,9 +677,17 @@ impl Volume {
             .flat_map(|commit| commit.changes.iter().copied())
             .collect();
         if !changes.is_empty() {
-            self.meta.lock().append(&Record::CacheMap {
-                changes: to_record(&changes),
-            })?;
+            // Checked and appended with the core locked (the order
+            // `cache_tier_failed` takes them in): once the tier was lost
+            // (`CacheLost` journaled), these changes describe slots that no
+            // longer count; journaled after that record they would bring
+            // the mappings back at the next start, over home's newer data.
+            let core = layer.core.lock();
+            if core.lost.is_none() {
+                self.meta.lock().append(&Record::CacheMap {
+                    changes: to_record(&changes),
+                })?;
+            }
         }
         if !state.rewritten.is_empty() {
             let blocks = std::mem::take(&mut state.rewritten);
