@@ -52,8 +52,8 @@ use crate::device::memory::MemoryDevice;
 use crate::device::BlockDevice;
 use crate::meta::{AppendFault, CheckpointFault, MetaStore};
 use crate::volume::{
-    CacheOptions, CacheStep, ChunkRead, CopyBegun, MigrationOptions, StepOutcome, TierSpec, Volume, VolumeError,
-    VolumeOptions,
+    CacheOptions, CacheStep, ChunkRead, CopyBegun, MigrationOptions, StepOutcome, TierSpec, Volume,
+    VolumeError, VolumeOptions,
 };
 
 /// What a seed derived (printed at start so a failure can be read).
@@ -404,13 +404,8 @@ impl Run {
         let clock: Arc<dyn Clock> = self.clock.clone();
         // Recovery reads must not see injected faults.
         self.set_faults(false);
-        let opened = Volume::open_with_cache(
-            options,
-            specs,
-            &self.meta_dir,
-            clock,
-            self.cache_options(),
-        );
+        let opened =
+            Volume::open_with_cache(options, specs, &self.meta_dir, clock, self.cache_options());
         self.set_faults(true);
         opened.map_err(|error| error.to_string())
     }
