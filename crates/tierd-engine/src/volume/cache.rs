@@ -922,13 +922,18 @@ impl Volume {
         if core.lost.is_some() {
             return;
         }
+        // A clean block's home copy may be a writeback not yet flushed (the
+        // slot was its durable copy): home is flushed before `CacheLost`
+        // drops the mappings, or, when that fails, every mapped block
+        // counts as lost.
+        let home_durable = self.tiers[self.home() as usize].device.flush().is_ok();
         let lost: Vec<BlockId> = if core.detached {
             Vec::new()
         } else {
             core.cache
                 .mappings()
                 .into_iter()
-                .filter(|(_, _, dirty)| *dirty)
+                .filter(|(_, _, dirty)| *dirty || !home_durable)
                 .map(|(block, _, _)| block)
                 .collect()
         };
