@@ -32,6 +32,14 @@
 //!   with no tier gone, no range is reported;
 //! - after a failed (ENOSPC) append the segment still reads back correctly.
 //!
+//! A third of the seeds build a cache volume ([`DstCacheConfig`]): the run
+//! drives `Volume::cache_step` (commits, writebacks) itself, crashes right
+//! after writebacks, tears or fills the FLUSH commit's journal append,
+//! switches modes online and loses the cache tier (EIO or gone); blocks
+//! `Volume::unavailable_ranges` reports lost must fail to read, every other
+//! block must read allowed data (never home's stale copy of a lost dirty
+//! block).
+//!
 //! Same seed, same run: [`run_seed`] returns a digest of the final state.
 //! Fault kinds and check counts go to [`DstReport::faults`].
 
