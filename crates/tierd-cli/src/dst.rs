@@ -86,7 +86,12 @@ pub fn run(args: DstArgs) -> Result<(), CliError> {
     let mut operations = 0;
     let mut moves = 0;
     let mut failures = Vec::new();
+    // Cache volumes by the mode they started in.
+    let mut cache_seeds: BTreeMap<String, u64> = BTreeMap::new();
     for (seed, config, report) in &reports {
+        if let Some(mode) = &report.cache_mode {
+            *cache_seeds.entry(mode.clone()).or_insert(0) += 1;
+        }
         operations += report.operations;
         moves += report.moves_completed;
         for (kind, count) in &report.faults {
@@ -110,6 +115,8 @@ pub fn run(args: DstArgs) -> Result<(), CliError> {
             "failures": failures.len(),
             "operations": operations,
             "moves_completed": moves,
+            "cache_volumes": cache_seeds.values().sum::<u64>(),
+            "cache_volumes_by_mode": cache_seeds,
             "faults": faults,
             "failed_seeds": failures,
         });
@@ -128,10 +135,16 @@ pub fn run(args: DstArgs) -> Result<(), CliError> {
             .iter()
             .map(|(kind, count)| format!("{kind}={count}"))
             .collect();
+        let modes: Vec<String> = cache_seeds
+            .iter()
+            .map(|(mode, count)| format!("{mode} {count}"))
+            .collect();
         println!(
-            "seeds run {}, failures {}, operations {operations}, moves completed {moves}, faults injected by kind: {}",
+            "seeds run {}, failures {}, operations {operations}, moves completed {moves}, cache volumes {} ({}), faults injected by kind: {}",
             reports.len(),
             failures.len(),
+            cache_seeds.values().sum::<u64>(),
+            modes.join(", "),
             kinds.join(" ")
         );
     }

@@ -32,6 +32,14 @@
 //!   with no tier gone, no range is reported;
 //! - after a failed (ENOSPC) append the segment still reads back correctly.
 //!
+//! A third of the seeds build a cache volume ([`DstCacheConfig`]): the run
+//! drives `Volume::cache_step` (commits, writebacks) itself, crashes right
+//! after writebacks, tears or fills the FLUSH commit's journal append,
+//! switches modes online and loses the cache tier (EIO or gone); blocks
+//! `Volume::unavailable_ranges` reports lost must fail to read, every other
+//! block must read allowed data (never home's stale copy of a lost dirty
+//! block).
+//!
 //! Same seed, same run: [`run_seed`] returns a digest of the final state.
 //! Fault kinds and check counts go to [`DstReport::faults`].
 
@@ -42,6 +50,8 @@ use std::sync::Arc;
 use serde::Serialize;
 use tierd_common::clock::{Clock, ManualClock};
 use tierd_common::rng::{Rng, SeededRng};
+use tierd_core::cache::CacheMode;
+use tierd_policy::cache::CacheKind;
 use tierd_policy::{PolicyConfig, PolicyKind, TierId};
 
 use crate::device::crash::{CrashDisk, SECTOR_BYTES};
@@ -50,8 +60,8 @@ use crate::device::memory::MemoryDevice;
 use crate::device::BlockDevice;
 use crate::meta::{AppendFault, CheckpointFault, MetaStore};
 use crate::volume::{
-    ChunkRead, CopyBegun, MigrationOptions, StepOutcome, TierSpec, Volume, VolumeError,
-    VolumeOptions,
+    CacheOptions, CacheStep, ChunkRead, CopyBegun, MigrationOptions, StepOutcome, TierSpec, Volume,
+    VolumeError, VolumeOptions,
 };
 
 /// What a seed derived (printed at start so a failure can be read).
@@ -86,6 +96,32 @@ pub struct DstConfig {
     /// dies writing `checkpoint.tmp` or right after renaming it into place
     /// (then crash), or the metadata device is full (then go on).
     pub checkpoint_fault_probability: f64,
+    /// A cache volume (a third of the seeds): the first tier is used wholly
+    /// as a block cache over home (`tiers` is then `[cache tier, home]` and
+    /// the policy `none`); `None`: a tiered volume.
+    pub cache: Option<DstCacheConfig>,
+}
+
+/// What a cache seed derived: a small cache, so eviction, orphans,
+/// writeback and slot reuse happen constantly.
+#[derive(Clone, Debug, Serialize)]
+pub struct DstCacheConfig {
+    /// `writeback` (three in four cache seeds) or `writethrough`.
+    pub mode: String,
+    pub block_bytes: u64,
+    /// Slots of the cache tier (its size is `slots * block_bytes`).
+    pub slots: u32,
+    /// Eviction policy: `fifo`, `lru`, `arc` or `s3fifo`.
+    pub policy: String,
+    /// No sequential cutoff (every write is cached) or the default one.
+    pub sequential_cutoff_bytes: u64,
+    /// Per cache work step: switch the mode online (`writeback`,
+    /// `writethrough`, `writearound` or `detach`; never to writeback over a
+    /// memory tier).
+    pub mode_switch_probability: f64,
+    /// Per writeback that wrote a block: crash right there (its home write
+    /// done but not flushed, its `Unmapped` not committed).
+    pub crash_after_writeback_probability: f64,
 }
 
 /// One seed's outcome.
@@ -97,6 +133,8 @@ pub struct DstReport {
     pub moves_completed: u64,
     /// `None` when every check held.
     pub failure: Option<String>,
+    /// The cache mode a cache seed started in (`None`: a tiered volume).
+    pub cache_mode: Option<String>,
     /// Hash of the final placement and contents (same seed → same digest).
     pub digest: u64,
 }
@@ -202,7 +240,7 @@ pub fn derive_config(seed: u64, steps: u32) -> DstConfig {
     tier_segments.push(segments);
     let policy = ["none", "otf-ast", "atsmf"][rng.below(3) as usize].to_string();
     let faulty = rng.below(3) == 0;
-    DstConfig {
+    let mut config = DstConfig {
         seed,
         steps,
         segments,
@@ -225,7 +263,44 @@ pub fn derive_config(seed: u64, steps: u32) -> DstConfig {
         full_meta_probability: if rng.below(3) == 0 { 0.05 } else { 0.0 },
         // Drawn after every field above, for the same reason.
         checkpoint_fault_probability: if rng.below(3) == 0 { 0.25 } else { 0.0 },
+        cache: None,
+    };
+    // Cache seeds draw from their own stream (and only override), so a
+    // tiered seed derives what it derived before cache seeds existed.
+    let mut cache_rng = SeededRng::new(seed).derive(7);
+    if cache_rng.below(3) == 0 {
+        let mode = if cache_rng.below(4) == 0 {
+            "writethrough"
+        } else {
+            "writeback"
+        };
+        // A writeback cache needs a persistent tier (a memory one is refused
+        // unless `unsafe_volatile`); a writethrough one may be RAM.
+        let kind = if mode == "writethrough" && cache_rng.below(2) == 0 {
+            "memory"
+        } else {
+            "disk"
+        };
+        let block_bytes = [4096u64, 16 << 10, 64 << 10][cache_rng.below(3) as usize];
+        let slots = 4 + cache_rng.below(61) as u32;
+        config.tiers = vec![format!("{kind}0"), "home".to_string()];
+        config.tier_segments = vec![0, config.segments];
+        config.policy = "none".to_string();
+        config.cache = Some(DstCacheConfig {
+            mode: mode.to_string(),
+            block_bytes,
+            slots,
+            policy: ["fifo", "lru", "arc", "s3fifo"][cache_rng.below(4) as usize].to_string(),
+            sequential_cutoff_bytes: if cache_rng.below(2) == 0 {
+                0
+            } else {
+                tierd_core::cache::DEFAULT_SEQUENTIAL_CUTOFF_BYTES
+            },
+            mode_switch_probability: if cache_rng.below(3) == 0 { 0.05 } else { 0.0 },
+            crash_after_writeback_probability: 0.02 + cache_rng.next_f64() * 0.03,
+        });
     }
+    config
 }
 
 fn policy_config(name: &str) -> PolicyConfig {
@@ -253,7 +328,10 @@ impl Run {
             .zip(&config.tier_segments)
             .enumerate()
             .map(|(index, (name, segments))| {
-                let size = u64::from(*segments) * config.segment_bytes;
+                let size = match &config.cache {
+                    Some(cache) if index == 0 => u64::from(cache.slots) * cache.block_bytes,
+                    _ => u64::from(*segments) * config.segment_bytes,
+                };
                 let (disk, memory, inner): (_, _, Arc<dyn BlockDevice>) =
                     if name.starts_with("memory") {
                         let memory = Arc::new(MemoryDevice::new(name.clone(), size));
@@ -296,6 +374,7 @@ impl Run {
             next_id: 1,
             report: DstReport {
                 seed: config.seed,
+                cache_mode: config.cache.as_ref().map(|cache| cache.mode.clone()),
                 ..DstReport::default()
             },
             fault_config,
@@ -333,9 +412,24 @@ impl Run {
         let clock: Arc<dyn Clock> = self.clock.clone();
         // Recovery reads must not see injected faults.
         self.set_faults(false);
-        let opened = Volume::open(options, specs, &self.meta_dir, clock);
+        let opened =
+            Volume::open_with_cache(options, specs, &self.meta_dir, clock, self.cache_options());
         self.set_faults(true);
         opened.map_err(|error| error.to_string())
+    }
+
+    fn cache_options(&self) -> Option<CacheOptions> {
+        let cache = self.config.cache.as_ref()?;
+        let mode = CacheMode::parse(&cache.mode).expect("a derived mode");
+        let mut options = CacheOptions::new(&self.tiers[0].name, cache.block_bytes, mode);
+        options.policy = match cache.policy.as_str() {
+            "fifo" => CacheKind::Fifo,
+            "lru" => CacheKind::Lru,
+            "arc" => CacheKind::Arc,
+            _ => CacheKind::S3fifo,
+        };
+        options.sequential_cutoff_bytes = cache.sequential_cutoff_bytes;
+        Some(options)
     }
 
     fn set_faults(&self, on: bool) {
@@ -421,6 +515,9 @@ impl Run {
     /// unreported loss, never a false report. With no tier gone, nothing is
     /// reported.
     fn check_lost_tiers(&mut self, volume: &Volume) -> Result<(), String> {
+        if self.config.cache.is_some() {
+            return self.check_lost_cache(volume);
+        }
         let ranges = volume.unavailable_ranges();
         let placement = volume.placement();
         let gone: Vec<bool> = self
@@ -716,6 +813,7 @@ impl Run {
                 self.durable_placement
             ));
         }
+        self.count_cache(&volume);
         drop(volume);
         self.count("crashes");
         for tier in &self.tiers {
@@ -788,10 +886,18 @@ impl Run {
         let mut buffer = vec![0u8; self.config.segment_bytes as usize];
         let mut offset = 0;
         self.set_faults(false);
+        let lost = self.lost_cache_blocks(&volume)?;
         while offset < total {
-            volume
-                .read(offset, &mut buffer)
-                .map_err(|error| format!("read after restart failed: {error}"))?;
+            if let Err(error) = volume.read(offset, &mut buffer) {
+                // On a cache volume, blocks the lost cache tier took with it
+                // (reported) fail; the rest of the segment must read.
+                if lost.is_empty() {
+                    return Err(format!("read after restart failed: {error}"));
+                }
+                self.check_restart_blocks(&volume, offset, &lost)?;
+                offset += buffer.len() as u64;
+                continue;
+            }
             for (index, bytes) in buffer.chunks(SECTOR_BYTES as usize).enumerate() {
                 let sector = offset / SECTOR_BYTES + index as u64;
                 let id = decode_sector(sector, bytes)?;
@@ -808,6 +914,258 @@ impl Run {
             offset += buffer.len() as u64;
         }
         self.set_faults(true);
+        Ok(volume)
+    }
+
+    /// After a restart: segment `offset`'s blocks one by one. A block
+    /// reported lost must fail to read (its sectors keep every value a
+    /// crash allowed, for when a whole write makes it current again); every
+    /// other block must read as a crash allows.
+    fn check_restart_blocks(
+        &mut self,
+        volume: &Volume,
+        offset: u64,
+        lost: &[u64],
+    ) -> Result<(), String> {
+        let block_bytes = self.cache_block_bytes();
+        let end = (offset + self.config.segment_bytes).min(self.volume_bytes());
+        let mut block = vec![0u8; block_bytes as usize];
+        let mut at = offset;
+        while at < end {
+            let index = at / block_bytes;
+            let length = block_bytes.min(end - at) as usize;
+            let reported = lost.contains(&index);
+            match volume.read(at, &mut block[..length]) {
+                Err(error) if !reported => {
+                    return Err(format!(
+                        "read of cache block {index} after restart failed though no unavailable range reports it: {error}"
+                    ))
+                }
+                Err(_) => {
+                    self.count("cache_lost_blocks_after_restart");
+                    for sector in at / SECTOR_BYTES..(at + length as u64) / SECTOR_BYTES {
+                        let state = &mut self.sectors[sector as usize];
+                        state.now.clone_from(&state.crash);
+                    }
+                }
+                Ok(()) if reported => {
+                    return Err(format!(
+                        "cache block {index} is reported lost after restart, yet a read was served"
+                    ))
+                }
+                Ok(()) => {
+                    for (position, bytes) in block[..length].chunks(SECTOR_BYTES as usize).enumerate()
+                    {
+                        let sector = at / SECTOR_BYTES + position as u64;
+                        let id = decode_sector(sector, bytes)?;
+                        let state = &mut self.sectors[sector as usize];
+                        if !state.crash.contains(&id) {
+                            return Err(format!(
+                                "after a crash sector {sector} holds write {id}; flushed or later writes were {:?}",
+                                state.crash
+                            ));
+                        }
+                        state.now = vec![id];
+                        state.crash = vec![id];
+                    }
+                }
+            }
+            at += length as u64;
+        }
+        Ok(())
+    }
+
+    fn cache_block_bytes(&self) -> u64 {
+        self.config
+            .cache
+            .as_ref()
+            .map_or(self.config.segment_bytes, |cache| cache.block_bytes)
+    }
+
+    /// The cache blocks `volume.unavailable_ranges()` reports lost (a
+    /// tiered volume: none). Every range must name the cache tier and cover
+    /// whole blocks.
+    fn lost_cache_blocks(&self, volume: &Volume) -> Result<Vec<u64>, String> {
+        if self.config.cache.is_none() {
+            return Ok(Vec::new());
+        }
+        let block_bytes = self.cache_block_bytes();
+        let total = self.volume_bytes();
+        let mut blocks = Vec::new();
+        for range in volume.unavailable_ranges() {
+            let end = range.offset_bytes + range.length_bytes;
+            if range.tier != self.tiers[0].name
+                || range.length_bytes == 0
+                || range.offset_bytes % block_bytes != 0
+                || (end % block_bytes != 0 && end != total)
+                || end > total
+            {
+                return Err(format!(
+                    "unavailable range {range:?} is not whole blocks of cache tier {}",
+                    self.tiers[0].name
+                ));
+            }
+            blocks.extend(range.offset_bytes / block_bytes..end.div_ceil(block_bytes));
+        }
+        Ok(blocks)
+    }
+
+    /// The lost-cache report: every range names the cache tier and covers
+    /// whole blocks; every block reported lost fails to read, every other
+    /// block reads allowed data — never home's stale copy of a block that
+    /// was dirty on the lost tier, never an unreported loss. Runs while the
+    /// cache tier is gone and whenever blocks are reported lost.
+    fn check_lost_cache(&mut self, volume: &Volume) -> Result<(), String> {
+        let lost = self.lost_cache_blocks(volume)?;
+        if lost.is_empty() && !self.tiers[0].faults.is_gone() {
+            return Ok(());
+        }
+        self.count("lost_cache_sweeps");
+        let block_bytes = self.cache_block_bytes();
+        let total = self.volume_bytes();
+        let mut buffer = vec![0u8; block_bytes as usize];
+        let mut at = 0;
+        self.set_faults(false);
+        let mut outcome = Ok(());
+        while at < total {
+            let index = at / block_bytes;
+            let length = block_bytes.min(total - at) as usize;
+            let reported = lost.contains(&index);
+            let served = volume.read(at, &mut buffer[..length]);
+            match (served, reported) {
+                (Ok(()), false) => {
+                    if let Err(error) = self.check_sectors(at, &buffer[..length]) {
+                        outcome = Err(format!("cache tier lost: block {index}: {error}"));
+                        break;
+                    }
+                }
+                (Err(_), true) => self.count("lost_cache_blocks_reported"),
+                (Ok(()), true) => {
+                    outcome = Err(format!(
+                        "cache block {index} is reported lost, yet a read was served"
+                    ));
+                    break;
+                }
+                (Err(error), false) => {
+                    outcome = Err(format!(
+                        "cache block {index} cannot be read ({error}), and no unavailable range reports it"
+                    ));
+                    break;
+                }
+            }
+            at += length as u64;
+        }
+        self.set_faults(true);
+        outcome
+    }
+
+    /// Adds the cache's counters since the volume opened to the report.
+    fn count_cache(&mut self, volume: &Volume) {
+        let Some(status) = volume.cache_status() else {
+            return;
+        };
+        for (kind, value) in [
+            ("cache_allocations", status.allocations),
+            ("cache_clean_evictions", status.clean_evictions),
+            ("cache_dirty_evictions", status.dirty_evictions),
+            ("cache_writebacks", status.writebacks),
+            ("cache_read_hit_blocks", status.read_hit_blocks),
+        ] {
+            if value > 0 {
+                *self.report.faults.entry(kind.to_string()).or_insert(0) += value;
+            }
+        }
+        if status.lost.is_some() {
+            self.count("cache_tier_lost");
+        }
+    }
+
+    /// The cache's background work of one workload step, driven here
+    /// instead of by the writeback thread: sometimes a FLUSH whose commit's
+    /// journal append tears (the process dies there: crash) or finds the
+    /// metadata device full (the flush fails, the run goes on), sometimes
+    /// an online mode switch, then a few `cache_step`s (commits on the
+    /// timer or when slots run short, writebacks), with virtual time passing
+    /// so the devices count as idle; a crash right after a writeback at
+    /// random.
+    fn cache_work(&mut self, volume: Volume) -> Result<Volume, String> {
+        let cache = self.config.cache.clone().expect("a cache seed");
+        let faults = volume.meta_faults();
+        if faults.armed().is_none() {
+            if self.fault_rng.next_f64() < self.config.torn_append_probability {
+                faults.arm(AppendFault::Tear {
+                    after_bytes: 1 + self.fault_rng.below(72) as usize,
+                });
+            } else if self.fault_rng.next_f64() < self.config.full_meta_probability {
+                faults.arm(AppendFault::NoSpace {
+                    written_bytes: self.fault_rng.below(72) as usize,
+                });
+            }
+        }
+        if let Some(fault) = faults.armed() {
+            let flushed = volume.flush();
+            if faults.armed().is_none() {
+                match fault {
+                    AppendFault::Tear { .. } => {
+                        self.count("cache_commits_torn");
+                        return self.crash_and_restart(volume, true);
+                    }
+                    AppendFault::NoSpace { .. } => {
+                        self.count("cache_commits_failed_enospc");
+                        if flushed.is_ok() {
+                            return Err(
+                                "a FLUSH succeeded though its commit's journal append failed (ENOSPC)"
+                                    .to_string(),
+                            );
+                        }
+                    }
+                }
+            } else {
+                // Nothing was pending: no append.
+                faults.disarm();
+                if flushed.is_ok() {
+                    for state in &mut self.sectors {
+                        state.crash.clone_from(&state.now);
+                    }
+                }
+            }
+        }
+        if self.fault_rng.next_f64() < cache.mode_switch_probability {
+            let memory = self.tiers[0].memory.is_some();
+            let modes: &[&str] = if memory {
+                &["writethrough", "writearound", "detach"]
+            } else {
+                &["writeback", "writethrough", "writearound", "detach"]
+            };
+            let mode = modes[self.fault_rng.below(modes.len() as u64) as usize];
+            match volume.set_cache_mode(mode) {
+                Ok(()) => self.count("cache_mode_switches"),
+                Err(VolumeError::Invalid(_)) => {}
+                Err(error) => {
+                    // Journaling the switch failed (a full metadata device
+                    // armed above and not fired): not a correctness fault.
+                    if !matches!(error, VolumeError::Meta(_)) {
+                        return Err(format!("cache mode switch to {mode}: {error}"));
+                    }
+                }
+            }
+        }
+        if self.rng.below(2) == 0 {
+            self.clock.advance_ns(self.rng.below(300_000_000));
+        }
+        for _ in 0..1 + self.rng.below(8) {
+            match volume.cache_step() {
+                Ok(CacheStep::Idle) => break,
+                Ok(CacheStep::Busy) => self.count("cache_writebacks_busy"),
+                Ok(CacheStep::Wrote { .. }) => {
+                    if self.fault_rng.next_f64() < cache.crash_after_writeback_probability {
+                        self.count("crashes_after_writeback_before_commit");
+                        return self.crash_and_restart(volume, false);
+                    }
+                }
+                Err(_) => self.count("cache_step_errors"),
+            }
+        }
         Ok(volume)
     }
 
@@ -862,6 +1220,7 @@ impl Run {
                         Err(error) => return Err(error.to_string()),
                     }
                 }
+                83..=94 if self.config.cache.is_some() => volume = self.cache_work(volume)?,
                 83..=94 => volume = self.migrate(volume)?,
                 95..=97 => {
                     self.clock.advance_ns(400_000_000);

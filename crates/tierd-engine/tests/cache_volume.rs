@@ -593,3 +593,91 @@ fn a_mode_switch_during_a_checkpoint_survives_a_crash() {
     );
     assert_eq!(read_block(&volume, 0), block_of(1));
 }
+
+/// Regression (found by `tierd dst`, seed 32): in writethrough a FUA write
+/// that hit a cached block went durably home but into the slot with a plain
+/// write, and nothing flushed the slot (no mapping change was pending). A
+/// crash then lost the slot's sectors, and the restart — which reads a
+/// mapped block from its slot — returned the older data of an acknowledged
+/// FUA write. The slot is now written durably too.
+#[test]
+fn a_fua_write_that_hits_in_writethrough_survives_a_crash() {
+    for seed in 0..16u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let stack = Stack::new(64, SEGMENT);
+        let clock = Arc::new(ManualClock::new(0));
+        let volume = open_mode(&stack, dir.path(), &clock, CacheMode::Writethrough);
+        volume.write(3 * BLOCK, &block_of(1), false).unwrap();
+        volume.write(4 * BLOCK, &block_of(2), false).unwrap();
+        volume.flush().unwrap();
+        assert_eq!(volume.cache_mappings().len(), 2, "both blocks are cached");
+        // Hits: a whole block, and a part of one.
+        volume.write(3 * BLOCK, &block_of(11), true).unwrap();
+        let part = &block_of(12)[..1024];
+        volume.write(4 * BLOCK + 1024, part, true).unwrap();
+        drop(volume);
+        stack.crash(seed);
+        let volume = open_mode(&stack, dir.path(), &clock, CacheMode::Writethrough);
+        assert_eq!(read_block(&volume, 3), block_of(11), "crash seed {seed}");
+        let mut expected = block_of(2);
+        expected[1024..2048].copy_from_slice(part);
+        assert_eq!(read_block(&volume, 4), expected, "crash seed {seed}");
+    }
+}
+
+/// Regression (found by `tierd dst`, seed 49): once the cache tier was lost
+/// (gone: its flushes fail too), every FLUSH and checkpoint of the volume
+/// failed on it, though the bypassed cache holds nothing the volume needs.
+/// A lost cache tier is no longer flushed.
+#[test]
+fn a_lost_cache_tier_does_not_fail_flushes_or_checkpoints() {
+    use tierd_engine::device::fault::{FaultConfig, FaultDevice};
+    let dir = tempfile::tempdir().unwrap();
+    let stack = Stack::new(64, SEGMENT);
+    let clock = Arc::new(ManualClock::new(0));
+    let fast = Arc::new(FaultDevice::new(
+        stack.fast.clone(),
+        FaultConfig::default(),
+        1,
+        clock.clone(),
+    ));
+    let home: Arc<dyn BlockDevice> = stack.home.clone();
+    let specs = vec![
+        TierSpec {
+            name: "ssd".into(),
+            device: fast.clone(),
+            volatile: false,
+            unsafe_volatile: false,
+        },
+        TierSpec {
+            name: "hdd".into(),
+            device: home,
+            volatile: false,
+            unsafe_volatile: false,
+        },
+    ];
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let volume = Volume::open_with_cache(
+        options(stack.volume_bytes),
+        specs,
+        dir.path(),
+        dyn_clock,
+        Some(cache_options(CacheMode::Writeback)),
+    )
+    .unwrap()
+    .0;
+    volume.write(0, &block_of(1), false).unwrap();
+    write_back_all(&volume, &clock);
+    volume.write(BLOCK, &block_of(2), false).unwrap();
+    volume.flush().unwrap();
+    fast.set_gone(true);
+    assert!(volume.set_tier_unavailable("ssd", true));
+    assert_eq!(volume.cache_status().unwrap().mode, "lost");
+    volume.write(2 * BLOCK, &block_of(3), false).unwrap();
+    volume.flush().unwrap();
+    volume.checkpoint().unwrap();
+    assert_eq!(read_block(&volume, 0), block_of(1));
+    assert_eq!(read_block(&volume, 2), block_of(3));
+    let mut data = vec![0u8; BLOCK as usize];
+    assert!(volume.read(BLOCK, &mut data).is_err(), "block 1 was dirty");
+}

@@ -683,9 +683,17 @@ impl Volume {
             .flat_map(|commit| commit.changes.iter().copied())
             .collect();
         if !changes.is_empty() {
-            self.meta.lock().append(&Record::CacheMap {
-                changes: to_record(&changes),
-            })?;
+            // Checked and appended with the core locked (the order
+            // `cache_tier_failed` takes them in): once the tier was lost
+            // (`CacheLost` journaled), these changes describe slots that no
+            // longer count; journaled after that record they would bring
+            // the mappings back at the next start, over home's newer data.
+            let core = layer.core.lock();
+            if core.lost.is_none() {
+                self.meta.lock().append(&Record::CacheMap {
+                    changes: to_record(&changes),
+                })?;
+            }
         }
         if !state.rewritten.is_empty() {
             let blocks = std::mem::take(&mut state.rewritten);
@@ -927,13 +935,18 @@ impl Volume {
         if core.lost.is_some() {
             return;
         }
+        // A clean block's home copy may be a writeback not yet flushed (the
+        // slot was its durable copy): home is flushed before `CacheLost`
+        // drops the mappings, or, when that fails, every mapped block
+        // counts as lost.
+        let home_durable = self.tiers[self.home() as usize].device.flush().is_ok();
         let lost: Vec<BlockId> = if core.detached {
             Vec::new()
         } else {
             core.cache
                 .mappings()
                 .into_iter()
-                .filter(|(_, _, dirty)| *dirty)
+                .filter(|(_, _, dirty)| *dirty || !home_durable)
                 .map(|(block, _, _)| block)
                 .collect()
         };

@@ -379,9 +379,20 @@ impl Volume {
     }
 
     /// Flushes every tier's device.
+    /// A lost cache tier is skipped: the cache is bypassed and holds
+    /// nothing the volume still needs (its dirty blocks are reported lost),
+    /// so a FLUSH of home must not fail because of it.
     pub(super) fn flush_tiers(&self) -> Result<(), VolumeError> {
         let mut first_error = None;
-        for tier in &self.tiers {
+        let lost_cache_tier = self
+            .cache
+            .as_ref()
+            .filter(|layer| layer.core.lock().lost.is_some())
+            .map(|layer| layer.tier as usize);
+        for (index, tier) in self.tiers.iter().enumerate() {
+            if Some(index) == lost_cache_tier {
+                continue;
+            }
             if let Err(error) = tier.device.flush() {
                 first_error.get_or_insert(error);
             }
