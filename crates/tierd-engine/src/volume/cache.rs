@@ -335,6 +335,28 @@ impl Volume {
         &self.tiers[self.cache_layer().tier as usize].name
     }
 
+    /// After a request's IO: reports every step to the core, releases the
+    /// block locks, then marks the cache tier lost if one of its IOs failed
+    /// (outside the locks: that takes the commit lock).
+    fn report_steps(
+        &self,
+        steps: &[Step],
+        outcomes: &[bool],
+        locks: Vec<StripeGuard<'_>>,
+        cache_failure: Option<String>,
+    ) {
+        {
+            let mut core = self.cache_layer().core.lock();
+            for (step, ok) in steps.iter().zip(outcomes) {
+                core.cache.finish(step, *ok);
+            }
+        }
+        drop(locks);
+        if let Some(reason) = cache_failure {
+            self.cache_tier_failed(&reason);
+        }
+    }
+
     /// A read on a cache volume.
     pub(super) fn cached_read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), VolumeError> {
         let layer = self.cache_layer();
@@ -345,7 +367,7 @@ impl Volume {
         layer
             .last_user_io_ns
             .store(self.clock.now_ns(), Ordering::Relaxed);
-        let _locks = layer.lock_blocks(first, last, false);
+        let locks = layer.lock_blocks(first, last, false);
         let mut steps = Vec::new();
         let settings;
         {
@@ -429,16 +451,7 @@ impl Volume {
             }
             index += 1;
         }
-        {
-            let mut core = layer.core.lock();
-            for (step, ok) in steps.iter().zip(&outcomes) {
-                core.cache.finish(step, *ok);
-            }
-        }
-        drop(_locks);
-        if let Some(reason) = cache_failure {
-            self.cache_tier_failed(&reason);
-        }
+        self.report_steps(&steps, &outcomes, locks, cache_failure);
         result
     }
 
@@ -633,16 +646,7 @@ impl Volume {
             }
             index += 1;
         }
-        {
-            let mut core = layer.core.lock();
-            for (step, ok) in steps.iter().zip(&outcomes) {
-                core.cache.finish(step, *ok);
-            }
-        }
-        drop(locks);
-        if let Some(reason) = cache_failure {
-            self.cache_tier_failed(&reason);
-        }
+        self.report_steps(&steps, &outcomes, locks, cache_failure);
         result?;
         if fua {
             if slot_touched && !matches!(mutation, Mutation::Write(_)) {
