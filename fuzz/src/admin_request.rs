@@ -121,6 +121,16 @@ fn check_accepted(request: &AdminRequest, volumes: &[VolumeShape]) {
                 .expect("an accepted unpin names a served volume");
             assert!(request.segment < volume.segment_count, "{request:?}");
         }
+        AdminRequest::Cache(request) => {
+            assert!(
+                volumes.iter().any(|volume| volume.name == request.volume),
+                "an accepted cache request names a served volume: {request:?}"
+            );
+            assert!(
+                tierd_engine::admin_proto::CACHE_MODES.contains(&request.mode.as_str()),
+                "{request:?} names a mode tierd cache does not accept"
+            );
+        }
     }
     let mut line = request.to_json().to_string();
     assert!(!line.contains('\n'), "a request's JSON is one line: {line}");
