@@ -303,6 +303,27 @@ fn to_record(changes: &[Change]) -> Vec<CacheChange> {
         .collect()
 }
 
+/// The run of steps from `index` with the same home-only IO as it (`ReadHome`
+/// or `WriteHome`): where it ends, and how many of the request's bytes it
+/// covers, so the run is one home IO.
+fn home_run(
+    steps: &[Step],
+    index: usize,
+    settings: &CacheSettings,
+    offset_bytes: u64,
+    length_bytes: u64,
+) -> (usize, u64) {
+    let io = steps[index].io;
+    let mut end = index + 1;
+    while end < steps.len() && steps[end].io == io {
+        end += 1;
+    }
+    let (start, ..) = part_of(settings, steps[index].block, offset_bytes, length_bytes);
+    let (last_start, last_length, ..) =
+        part_of(settings, steps[end - 1].block, offset_bytes, length_bytes);
+    (end, last_start + last_length - start)
+}
+
 /// The part of a request `offset..offset+length` inside `block`:
 /// (offset in the volume, length, offset in the request, offset in the block).
 fn part_of(
@@ -399,14 +420,9 @@ impl Volume {
             match step.io {
                 BlockIo::ReadHome => {
                     // One home read for the run of home blocks.
-                    let mut end = index + 1;
-                    while end < steps.len() && steps[end].io == BlockIo::ReadHome {
-                        end += 1;
-                    }
-                    let (last_start, last_length, _, _) =
-                        part_of(&settings, steps[end - 1].block, offset_bytes, length_bytes);
-                    let run_end = last_start + last_length;
-                    let piece = &mut buf[at..at + (run_end - start) as usize];
+                    let (end, run_length) =
+                        home_run(&steps, index, &settings, offset_bytes, length_bytes);
+                    let piece = &mut buf[at..at + run_length as usize];
                     if let Err(error) = self.read_tiered(start, piece) {
                         result = Err(error);
                     }
@@ -538,13 +554,8 @@ impl Volume {
             let slot_offset = |slot: u32| u64::from(slot) * block_bytes;
             match step.io {
                 BlockIo::WriteHome => {
-                    let mut end = index + 1;
-                    while end < steps.len() && steps[end].io == BlockIo::WriteHome {
-                        end += 1;
-                    }
-                    let (last_start, last_length, _, _) =
-                        part_of(&settings, steps[end - 1].block, offset_bytes, length_bytes);
-                    let run_length = last_start + last_length - start;
+                    let (end, run_length) =
+                        home_run(&steps, index, &settings, offset_bytes, length_bytes);
                     if let Err(error) =
                         self.mutate_tiered(start, run_length, &data_of(at, run_length), fua)
                     {
