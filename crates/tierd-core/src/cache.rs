@@ -50,8 +50,11 @@
 //!   released). A dirty or pinned victim becomes an **orphan**: still
 //!   mapped and readable, no longer ordered by the policy, written back
 //!   first; it leaves once clean and unpinned. A miss that finds no free
-//!   slot goes to home (counted as `no_slot`). The policy holds
-//!   `slots − reserve` blocks so orphans and released slots have room.
+//!   slot goes to home (counted as `no_slot`) and makes the policy push out
+//!   its next victim all the same (while the policy holds more than
+//!   `slots − 2 × reserve` blocks), so slots keep coming back under
+//!   sustained misses. The policy holds at most `slots − reserve` blocks so
+//!   orphans and released slots have room.
 //! - **Slot reuse.** With a journal (`journal = true`, the live engine) a
 //!   released slot becomes free only when the change that unmapped its
 //!   block is committed ([`BlockCache::take_changes`] then
@@ -991,6 +994,12 @@ impl BlockCache {
         self.free.len() as u64
     }
 
+    /// Released slots whose change is not yet taken: the slots the next
+    /// commit would free.
+    pub fn released_slots(&self) -> u64 {
+        self.released.len() as u64
+    }
+
     fn valid_slot(&self, block: BlockId) -> Option<SlotId> {
         let slot = *self.map.get(&block)?;
         (self.slots[slot as usize].state == SlotState::Valid).then_some(slot)
@@ -1041,6 +1050,7 @@ impl BlockCache {
         let Some(slot) = self.free.pop() else {
             self.policy.remove(block);
             self.counters.no_slot += 1;
+            self.evict_for_slots();
             return None;
         };
         self.counters.allocations += 1;
@@ -1061,6 +1071,22 @@ impl BlockCache {
             generation: entry.generation,
             load: true,
         })
+    }
+
+    /// A miss found no free slot (released slots wait for a commit, orphans
+    /// for their writeback): the policy pushes out its next victim anyway,
+    /// so slots keep coming back under sustained misses. Without this the
+    /// missed block's removal leaves the policy one short of full, the next
+    /// miss evicts nothing, and the cache's contents freeze. At most
+    /// `reserve` more blocks leave than the policy's capacity allows for.
+    fn evict_for_slots(&mut self) {
+        let reserve = u64::from(self.settings.reserve());
+        if self.policy.len() + reserve <= self.policy.capacity_pages() {
+            return;
+        }
+        if let Some(victim) = self.policy.evict() {
+            self.evict(victim.page);
+        }
     }
 
     /// The policy pushed `block` out.

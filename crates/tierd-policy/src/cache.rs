@@ -47,6 +47,11 @@ pub trait PageCache: Send {
     /// discard, or a block the block cache could not give a slot); ghosts
     /// are kept. Returns whether it was resident. O(1).
     fn remove(&mut self, page: u64) -> bool;
+    /// Pushes out the page a miss on a full cache would push out now (with
+    /// its ghost, where the policy keeps one), without a page entering; `None`
+    /// when nothing is resident. The block cache uses it to keep slots
+    /// coming back while a miss finds none free.
+    fn evict(&mut self) -> Option<Evicted>;
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -183,20 +188,29 @@ pub(crate) mod nodes {
         if capacity_pages == 0 {
             return None;
         }
-        let mut evicted = None;
-        if queue.len == capacity_pages {
-            let victim = queue.tail;
-            queue.unlink(&mut nodes.nodes, victim);
-            let node = nodes.nodes[victim as usize];
-            nodes.remove(victim);
-            evicted = Some(super::Evicted {
-                page: node.page,
-                dirty: node.dirty,
-            });
-        }
+        let evicted = if queue.len == capacity_pages {
+            evict_one_queue(nodes, queue)
+        } else {
+            None
+        };
         let id = nodes.insert(page, 0, is_write);
         queue.push_head(&mut nodes.nodes, id);
         evicted
+    }
+
+    /// The tail (oldest) page of a single-queue cache leaves.
+    pub fn evict_one_queue(nodes: &mut PageNodes, queue: &mut Queue) -> Option<super::Evicted> {
+        if queue.len == 0 {
+            return None;
+        }
+        let victim = queue.tail;
+        queue.unlink(&mut nodes.nodes, victim);
+        let node = nodes.nodes[victim as usize];
+        nodes.remove(victim);
+        Some(super::Evicted {
+            page: node.page,
+            dirty: node.dirty,
+        })
     }
 
     /// Takes `page` off a single-queue cache; whether it was there.
@@ -380,9 +394,11 @@ mod tests {
     use std::collections::BTreeSet;
     use tierd_common::rng::splitmix64;
 
-    /// Every policy, under random accesses and removals, keeps exactly the
-    /// pages a model of "inserted − evicted − removed" says it holds, never
-    /// more than its capacity, and `remove` answers whether the page was in.
+    /// Every policy, under random accesses, removals and forced evictions,
+    /// keeps exactly the pages a model of "inserted − evicted − removed" says
+    /// it holds, never more than its capacity; `remove` answers whether the
+    /// page was in, and `evict` pushes out a resident page (`None` only when
+    /// empty).
     #[test]
     fn removal_keeps_every_policy_consistent() {
         for kind in [
@@ -398,7 +414,16 @@ mod tests {
                 let mut resident = BTreeSet::new();
                 for _ in 0..2_000 {
                     let page = splitmix64(&mut state) % 40;
-                    if splitmix64(&mut state).is_multiple_of(4) {
+                    let choice = splitmix64(&mut state) % 8;
+                    if choice == 0 {
+                        match cache.evict() {
+                            Some(evicted) => assert!(
+                                resident.remove(&evicted.page),
+                                "{kind:?} seed {seed}: evict pushed out a page it did not hold"
+                            ),
+                            None => assert!(resident.is_empty(), "{kind:?} seed {seed}"),
+                        }
+                    } else if choice < 3 {
                         assert_eq!(
                             cache.remove(page),
                             resident.remove(&page),
@@ -419,6 +444,43 @@ mod tests {
                     assert_eq!(cache.len(), resident.len() as u64, "{kind:?} seed {seed}");
                     assert!(cache.len() <= capacity);
                 }
+            }
+        }
+    }
+
+    /// `evict` pushes out the page the next miss on the full cache would
+    /// have: two copies of a policy, one missing on a new page, the other
+    /// evicting, lose the same page and stay alike. FIFO, LRU and S3-FIFO
+    /// only: ARC's case IV(A) drops a page without a ghost (or drops a ghost
+    /// first) where `evict` keeps one, so the two copies' ghost lists part;
+    /// its `evict` is REPLACE, checked by the consistency test above.
+    #[test]
+    fn evict_takes_the_page_a_miss_would() {
+        for kind in [CacheKind::Fifo, CacheKind::Lru, CacheKind::S3fifo] {
+            for seed in 0..20u64 {
+                let mut state = seed;
+                let capacity = 2 + splitmix64(&mut state) % 14;
+                let mut missing = build_cache(kind, capacity);
+                let mut evicting = build_cache(kind, capacity);
+                let mut checked = 0;
+                for _ in 0..500 {
+                    let page = splitmix64(&mut state) % 30;
+                    if missing.len() == capacity && splitmix64(&mut state).is_multiple_of(3) {
+                        // A page neither holds nor remembers: a plain miss.
+                        let fresh = 1_000 + splitmix64(&mut state);
+                        let by_miss = missing.access(fresh, false).evicted.map(|e| e.page);
+                        let by_evict = evicting.evict().map(|e| e.page);
+                        assert_eq!(by_miss, by_evict, "{kind:?} seed {seed}");
+                        assert!(by_miss.is_some());
+                        evicting.access(fresh, false);
+                        checked += 1;
+                    } else {
+                        let a = missing.access(page, false);
+                        let b = evicting.access(page, false);
+                        assert_eq!(a, b, "{kind:?} seed {seed}");
+                    }
+                }
+                assert!(checked > 10, "{kind:?} seed {seed}: only {checked} checks");
             }
         }
     }

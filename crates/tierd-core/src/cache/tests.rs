@@ -620,3 +620,41 @@ fn advance(
     }
     pending.swap_remove(index);
 }
+
+/// Sustained misses with a journal (the live engine): released slots wait
+/// for commits, yet the cache keeps taking new blocks at the rate commits
+/// free slots. Before `evict_for_slots`, a miss that found no slot left the
+/// policy one short of full, later misses evicted nothing, and the contents
+/// froze: in the engine, 91 evictions in 10 s of random writes at 90k IOPS.
+#[test]
+fn sustained_misses_with_a_journal_keep_replacing_blocks() {
+    let mut with_journal = settings(10_000, 64, CacheMode::Writethrough);
+    with_journal.journal = true;
+    with_journal.reserve_slots = Some(8);
+    let mut cache = BlockCache::new(with_journal).unwrap();
+    let mut allocated_after_fill = 0;
+    for block in 0..2_000u64 {
+        let io = one(&mut cache, false, block);
+        if io.ticket().is_some() && block >= 64 {
+            allocated_after_fill += 1;
+        }
+        finish(&mut cache, io);
+        // A commit every 16 misses: slower than misses, as in the engine.
+        if block % 16 == 15 {
+            let commit = cache.take_changes();
+            cache.committed(commit);
+        }
+    }
+    // Each commit frees what the misses since the last one evicted, up to
+    // the reserve: 8 allocations a commit; 121 commits after the fill.
+    assert!(
+        allocated_after_fill >= 121 * 8,
+        "{allocated_after_fill} allocations after the fill"
+    );
+    // The cache holds recent blocks, not the first ones it saw.
+    let recent = (1_900..2_000)
+        .filter(|&b| cache.lookup(b).is_some())
+        .count();
+    assert!(recent >= 8, "only {recent} of the last 100 blocks cached");
+    assert!((0..56).all(|b| cache.lookup(b).is_none()));
+}

@@ -61,6 +61,10 @@ const STRIPES: usize = 1024;
 /// commits would grow it without bound between period checkpoints).
 const JOURNAL_CHECKPOINT_BYTES: u64 = 16 << 20;
 
+/// Most bytes one writeback step writes home before its commit (and its
+/// pause, when the devices are busy): 64 blocks of the default 64 KiB.
+pub const WRITEBACK_BATCH_BYTES: u64 = 4 << 20;
+
 /// A cache volume's settings (from `[[volume]] cache = {...}`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CacheOptions {
@@ -222,9 +226,13 @@ pub enum CacheStep {
     Idle,
     /// The block picked was busy with user IO; try again soon.
     Busy,
-    /// Wrote a block back; wait `pause_ns` before the next (pacing: user IO
-    /// goes first unless the devices are idle).
-    Wrote { bytes: u64, pause_ns: u64 },
+    /// Wrote `blocks` back (`bytes` in all); wait `pause_ns` before the next
+    /// step (pacing: user IO goes first unless the devices are idle).
+    Wrote {
+        bytes: u64,
+        blocks: u64,
+        pause_ns: u64,
+    },
 }
 
 impl CacheLayer {
@@ -791,21 +799,31 @@ impl Volume {
     }
 
     /// One step of the cache's background work (the writeback thread, or a
-    /// deterministic test): a commit when due, a checkpoint when the journal
-    /// is long, the end of a detach, and one writeback.
+    /// deterministic test): a batch of writebacks (up to
+    /// [`WRITEBACK_BATCH_BYTES`]), then a commit when due, a checkpoint when
+    /// the journal is long, and the end of a detach.
+    ///
+    /// One commit covers the whole batch: a commit flushes home and the
+    /// cache tier, which under load costs far more than one block's
+    /// writeback (one commit per block ran about 10 writebacks a second on
+    /// two page-cache files under 80k write IOPS).
     pub fn cache_step(&self) -> Result<CacheStep, VolumeError> {
         let Some(layer) = &self.cache else {
             return Ok(CacheStep::Idle);
         };
+        let batch = self.write_back_batch(layer);
+        // Commits on a timer, and at once when slots are short and a commit
+        // would free some (released slots; the blocks just written back
+        // among them). Never nested: commits take the commit lock, then the
+        // core's.
         let now_ns = self.clock.now_ns();
-        // Commits on a timer, and at once when released slots are needed.
-        // Never nested: commits take the commit lock, then the core's.
         let state_last = layer.commit.lock().last_commit_ns;
         let commit_due = {
             let core = layer.core.lock();
+            let short = core.cache.free_slots() * 2 < u64::from(core.cache.settings().reserve());
             core.cache.has_changes()
                 && (now_ns.saturating_sub(state_last) >= layer.options.commit_interval_ns
-                    || core.cache.free_slots() * 2 < u64::from(core.cache.settings().reserve()))
+                    || (short && core.cache.released_slots() > 0))
         };
         if commit_due {
             self.cache_commit(false)?;
@@ -814,46 +832,68 @@ impl Volume {
             self.checkpoint()?;
         }
         self.finish_detach()?;
+        batch
+    }
+
+    /// Writes back dirty blocks the core asks for, one after another, until
+    /// [`WRITEBACK_BATCH_BYTES`] are written, the core wants no more, or a
+    /// block is busy with user IO.
+    fn write_back_batch(&self, layer: &CacheLayer) -> Result<CacheStep, VolumeError> {
+        let now_ns = self.clock.now_ns();
         let idle = now_ns.saturating_sub(layer.last_user_io_ns.load(Ordering::Relaxed))
             >= layer.options.writeback_idle_ns;
-        let mut core = layer.core.lock();
-        if core.bypass() {
-            return Ok(CacheStep::Idle);
-        }
-        let Some(writeback) = core.cache.next_writeback(idle) else {
-            return Ok(CacheStep::Idle);
-        };
-        let Some(guard) = layer.stripes[CacheLayer::stripe(writeback.block)].try_write() else {
-            core.cache.writeback_done(writeback, false);
-            return Ok(CacheStep::Busy);
-        };
-        let (start, length) = core.cache.settings().block_range(writeback.block);
-        drop(core);
         let started_ns = self.clock.now_ns();
-        let mut block = vec![0u8; length as usize];
-        let slot_offset = u64::from(writeback.slot) * layer.block_bytes();
-        let read = self.cache_device().read_at(slot_offset, &mut block);
-        let written = match &read {
-            Ok(()) => self.mutate_tiered(start, length, &Mutation::Write(&block), false),
-            Err(_) => Ok(()),
+        let mut bytes = 0;
+        let mut blocks = 0;
+        let mut buffer = Vec::new();
+        let outcome = loop {
+            if bytes >= WRITEBACK_BATCH_BYTES {
+                break CacheStep::Idle;
+            }
+            let mut core = layer.core.lock();
+            if core.bypass() {
+                break CacheStep::Idle;
+            }
+            let Some(writeback) = core.cache.next_writeback(idle) else {
+                break CacheStep::Idle;
+            };
+            let Some(guard) = layer.stripes[CacheLayer::stripe(writeback.block)].try_write() else {
+                core.cache.writeback_done(writeback, false);
+                break CacheStep::Busy;
+            };
+            let (start, length) = core.cache.settings().block_range(writeback.block);
+            drop(core);
+            buffer.resize(length as usize, 0);
+            let slot_offset = u64::from(writeback.slot) * layer.block_bytes();
+            let read = self.cache_device().read_at(slot_offset, &mut buffer);
+            let written = match &read {
+                Ok(()) => self.mutate_tiered(start, length, &Mutation::Write(&buffer), false),
+                Err(_) => Ok(()),
+            };
+            let ok = read.is_ok() && written.is_ok();
+            layer.core.lock().cache.writeback_done(writeback, ok);
+            drop(guard);
+            if let Err(error) = read {
+                self.cache_tier_failed(&error.to_string());
+                return Err(error.into());
+            }
+            written?;
+            layer
+                .written_back_bytes
+                .fetch_add(length, Ordering::Relaxed);
+            bytes += length;
+            blocks += 1;
         };
-        let ok = read.is_ok() && written.is_ok();
-        layer.core.lock().cache.writeback_done(writeback, ok);
-        drop(guard);
-        if let Err(error) = read {
-            self.cache_tier_failed(&error.to_string());
-            return Err(error.into());
+        if blocks == 0 {
+            return Ok(outcome);
         }
-        written?;
-        layer
-            .written_back_bytes
-            .fetch_add(length, Ordering::Relaxed);
         let took_ns = self.clock.now_ns().saturating_sub(started_ns);
         // Idle devices: write back at full speed. Otherwise (above the high
         // watermark, or draining) leave the devices to user IO half the time.
         let pause_ns = if idle { 0 } else { took_ns };
         Ok(CacheStep::Wrote {
-            bytes: length,
+            bytes,
+            blocks,
             pause_ns,
         })
     }

@@ -213,6 +213,12 @@ impl PageCache for ArcCache {
         }
     }
 
+    /// REPLACE with x ∉ B2, as a case IV miss on a full cache; the directory
+    /// keeps its bound (at most 2c pages) since nothing enters.
+    fn evict(&mut self) -> Option<Evicted> {
+        (self.len() > 0).then(|| self.replace(false))
+    }
+
     fn remove(&mut self, page: u64) -> bool {
         let Some(id) = self.nodes.find(page) else {
             return false;

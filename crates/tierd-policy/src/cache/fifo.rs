@@ -76,6 +76,10 @@ impl PageCache for Fifo {
     fn remove(&mut self, page: u64) -> bool {
         super::nodes::remove_one_queue(&mut self.nodes, &mut self.queue, page)
     }
+
+    fn evict(&mut self) -> Option<super::Evicted> {
+        super::nodes::evict_one_queue(&mut self.nodes, &mut self.queue)
+    }
 }
 
 #[cfg(test)]

@@ -289,6 +289,10 @@ impl PageCache for S3Fifo {
         }
     }
 
+    fn evict(&mut self) -> Option<Evicted> {
+        (self.resident() > 0).then(|| self.evict_one())
+    }
+
     fn remove(&mut self, page: u64) -> bool {
         let Some(id) = self.nodes.find(page) else {
             return false;
