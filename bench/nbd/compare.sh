@@ -21,6 +21,12 @@
 #   stall  fio randrw 4k QD4 on a 1 GiB volume while its one 1 GiB segment
 #          migrates file -> memory and back; fio's clat max / p99.9 against the
 #          same run without a migration
+#   cache  a cache volume (a 64 MiB file tier caching a 256 MiB file home in
+#          64 KiB blocks, s3fifo) in writeback and in writethrough, the same
+#          home as a plain file tier, and `nbdkit file` on the home file;
+#          first with fio over a 32 MiB hot set that fits the cache (warmed
+#          by one random 64 KiB read pass), then over all 256 MiB (does not
+#          fit). Each tierd gets its own copy of the home file
 #
 # Workloads for mem/file: randread and randwrite at QD1 and QD16, RUNTIME s
 # each (plus 1 s ramp), size 256M. Every server of a group stays up; the runs
@@ -28,7 +34,7 @@
 # order is reversed every other round, so drift on this shared machine hits
 # all of them alike.
 #
-# Usage:   bench/nbd/compare.sh [mem] [file] [tls] [stall]   (default: all four)
+# Usage:   bench/nbd/compare.sh [mem] [file] [tls] [stall] [cache]   (default: the first four)
 # Env:     ROUNDS (2)  RUNTIME (10)  STALL_RUNTIME (20)
 #          DIRECT_ENGINES (""; e.g. "psync uring": extra file rows
 #          tierd-direct-psync, tierd-direct-uring with io_engine set)
@@ -183,7 +189,7 @@ run_fio() {
   local pid=${pid_of[${SERVER:-}]:-} before=0
   [ -z "$pid" ] || before=$(cpu_ticks "$pid")
   "${fio_cpu[@]}" fio --name="$label" --ioengine=nbd --uri="$target" \
-    --rw="$rw" --bs=4k --iodepth="$depth" --size=256M \
+    --rw="$rw" --bs=4k --iodepth="$depth" --size="${FIO_SIZE:-256M}" \
     --runtime="$RUNTIME" --ramp_time=1 --time_based \
     --output-format=json --output="$RESULTS/$label.json" "$@" >/dev/null
   if [ -n "$pid" ]; then
@@ -553,6 +559,79 @@ PY
   echo
 }
 
+# cache_config NAME MODE: a 256 MiB volume over the file home
+# $work/NAME-home.img; MODE writeback or writethrough caches it in a 64 MiB
+# file tier, "none" serves it from the home tier alone
+cache_config() {
+  local tiers='["home"]' cache="" ssd=""
+  if [ "$2" != none ]; then
+    tiers='["ssd", "home"]'
+    cache="cache = { tier = \"ssd\", block = \"64KiB\", mode = \"$2\", policy = \"s3fifo\" }"
+    ssd="[[tier]]
+name = \"ssd\"
+backend = \"file\"
+path = \"ssd.img\"
+size = \"64MiB\""
+  fi
+  cat <<EOF
+data_dir = "$work/$1"
+[server]
+listen = ["unix:$work/$1.sock"]
+$ssd
+[[tier]]
+name = "home"
+backend = "file"
+path = "$work/$1-home.img"
+size = "256MiB"
+[[volume]]
+name = "vol0"
+size = "256MiB"
+segment = "64MiB"
+tiers = $tiers
+period = "60s"
+$cache
+[volume.policy]
+kind = "none"
+EOF
+}
+
+part_cache() {
+  local file=$work/cache-home.img name
+  dd if=/dev/urandom of="$file" bs=1M count=256 status=none
+  local -A uri_of=()
+  for name in tierd-wb:writeback tierd-wt:writethrough tierd-plain:none; do
+    cp "$file" "$work/${name%%:*}-home.img"
+    start_tierd "${name%%:*}" "$(cache_config "${name%%:*}" "${name#*:}")"
+    uri_of[${name%%:*}]=$uri
+  done
+  start_nbdkit nbdkit-file file "$file"; uri_of[nbdkit-file]=$uri
+  local -a names=(tierd-wb tierd-wt tierd-plain nbdkit-file) fits=() all=()
+  for name in "${names[@]}"; do
+    pid_of[fits-$name]=${pid_of[$name]}; pid_of[all-$name]=${pid_of[$name]}
+    fits+=("fits-$name=${uri_of[$name]}"); all+=("all-$name=${uri_of[$name]}")
+    # Warm the hot set: one random 64 KiB read pass over its 32 MiB (random:
+    # a sequential pass would be bypassed by the 4 MiB sequential cutoff).
+    "${fio_cpu[@]}" fio --name=warm --ioengine=nbd --uri="${uri_of[$name]}" --rw=randread \
+      --bs=64k --iodepth=4 --size=32M --output-format=terse >/dev/null
+  done
+  FIO_SIZE=32M run_group "${fits[@]}"
+  FIO_SIZE=256M run_group "${all[@]}"
+  echo "### Cache volume: a 32 MiB hot set (fits the 64 MiB cache)"
+  echo
+  summarize fits-nbdkit-file "${fits[@]%%=*}"
+  echo
+  echo "### Cache volume: all 256 MiB (does not fit)"
+  echo
+  summarize all-nbdkit-file "${all[@]%%=*}"
+  echo
+  echo "### Cache state after the runs"
+  echo
+  for name in tierd-wb tierd-wt; do
+    echo "- $name: $(tierd_status "$name" | jq -c '.cache | {mode, read_hit_ratio, write_hit_ratio, dirty_bytes, occupancy_bytes, no_slot_blocks, writebacks, allocations}')"
+  done
+  echo
+}
+
 machine
 for part in "${parts[@]}"; do
   case $part in
@@ -560,7 +639,8 @@ for part in "${parts[@]}"; do
     file) part_file ;;
     tls) part_tls ;;
     stall) part_stall ;;
-    *) echo "compare.sh: unknown part $part (mem, file, tls, stall)" >&2; exit 1 ;;
+    cache) part_cache ;;
+    *) echo "compare.sh: unknown part $part (mem, file, tls, stall, cache)" >&2; exit 1 ;;
   esac
 done
 echo "raw fio JSON: $RESULTS" >&2
