@@ -36,6 +36,11 @@
 #          chunks in flight of the simulator's moves)  TIERD (a tierd binary;
 #          default: build release into CARGO_TARGET_DIR)  RESULTS (default
 #          /tmp/tierd-live-vs-sim.<date>: configs, replay and sim JSON, logs)
+#          Block caches: a policy fifo, lru, arc or s3fifo in POLICIES runs the
+#          simulator's block cache and, live, a cache volume (`cache = {...}`
+#          on the volume, its policy kind "none") over the same two tiers, with
+#          CACHE_BLOCK (64KiB) and CACHE_MODE (writeback) on both sides; the
+#          table then also gives the hit ratios
 # Needs:   jq. Nothing is written inside the repository.
 set -euo pipefail
 
@@ -50,6 +55,8 @@ ROUNDS=${ROUNDS:-2}
 SERVER_EXTRA=${SERVER_EXTRA:-}
 SIM_QUEUE_DEPTH=${SIM_QUEUE_DEPTH:-}
 SIM_MIGRATION=${SIM_MIGRATION:-256KiB 4}
+CACHE_BLOCK=${CACHE_BLOCK:-64KiB}
+CACHE_MODE=${CACHE_MODE:-writeback}
 read -r sim_chunk_bytes sim_chunks_in_flight <<< "$SIM_MIGRATION"
 RESULTS=${RESULTS:-/tmp/tierd-live-vs-sim.$(date +%Y%m%d-%H%M%S)}
 PERIOD=10s
@@ -98,6 +105,15 @@ trace_kind() {
 # ------------------------------------------------------------------ configs
 
 serve_config() { # DIR POLICY
+  local kind=$2 cache=""
+  case $2 in
+    fifo|lru|arc|s3fifo)
+      # The simulator's block cache of that policy (its defaults: 64 KiB
+      # blocks, writeback, admission always, 4 MiB sequential cutoff) is the
+      # live engine's cache volume with the same settings.
+      kind=none
+      cache="cache = { tier = \"ssd\", block = \"$CACHE_BLOCK\", mode = \"$CACHE_MODE\", policy = \"$2\" }" ;;
+  esac
   cat <<EOF
 data_dir = "$1"
 [server]
@@ -122,8 +138,9 @@ segment = "256MiB"
 tiers = ["ssd", "hdd"]
 period = "$PERIOD"
 migration_share = 1.0
+$cache
 [volume.policy]
-kind = "$2"
+kind = "$kind"
 EOF
 }
 
@@ -181,6 +198,7 @@ sim() {
   policies=$(echo "$POLICIES" | tr ' ' ',')
   echo "$(date -u +%H:%M:%S) tierd sim, $policies" >&2
   "$TIERD" sim --trace "$TRACE" --tiers "$RESULTS/stack.toml" --policy "$policies" \
+    --cache-block "$CACHE_BLOCK" --cache-mode "$CACHE_MODE" \
     --speed "$SPEED" --period "$PERIOD" --max-outstanding "$MAX_INFLIGHT" \
     --volume-bytes 16GiB --json > "$RESULTS/sim.json" 2> "$RESULTS/sim.log"
 }
@@ -233,6 +251,15 @@ for policy in "${policies[@]}"; do
     p99_ok=$(awk -v r="$r_p99" 'BEGIN { print (r >= 0.8 && r <= 1.2) ? "met" : "MISSED" }')
     errors=$(jq '.errors' <<< "$run")
     verdict+=("$policy r$round: mean within 10 % $mean_ok, p99 within 20 % $p99_ok, $errors errors")
+  done
+done
+echo
+for policy in "${policies[@]}"; do
+  case $policy in fifo|lru|arc|s3fifo) ;; *) continue ;; esac
+  sim_run=$(jq -c --arg p "$policy" '.runs[] | select(.policy == $p)' "$RESULTS/sim.json")
+  echo "- $policy hit ratio (blocks): sim $(jq '.cache.hit_ratio' <<< "$sim_run" | xargs printf '%.3f'), cache counters $(jq -c '.cache | del(.hit_ratio)' <<< "$sim_run")"
+  for ((round = 1; round <= ROUNDS; round++)); do
+    echo "  - live r$round: $(jq -c '.volumes[0].cache | {read_hit_ratio, write_hit_ratio, read_blocks, read_hit_blocks, write_blocks, write_hit_blocks, no_slot_blocks, allocations, writebacks, dirty_bytes}' "$RESULTS/live-$policy-r$round.status.json")"
   done
 done
 echo
