@@ -40,7 +40,8 @@
 #          simulator's block cache and, live, a cache volume (`cache = {...}`
 #          on the volume, its policy kind "none") over the same two tiers, with
 #          CACHE_BLOCK (64KiB) and CACHE_MODE (writeback) on both sides; the
-#          table then also gives the hit ratios
+#          table then also gives the hit ratios. CACHE_OPTIONS adds keys to the
+#          live cache table only (e.g. 'commit_interval = "60s"')
 # Needs:   jq. Nothing is written inside the repository.
 set -euo pipefail
 
@@ -112,7 +113,7 @@ serve_config() { # DIR POLICY
       # blocks, writeback, admission always, 4 MiB sequential cutoff) is the
       # live engine's cache volume with the same settings.
       kind=none
-      cache="cache = { tier = \"ssd\", block = \"$CACHE_BLOCK\", mode = \"$CACHE_MODE\", policy = \"$2\" }" ;;
+      cache="cache = { tier = \"ssd\", block = \"$CACHE_BLOCK\", mode = \"$CACHE_MODE\", policy = \"$2\"${CACHE_OPTIONS:+, $CACHE_OPTIONS} }" ;;
   esac
   cat <<EOF
 data_dir = "$1"

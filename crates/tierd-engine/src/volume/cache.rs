@@ -40,6 +40,7 @@
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
+use tierd_common::clock::Clock;
 
 use serde::Serialize;
 use tierd_core::cache::{
@@ -210,8 +211,38 @@ pub(super) struct CacheLayer {
     /// starts a fresh journal, so a record appended between its snapshot
     /// and its write would be in neither. Order: commit, core, meta.
     commit: Mutex<CommitState>,
+    /// When user IO last started or ended, and how much is in flight: the
+    /// devices are idle for writeback when none is in flight and none ended
+    /// within `writeback_idle_ns` (the simulator's rule is the same with no
+    /// wait: no user IO outstanding at home).
     last_user_io_ns: AtomicU64,
+    user_io_in_flight: AtomicU64,
     written_back_bytes: AtomicU64,
+}
+
+/// One user IO through the cache, counted from its start to its end.
+struct UserIo<'a> {
+    layer: &'a CacheLayer,
+    clock: &'a dyn Clock,
+}
+
+impl<'a> UserIo<'a> {
+    fn start(layer: &'a CacheLayer, clock: &'a dyn Clock) -> UserIo<'a> {
+        layer.user_io_in_flight.fetch_add(1, Ordering::Relaxed);
+        layer
+            .last_user_io_ns
+            .store(clock.now_ns(), Ordering::Relaxed);
+        UserIo { layer, clock }
+    }
+}
+
+impl Drop for UserIo<'_> {
+    fn drop(&mut self) {
+        self.layer
+            .last_user_io_ns
+            .store(self.clock.now_ns(), Ordering::Relaxed);
+        self.layer.user_io_in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 enum StripeGuard<'a> {
@@ -244,6 +275,7 @@ impl CacheLayer {
             stripes: (0..STRIPES).map(|_| RwLock::new(())).collect(),
             commit: Mutex::new(CommitState::default()),
             last_user_io_ns: AtomicU64::new(0),
+            user_io_in_flight: AtomicU64::new(0),
             written_back_bytes: AtomicU64::new(0),
         }
     }
@@ -393,9 +425,7 @@ impl Volume {
         let Some((first, last)) = layer.block_span(offset_bytes, length_bytes) else {
             return Ok(());
         };
-        layer
-            .last_user_io_ns
-            .store(self.clock.now_ns(), Ordering::Relaxed);
+        let _user_io = UserIo::start(layer, &*self.clock);
         let locks = layer.lock_blocks(first, last, false);
         let mut steps = Vec::new();
         let settings;
@@ -450,26 +480,44 @@ impl Volume {
                         }
                     }
                 }
-                BlockIo::Fill { ticket } => {
-                    let (block_start, block_length) = settings.block_range(step.block);
-                    let mut block = vec![0u8; block_length as usize];
-                    match self.read_tiered(block_start, &mut block) {
-                        Ok(()) => {
-                            buf[at..at + length as usize].copy_from_slice(
-                                &block[within as usize..(within + length) as usize],
-                            );
-                            if let Err(error) =
-                                device.write_at(u64::from(ticket.slot) * block_bytes, &block)
-                            {
-                                outcomes[index] = false;
-                                cache_failure.get_or_insert_with(|| error.to_string());
-                            }
-                        }
-                        Err(error) => {
-                            outcomes[index] = false;
-                            result = Err(error);
+                BlockIo::Fill { .. } => {
+                    // One home read for the run of fills (adjacent blocks:
+                    // read one by one, each would wait a rotation of a
+                    // disk), then each block into its slot.
+                    let mut end = index + 1;
+                    while end < steps.len() && matches!(steps[end].io, BlockIo::Fill { .. }) {
+                        end += 1;
+                    }
+                    let (run_start, _) = settings.block_range(step.block);
+                    let (last_start, last_length) = settings.block_range(steps[end - 1].block);
+                    let mut run = vec![0u8; (last_start + last_length - run_start) as usize];
+                    if let Err(error) = self.read_tiered(run_start, &mut run) {
+                        outcomes[index..end].fill(false);
+                        result = Err(error);
+                        index = end;
+                        continue;
+                    }
+                    for position in index..end {
+                        let BlockIo::Fill { ticket } = steps[position].io else {
+                            unreachable!("a fill run holds fills only")
+                        };
+                        let (_, length, at, within) =
+                            part_of(&settings, steps[position].block, offset_bytes, length_bytes);
+                        let (block_start, block_length) =
+                            settings.block_range(steps[position].block);
+                        let block =
+                            &run[(block_start - run_start) as usize..][..block_length as usize];
+                        buf[at..at + length as usize]
+                            .copy_from_slice(&block[within as usize..(within + length) as usize]);
+                        if let Err(error) =
+                            device.write_at(u64::from(ticket.slot) * block_bytes, block)
+                        {
+                            outcomes[position] = false;
+                            cache_failure.get_or_insert_with(|| error.to_string());
                         }
                     }
+                    index = end;
+                    continue;
                 }
                 other => unreachable!("a read planned {other:?}"),
             }
@@ -491,9 +539,7 @@ impl Volume {
         let Some((first, last)) = layer.block_span(offset_bytes, length_bytes) else {
             return Ok(());
         };
-        layer
-            .last_user_io_ns
-            .store(self.clock.now_ns(), Ordering::Relaxed);
+        let _user_io = UserIo::start(layer, &*self.clock);
         let locks = layer.lock_blocks(first, last, true);
         let mut steps: Vec<Step> = Vec::new();
         let settings;
@@ -838,16 +884,17 @@ impl Volume {
     /// Writes back dirty blocks the core asks for, one after another, until
     /// [`WRITEBACK_BATCH_BYTES`] are written, the core wants no more, or a
     /// block is busy with user IO.
+    ///
+    /// A batch begun because the devices were idle ends as soon as user IO
+    /// arrives: a user request then waits behind at most one writeback.
     fn write_back_batch(&self, layer: &CacheLayer) -> Result<CacheStep, VolumeError> {
-        let now_ns = self.clock.now_ns();
-        let idle = now_ns.saturating_sub(layer.last_user_io_ns.load(Ordering::Relaxed))
-            >= layer.options.writeback_idle_ns;
+        let idle = self.cache_idle(layer);
         let started_ns = self.clock.now_ns();
         let mut bytes = 0;
         let mut blocks = 0;
         let mut buffer = Vec::new();
         let outcome = loop {
-            if bytes >= WRITEBACK_BATCH_BYTES {
+            if bytes >= WRITEBACK_BATCH_BYTES || (idle && blocks > 0 && !self.cache_idle(layer)) {
                 break CacheStep::Idle;
             }
             let mut core = layer.core.lock();
@@ -896,6 +943,17 @@ impl Volume {
             blocks,
             pause_ns,
         })
+    }
+
+    /// Whether the devices are idle for writeback: no user IO in flight, and
+    /// none for `writeback_idle_ns`.
+    fn cache_idle(&self, layer: &CacheLayer) -> bool {
+        layer.user_io_in_flight.load(Ordering::Relaxed) == 0
+            && self
+                .clock
+                .now_ns()
+                .saturating_sub(layer.last_user_io_ns.load(Ordering::Relaxed))
+                >= layer.options.writeback_idle_ns
     }
 
     /// A detach whose last dirty block was written back ends: commit,
