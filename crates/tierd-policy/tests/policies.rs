@@ -686,6 +686,46 @@ fn atsmf_detects_a_static_concentration_and_promotes_it_when_y_beats_x() {
     assert!(lab.plan(&mut policy).moves.is_empty());
 }
 
+/// The minimum load: the same concentration shape at a trickle of IO (one
+/// IO per segment in a 24 s period, 0.083 iops for the pair) is not moved;
+/// with `min_load_iops = 0` (the paper's test) it is, since X and Y do not
+/// weigh the rate.
+#[test]
+fn atsmf_does_not_move_a_concentration_below_the_minimum_load() {
+    let trickle = |lab: &mut Lab| {
+        lab.push(&[(10, 1), (11, 1)], ssd_period(2));
+    };
+    let mut lab = atsmf_lab();
+    trickle(&mut lab);
+    let mut policy = Atsmf::new(AtsmfConfig::default());
+    let plan = lab.plan(&mut policy);
+    assert_eq!(policy.concentrations().len(), 1);
+    assert!(plan.moves.is_empty(), "{:?}", moves(&plan));
+    assert!(
+        plan.summary
+            .contains("1 concentrations below the minimum load of 0.1 iops"),
+        "{}",
+        plan.summary
+    );
+    let mut lab = atsmf_lab();
+    trickle(&mut lab);
+    let paper = AtsmfConfig {
+        min_load_iops: 0.0,
+        ..AtsmfConfig::default()
+    };
+    assert_eq!(
+        moves(&lab.plan(&mut Atsmf::new(paper))),
+        [(10, 1, 0, "atsmf:benefit"), (11, 1, 0, "atsmf:benefit")]
+    );
+    assert!(AtsmfConfig {
+        min_load_iops: -1.0,
+        ..AtsmfConfig::default()
+    }
+    .validate()
+    .unwrap_err()
+    .contains("min_load_iops = -1"));
+}
+
 #[test]
 fn atsmf_leaves_pinned_segments_alone() {
     let mut lab = atsmf_lab();
