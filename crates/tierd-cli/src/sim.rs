@@ -43,7 +43,8 @@ pub struct SimArgs {
     /// Skip malformed lines instead of stopping at the first.
     #[arg(long, requires = "trace")]
     skip_bad_lines: bool,
-    /// Synthetic preset to replay when no --trace is given (see `tierd trace synth --list`).
+    /// Synthetic preset to replay when no --trace is given, or `shape:NAME`
+    /// for a generated shape (see `tierd trace synth --list`).
     #[arg(long, value_name = "PRESET", conflicts_with = "trace", default_value = DEFAULT_PRESET)]
     synth: String,
     /// Hours of the synthetic preset to generate; default: its calibrated busy window.
