@@ -2,6 +2,7 @@
 //! only parses arguments, calls them and prints.
 
 mod dst;
+mod matrix;
 mod progress;
 mod replay;
 mod serve;

@@ -21,6 +21,15 @@ pub const DEFAULT_POLICIES: &str = "none,otf-ast,atsmf";
 
 #[derive(Args)]
 pub struct SimArgs {
+    /// Run the evaluation grid of FILE.toml instead (workloads × stacks ×
+    /// fast-tier sizes × speeds, every policy in every cell) and report it
+    /// (docs/sim.md, "The evaluation grid"); --json, --out DIR, --report
+    /// DIR and --jobs apply.
+    #[arg(long, value_name = "FILE.toml", conflicts_with_all = ["trace", "fast_bytes", "policy", "tiers", "speed", "queue_depth"])]
+    matrix: Option<PathBuf>,
+    /// With --matrix: write matrix.json (every run's full result) into DIR.
+    #[arg(long, value_name = "DIR", requires = "matrix")]
+    out: Option<PathBuf>,
     /// Trace file in any format tierd reads (.gz/.bz2/.xz/.zst transparently).
     /// Without it, a generated spike workload is replayed (see --synth).
     #[arg(long, value_name = "FILE")]
@@ -34,7 +43,8 @@ pub struct SimArgs {
     /// Skip malformed lines instead of stopping at the first.
     #[arg(long, requires = "trace")]
     skip_bad_lines: bool,
-    /// Synthetic preset to replay when no --trace is given (see `tierd trace synth --list`).
+    /// Synthetic preset to replay when no --trace is given, or `shape:NAME`
+    /// for a generated shape (see `tierd trace synth --list`).
     #[arg(long, value_name = "PRESET", conflicts_with = "trace", default_value = DEFAULT_PRESET)]
     synth: String,
     /// Hours of the synthetic preset to generate; default: its calibrated busy window.
@@ -160,7 +170,7 @@ fn duration_ns(text: &str) -> Result<u64, String> {
 }
 
 /// The acceleration the papers replayed a volume at (000 §5.1 Table 2).
-fn paper_speed(preset: &str) -> f64 {
+pub(crate) fn paper_speed(preset: &str) -> f64 {
     match preset {
         "usr_1" | "web_2" => 8.0,
         "proj_2" | "proj_4" => 2.0,
@@ -181,7 +191,7 @@ fn minutes_ns(option: &str, minutes: Option<f64>) -> Result<Option<u64>, CliErro
 }
 
 /// Where requests come from; each run opens its own reader.
-enum Source {
+pub(crate) enum Source {
     File {
         path: PathBuf,
         options: OpenOptions,
@@ -195,7 +205,7 @@ enum Source {
 }
 
 impl Source {
-    fn open(&self) -> Result<Box<dyn TraceReader>, CliError> {
+    pub(crate) fn open(&self) -> Result<Box<dyn TraceReader>, CliError> {
         match self {
             Source::File { path, options } => Ok(open_trace(path, options)?),
             Source::Synthetic {
@@ -224,20 +234,20 @@ impl Source {
 }
 
 /// What one pass over a trace found.
-struct Scan {
+pub(crate) struct Scan {
     /// The highest byte a request touches.
-    end_bytes: u64,
-    requests: u64,
+    pub(crate) end_bytes: u64,
+    pub(crate) requests: u64,
     /// Two requests with different times exist.
-    timed: bool,
+    pub(crate) timed: bool,
     /// Distinct bytes touched inside the window, when asked for.
-    working_set_bytes: Option<u64>,
+    pub(crate) working_set_bytes: Option<u64>,
 }
 
 /// The highest byte a trace touches, its request count, whether it has
 /// timestamps and (with `window`) the working set inside the window (one
 /// pass).
-fn scan(source: &Source, window: Option<Window>) -> Result<Scan, CliError> {
+pub(crate) fn scan(source: &Source, window: Option<Window>) -> Result<Scan, CliError> {
     let mut reader = source.open()?;
     let mut scan = Scan {
         end_bytes: 0,
@@ -288,6 +298,17 @@ pub fn untimed_warning(trace: &str, requests: Option<u64>, command: &str) -> Str
 }
 
 pub fn run(args: SimArgs) -> Result<(), CliError> {
+    if let Some(grid) = &args.matrix {
+        return crate::matrix::run(
+            grid,
+            crate::matrix::Outputs {
+                json: args.json,
+                out: args.out.clone(),
+                report: args.report.clone(),
+                jobs: args.jobs,
+            },
+        );
+    }
     let stack = TierStack::load(&args.tiers)?;
     let mut strategies = Strategy::parse_list(&args.policy)?;
     if let Some(path) = &args.policy_config {
@@ -583,6 +604,14 @@ fn option_names(error: SimError) -> CliError {
     }
 }
 
+/// One run of [`run_jobs`]: settings, strategy and where its requests
+/// come from.
+pub(crate) struct Job<'a> {
+    pub(crate) config: SimConfig,
+    pub(crate) strategy: Strategy,
+    pub(crate) source: &'a Source,
+}
+
 /// Runs every (settings, strategy) job, `jobs` at a time, each with its own
 /// reader; results come back in the order of `runs`. `requests_per_run`,
 /// when known, gives the progress line its total and ETA.
@@ -592,23 +621,44 @@ fn run_all(
     jobs: Option<usize>,
     requests_per_run: Option<u64>,
 ) -> Result<Vec<RunResult>, CliError> {
-    let cores = std::thread::available_parallelism().map_or(1, |cores| cores.get());
-    let jobs = jobs.unwrap_or(cores).clamp(1, runs.len().max(1));
-    let next = AtomicUsize::new(0);
-    let slots: Vec<Mutex<Option<Result<RunResult, CliError>>>> =
-        runs.iter().map(|_| Mutex::new(None)).collect();
-    let done: Vec<AtomicU64> = runs.iter().map(|_| AtomicU64::new(0)).collect();
     let progress_line = ProgressLine::new(
         "tierd sim",
         "simulated",
         requests_per_run.map(|requests| requests * runs.len() as u64),
     )
     .with_suffix(format!("over {} run(s)", runs.len()));
+    let runs: Vec<Job> = runs
+        .iter()
+        .map(|(config, strategy)| Job {
+            config: config.clone(),
+            strategy: strategy.clone(),
+            source,
+        })
+        .collect();
+    run_jobs(&runs, jobs, &progress_line, &|_| {})
+}
+
+/// Runs every job, `jobs` at a time (default: the available cores), each
+/// with its own reader, drawing `progress_line` from the requests done;
+/// `finished(index)` is called as each job ends. Results come back in the
+/// order of `runs`.
+pub(crate) fn run_jobs(
+    runs: &[Job],
+    jobs: Option<usize>,
+    progress_line: &ProgressLine,
+    finished: &(dyn Fn(usize) + Sync),
+) -> Result<Vec<RunResult>, CliError> {
+    let cores = std::thread::available_parallelism().map_or(1, |cores| cores.get());
+    let jobs = jobs.unwrap_or(cores).clamp(1, runs.len().max(1));
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<Result<RunResult, CliError>>>> =
+        runs.iter().map(|_| Mutex::new(None)).collect();
+    let done: Vec<AtomicU64> = runs.iter().map(|_| AtomicU64::new(0)).collect();
     std::thread::scope(|scope| {
         for _ in 0..jobs {
             scope.spawn(|| loop {
                 let index = next.fetch_add(1, Ordering::Relaxed);
-                let Some((config, strategy)) = runs.get(index) else {
+                let Some(job) = runs.get(index) else {
                     break;
                 };
                 let mut progress = |update: tierd_sim::Progress| {
@@ -616,28 +666,31 @@ fn run_all(
                     progress_line
                         .update(done.iter().map(|count| count.load(Ordering::Relaxed)).sum());
                 };
-                let outcome = source.open().and_then(|mut reader| {
-                    tierd_sim::run(config, strategy, reader.as_mut(), &mut progress)
-                        .map_err(|error| CliError(format!("policy {}: {error}", strategy.name())))
+                let outcome = job.source.open().and_then(|mut reader| {
+                    tierd_sim::run(&job.config, &job.strategy, reader.as_mut(), &mut progress)
+                        .map_err(|error| {
+                            CliError(format!("policy {}: {error}", job.strategy.name()))
+                        })
                 });
                 if let Ok(mut slot) = slots[index].lock() {
                     *slot = Some(outcome);
                 }
+                finished(index);
             });
         }
     });
     progress_line.finish();
     let mut results = Vec::with_capacity(runs.len());
-    for (slot, (_, strategy)) in slots.into_iter().zip(runs) {
+    for (slot, job) in slots.into_iter().zip(runs) {
         let outcome = slot
             .into_inner()
-            .map_err(|_| CliError(format!("policy {}: the run panicked", strategy.name())))?;
+            .map_err(|_| CliError(format!("policy {}: the run panicked", job.strategy.name())))?;
         match outcome {
             Some(result) => results.push(result?),
             None => {
                 return Err(CliError(format!(
                     "policy {}: the run did not finish",
-                    strategy.name()
+                    job.strategy.name()
                 )))
             }
         }

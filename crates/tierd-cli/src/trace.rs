@@ -143,9 +143,14 @@ pub struct ConvertArgs {
 
 #[derive(Args)]
 pub struct SynthArgs {
-    /// Preset name (see --list).
-    #[arg(long, required_unless_present = "list")]
+    /// Preset name (see --list); `shape:NAME` is a generated shape.
+    #[arg(long, required_unless_present_any = ["list", "shape"], conflicts_with = "shape")]
     preset: Option<String>,
+    /// Generated shape (boot-storm, walking, long-write-spikes, short-spikes,
+    /// no-heat, large-working-set; see --list and docs/synth.md): a kind of
+    /// heat the calibrated presets do not cover.
+    #[arg(long, value_name = "NAME")]
+    shape: Option<String>,
     /// Output file.
     #[arg(long, required_unless_present = "list")]
     out: Option<PathBuf>,
@@ -407,17 +412,23 @@ fn synth_output_format(args: &SynthArgs, out: &std::path::Path) -> Format {
 
 fn synth(args: SynthArgs) -> Result<(), CliError> {
     if args.list {
-        for preset in tierd_synth::presets() {
+        for preset in tierd_synth::presets().iter().chain(tierd_synth::shapes()) {
             println!("{}", tierd_synth::describe_targets(preset));
         }
         return Ok(());
     }
-    let (Some(name), Some(out)) = (&args.preset, &args.out) else {
-        return Err(CliError(
-            "--preset and --out are required (or --list)".into(),
-        ));
+    let Some(out) = &args.out else {
+        return Err(CliError("--out is required (or --list)".into()));
     };
-    let preset = tierd_synth::preset(name)?;
+    let preset = match (&args.preset, &args.shape) {
+        (_, Some(shape)) => tierd_synth::shape(shape)?,
+        (Some(name), None) => tierd_synth::preset(name)?,
+        (None, None) => {
+            return Err(CliError(
+                "--preset or --shape is required (or --list)".into(),
+            ))
+        }
+    };
     let hours = args.hours.unwrap_or(preset.default_hours);
     if !(hours > 0.0 && hours.is_finite()) {
         return Err(CliError(format!(

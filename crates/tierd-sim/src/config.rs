@@ -205,6 +205,10 @@ impl SimConfig {
     }
 }
 
+/// Every strategy name the simulator knows, in the order reports list
+/// them: `tierd sim --matrix` runs all of them by default.
+pub const POLICY_NAMES: &[&str] = &["none", "otf-ast", "atsmf", "fifo", "lru", "arc", "s3fifo"];
+
 /// What decides placement: a tiering policy (segments move between tiers)
 /// or a page cache over a two-tier stack (pages are copied into the fast tier).
 #[derive(Clone, Debug, PartialEq)]

@@ -19,6 +19,7 @@ pub mod cursor;
 pub mod devices;
 pub mod engine;
 pub mod error;
+pub mod matrix;
 pub mod report;
 pub mod result;
 pub mod runner;

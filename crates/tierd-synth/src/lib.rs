@@ -9,7 +9,12 @@
 //! src1_0, src1_1, proj_1, usr_2), ATSMF's OLTP run (dbt2) and hm_0, each
 //! calibrated to published figures ([`Targets`], `docs/synth.md`).
 //!
-//! Everything a preset produces is **synthetic**: reports must say so with
+//! Generated shapes ([`shapes`]: `boot-storm`, `walking`, `long-write-spikes`,
+//! `short-spikes`, `no-heat`, `large-working-set`) are presets of the same
+//! model for kinds of heat the calibrated presets do not cover; wherever a
+//! preset name is accepted, `shape:NAME` names one ([`preset`]).
+//!
+//! Everything a preset or shape produces is **synthetic**: reports must say so with
 //! [`label`], never call it a real trace.
 //!
 //! ```
@@ -23,6 +28,7 @@ pub mod generator;
 pub mod model;
 mod presets;
 mod schedule;
+mod shapes;
 pub mod targets;
 
 use std::fmt::Write as _;
@@ -32,6 +38,7 @@ use tierd_common::units::Bytes;
 
 pub use generator::Generator;
 pub use model::Model;
+pub use shapes::{SHAPE_PREFIX, SHAPE_SOURCE};
 pub use targets::{relative_error, Metric, Scope, Target, Targets};
 
 /// A named workload: what it stands for, the figures it is calibrated to and
@@ -60,6 +67,8 @@ pub struct Preset {
 pub enum SynthError {
     #[error("unknown synthetic preset {name:?}; available: {available}")]
     UnknownPreset { name: String, available: String },
+    #[error("unknown generated shape {name:?}; available: {available}")]
+    UnknownShape { name: String, available: String },
     #[error("hours must be a number in (0, {max}], got {hours}")]
     BadHours { hours: f64, max: f64 },
     #[error("preset {preset} has an unusable model: {reason}")]
@@ -71,8 +80,12 @@ pub fn presets() -> &'static [Preset] {
     presets::all()
 }
 
-/// The preset called `name`; the error lists the names there are.
+/// The preset called `name`, or the generated shape `NAME` for
+/// `shape:NAME`; the error lists the names there are.
 pub fn preset(name: &str) -> Result<&'static Preset, SynthError> {
+    if let Some(shape_name) = name.strip_prefix(SHAPE_PREFIX) {
+        return shape(shape_name);
+    }
     presets()
         .iter()
         .find(|preset| preset.name == name)
@@ -80,16 +93,56 @@ pub fn preset(name: &str) -> Result<&'static Preset, SynthError> {
             name: name.to_string(),
             available: presets()
                 .iter()
-                .map(|preset| preset.name)
+                .map(|preset| preset.name.to_string())
+                .chain(
+                    shapes()
+                        .iter()
+                        .map(|shape| format!("{SHAPE_PREFIX}{}", shape.name)),
+                )
                 .collect::<Vec<_>>()
                 .join(", "),
         })
 }
 
+/// All generated shapes, in a fixed order (`docs/synth.md`, "Generated shapes").
+pub fn shapes() -> &'static [Preset] {
+    shapes::all()
+}
+
+/// The generated shape called `name` (without the `shape:` prefix).
+pub fn shape(name: &str) -> Result<&'static Preset, SynthError> {
+    shapes()
+        .iter()
+        .find(|shape| shape.name == name)
+        .ok_or_else(|| SynthError::UnknownShape {
+            name: name.to_string(),
+            available: shapes()
+                .iter()
+                .map(|shape| shape.name)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+/// Whether `preset` is a generated shape (not calibrated to any trace).
+pub fn is_shape(preset: &Preset) -> bool {
+    preset.source == SHAPE_SOURCE
+}
+
 /// The label every report of generated data carries, e.g. `synthetic (tierd
 /// synth preset usr_1, seed 1, 4.17 h; calibrated to OTF-AST Tables 2,3,4,5,6
 /// and ATSMF Table 1) — not a real trace`.
+///
+/// A generated shape's label says so: `synthetic (generated shape walking,
+/// seed 1, 1 h) — not a real trace`.
 pub fn label(preset: &Preset, seed: u64, hours: f64) -> String {
+    if is_shape(preset) {
+        return format!(
+            "synthetic (generated shape {}, seed {seed}, {} h) — not a real trace",
+            preset.name,
+            format_hours(hours)
+        );
+    }
     format!(
         "synthetic (tierd synth preset {}, seed {seed}, {} h; calibrated to {}) — not a real trace",
         preset.name,
@@ -108,6 +161,21 @@ fn format_hours(hours: f64) -> String {
 pub fn describe_targets(preset: &Preset) -> String {
     let mut out = String::new();
     let model = &preset.model;
+    if is_shape(preset) {
+        let _ = writeln!(
+            out,
+            "{SHAPE_PREFIX}{} [synthetic, generated shape] - {}",
+            preset.name, preset.description
+        );
+        let _ = writeln!(
+            out,
+            "  volume {} ({}), default {} h; calibrated to nothing",
+            preset.volume_name,
+            Bytes(preset.volume_bytes),
+            format_hours(preset.default_hours)
+        );
+        return out;
+    }
     let _ = writeln!(out, "{} [synthetic] - {}", preset.name, preset.description);
     let _ = writeln!(
         out,

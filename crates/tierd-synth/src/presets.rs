@@ -36,7 +36,7 @@ const HM_0_CUT: &str =
     "tierd trace analyze of the real cut ../shared/traces/msr_cambridge/hm_0-cut-20k.csv (800 s)";
 
 /// Defaults shared by the presets' spike classes; each preset overrides what it needs.
-const CLASS: SpikeClass = SpikeClass {
+pub(crate) const CLASS: SpikeClass = SpikeClass {
     name: "",
     arrival: Arrival::Stratified,
     concurrent: 1.0,
@@ -58,7 +58,7 @@ const CLASS: SpikeClass = SpikeClass {
     sequential_probability: 0.3,
 };
 
-const BACKGROUND: Background = Background {
+pub(crate) const BACKGROUND: Background = Background {
     write_fraction: 0.0,
     area: Span::new(0.0, 1.0),
     warm_regions: 0,
@@ -69,7 +69,7 @@ const BACKGROUND: Background = Background {
     sequential_probability: 0.3,
 };
 
-const FLAT: VolumeSpikes = VolumeSpikes {
+pub(crate) const FLAT: VolumeSpikes = VolumeSpikes {
     count: 0,
     start_fraction: Span::new(0.0, 1.0),
     onset_s: Span::fixed(0.0),
@@ -77,7 +77,7 @@ const FLAT: VolumeSpikes = VolumeSpikes {
     decay_s: Span::fixed(0.0),
 };
 
-const MODEL: Model = Model {
+pub(crate) const MODEL: Model = Model {
     window_hours: 1.0,
     recurrence_hours: 1.0,
     window_mean_iops: 100.0,

@@ -22,7 +22,7 @@
 //! and passes it in as a [`HeatMap`]. This keeps `tierd-sim` independent of
 //! `tierd-analysis`. `docs/report.md` describes every plot.
 
-mod html;
+pub(crate) mod html;
 pub mod replay_time;
 pub mod series;
 pub mod svg;
