@@ -24,8 +24,14 @@ pub struct SimArgs {
     /// Run the evaluation grid of FILE.toml instead (workloads × stacks ×
     /// fast-tier sizes × speeds, every policy in every cell) and report it
     /// (docs/sim.md, "The evaluation grid"); --json, --out DIR, --report
-    /// DIR and --jobs apply.
-    #[arg(long, value_name = "FILE.toml", conflicts_with_all = ["trace", "fast_bytes", "policy", "tiers", "speed", "queue_depth"])]
+    /// DIR and --jobs apply; every other flag is refused (the grid file
+    /// sets what it varies, and the rest runs on the defaults).
+    #[arg(long, value_name = "FILE.toml", conflicts_with_all = [
+        "trace", "synth", "hours", "tiers", "policy", "policy_config", "segment_bytes",
+        "volume_bytes", "speed", "from_min", "to_min", "max_outstanding", "queue_depth",
+        "period", "fast_bytes", "cache_bytes", "cache_block", "cache_mode", "admission",
+        "sequential_cutoff", "seed",
+    ])]
     matrix: Option<PathBuf>,
     /// With --matrix: write matrix.json (every run's full result) into DIR.
     #[arg(long, value_name = "DIR", requires = "matrix")]

@@ -177,3 +177,29 @@ fn trace_synth_writes_a_shape_labelled_as_generated() {
     let output = tierd(&["trace", "synth", "--list"]);
     assert!(stdout(&output).contains("shape:large-working-set [synthetic, generated shape]"));
 }
+
+/// A sim flag the grid does not apply is refused, not silently ignored
+/// (`--admission frequency` with `--matrix` once ran every cache on
+/// `always` without a word).
+#[test]
+fn flags_the_grid_does_not_apply_are_refused() {
+    for flag in [
+        ["--admission", "frequency"],
+        ["--cache-block", "4KiB"],
+        ["--period", "10s"],
+        ["--seed", "7"],
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_tierd"))
+            .current_dir(repo_root())
+            .args(["sim", "--matrix", "examples/matrix/smoke.toml"])
+            .args(flag)
+            .output()
+            .expect("run tierd");
+        assert!(!output.status.success(), "{flag:?} was accepted");
+        let text = stderr(&output);
+        assert!(
+            text.contains("cannot be used with") && text.contains(flag[0]),
+            "{flag:?}: {text}"
+        );
+    }
+}
