@@ -707,4 +707,32 @@ fn a_size_sweep_reports_each_runs_size_its_curves_and_a_curve_plot() {
     let csv = files.iter().find(|file| file.name == "curves.csv").unwrap();
     assert_eq!(csv.contents.lines().count(), 7);
     assert!(files[0].contents.contains("curves.svg"));
+    // The per-run CSVs tell one policy's runs apart by their size: lru's
+    // rows of iops.csv carry both sizes (they once carried only "lru").
+    for name in [
+        "iops.csv",
+        "util.csv",
+        "fast-bytes.csv",
+        "response-cdf.csv",
+        "moves.csv",
+    ] {
+        let file = files.iter().find(|file| file.name == name).unwrap();
+        let header = file.contents.lines().next().unwrap();
+        assert!(header.ends_with(",fast_bytes"), "{name}: {header}");
+    }
+    let iops = files.iter().find(|file| file.name == "iops.csv").unwrap();
+    let lru_sizes: std::collections::BTreeSet<&str> = iops
+        .contents
+        .lines()
+        .skip(1)
+        .filter(|line| line.starts_with("lru,"))
+        .map(|line| line.rsplit(',').next().unwrap())
+        .collect();
+    let expected: std::collections::BTreeSet<String> =
+        sizes.iter().map(|bytes| bytes.to_string()).collect();
+    assert_eq!(
+        lru_sizes,
+        expected.iter().map(String::as_str).collect(),
+        "iops.csv sizes of lru"
+    );
 }

@@ -179,6 +179,7 @@ pub fn iops(report: &SimReport) -> (Csv, Chart) {
         "avg_response_ms",
         "moves_started",
         "moves_finished",
+        "fast_bytes",
     ]);
     let mut series = Vec::new();
     for (index, run) in report.runs.iter().enumerate() {
@@ -199,6 +200,7 @@ pub fn iops(report: &SimReport) -> (Csv, Chart) {
                 number(period.avg_response_us / 1e3),
                 period.moves_started.to_string(),
                 period.moves_finished.to_string(),
+                run.fast_bytes.to_string(),
             ]);
         }
         series.push(Series {
@@ -256,6 +258,7 @@ pub fn util(report: &SimReport) -> (Csv, Chart) {
             header.push(format!("{name}_{suffix}"));
         }
     }
+    header.push("fast_bytes".to_string());
     let mut csv = Csv {
         header,
         rows: Vec::new(),
@@ -281,6 +284,7 @@ pub fn util(report: &SimReport) -> (Csv, Chart) {
                     None => row.extend(std::iter::repeat_n(String::new(), 6)),
                 }
             }
+            row.push(run.fast_bytes.to_string());
             csv.rows.push(row);
         }
     }
@@ -342,6 +346,7 @@ pub fn fast_bytes(report: &SimReport) -> (Csv, Chart) {
         header.push(format!("{name}_used_bytes"));
         header.push(format!("{name}_used_gb"));
     }
+    header.push("fast_bytes".to_string());
     let mut csv = Csv {
         header,
         rows: Vec::new(),
@@ -363,6 +368,7 @@ pub fn fast_bytes(report: &SimReport) -> (Csv, Chart) {
                     None => row.extend([String::new(), String::new()]),
                 }
             }
+            row.push(run.fast_bytes.to_string());
             csv.rows.push(row);
         }
         series.push(Series {
@@ -457,6 +463,7 @@ pub fn response_cdf(report: &SimReport) -> (Csv, Chart) {
         "bucket_high_us",
         "count",
         "cumulative_fraction",
+        "fast_bytes",
     ]);
     let tiers = report.runs.first().map_or(&[][..], |run| &run.tiers[..]);
     let mut panels = vec![Panel {
@@ -495,6 +502,7 @@ pub fn response_cdf(report: &SimReport) -> (Csv, Chart) {
                     number(high_us),
                     count.to_string(),
                     number(fraction),
+                    run.fast_bytes.to_string(),
                 ]);
             }
             if let Some(panel) = panels.get_mut(panel) {
@@ -562,6 +570,7 @@ pub fn moves_csv(report: &SimReport) -> Csv {
         "held_pieces",
         "rule",
         "detail",
+        "fast_bytes",
     ]);
     for run in &report.runs {
         let tier_name = |tier: u8| {
@@ -590,6 +599,7 @@ pub fn moves_csv(report: &SimReport) -> Csv {
                 record.held_pieces.to_string(),
                 record.rule.clone(),
                 record.detail.clone(),
+                run.fast_bytes.to_string(),
             ]);
         }
     }
