@@ -898,23 +898,31 @@ impl Run {
                 offset += buffer.len() as u64;
                 continue;
             }
-            for (index, bytes) in buffer.chunks(SECTOR_BYTES as usize).enumerate() {
-                let sector = offset / SECTOR_BYTES + index as u64;
-                let id = decode_sector(sector, bytes)?;
-                let state = &mut self.sectors[sector as usize];
-                if !state.crash.contains(&id) {
-                    return Err(format!(
-                        "after a crash sector {sector} holds write {id}; flushed or later writes were {:?}",
-                        state.crash
-                    ));
-                }
-                state.now = vec![id];
-                state.crash = vec![id];
-            }
+            self.accept_after_crash(offset, &buffer)?;
             offset += buffer.len() as u64;
         }
         self.set_faults(true);
         Ok(volume)
+    }
+
+    /// After a restart: `data`, read at `offset`, must hold in every sector
+    /// one of the writes a crash allowed there; that write is now the
+    /// sector's only value.
+    fn accept_after_crash(&mut self, offset: u64, data: &[u8]) -> Result<(), String> {
+        for (index, bytes) in data.chunks(SECTOR_BYTES as usize).enumerate() {
+            let sector = offset / SECTOR_BYTES + index as u64;
+            let id = decode_sector(sector, bytes)?;
+            let state = &mut self.sectors[sector as usize];
+            if !state.crash.contains(&id) {
+                return Err(format!(
+                    "after a crash sector {sector} holds write {id}; flushed or later writes were {:?}",
+                    state.crash
+                ));
+            }
+            state.now = vec![id];
+            state.crash = vec![id];
+        }
+        Ok(())
     }
 
     /// After a restart: segment `offset`'s blocks one by one. A block
@@ -953,22 +961,7 @@ impl Run {
                         "cache block {index} is reported lost after restart, yet a read was served"
                     ))
                 }
-                Ok(()) => {
-                    for (position, bytes) in block[..length].chunks(SECTOR_BYTES as usize).enumerate()
-                    {
-                        let sector = at / SECTOR_BYTES + position as u64;
-                        let id = decode_sector(sector, bytes)?;
-                        let state = &mut self.sectors[sector as usize];
-                        if !state.crash.contains(&id) {
-                            return Err(format!(
-                                "after a crash sector {sector} holds write {id}; flushed or later writes were {:?}",
-                                state.crash
-                            ));
-                        }
-                        state.now = vec![id];
-                        state.crash = vec![id];
-                    }
-                }
+                Ok(()) => self.accept_after_crash(at, &block[..length])?,
             }
             at += length as u64;
         }
