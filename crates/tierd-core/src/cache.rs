@@ -80,6 +80,7 @@
 //!   whose writeback is in flight bump its generation so the stale copy
 //!   does not clean it.
 
+pub mod adaptive;
 pub mod admission;
 mod sequential;
 #[cfg(test)]
@@ -91,6 +92,7 @@ use std::fmt;
 use tierd_common::hash::FastMap;
 use tierd_policy::cache::{build_cache, CacheKind, PageCache, MAX_CAPACITY_PAGES};
 
+pub use adaptive::{AdaptiveStatus, DevicePriors, DeviceRole, Rule, ServicePrior};
 use admission::Admission;
 pub use admission::AdmissionKind;
 use sequential::SequentialDetector;
@@ -173,6 +175,9 @@ pub struct CacheSettings {
     /// Whether mapping changes are journaled (slots are reused only after a
     /// commit). The live engine: true; the simulator: false.
     pub journal: bool,
+    /// Service times assumed before `adaptive` admission has measured any
+    /// (unused by the fixed rules).
+    pub priors: DevicePriors,
 }
 
 impl CacheSettings {
@@ -190,6 +195,7 @@ impl CacheSettings {
             dirty_low_percent: DEFAULT_DIRTY_LOW_PERCENT,
             reserve_slots: None,
             journal: false,
+            priors: DevicePriors::default(),
         }
     }
 
@@ -490,7 +496,7 @@ impl BlockCache {
         let slots = settings.slots;
         Ok(BlockCache {
             policy: build_cache(settings.policy, capacity),
-            admission: Admission::new(settings.admission, u64::from(slots)),
+            admission: Admission::new(&settings, capacity),
             sequential: SequentialDetector::new(settings.sequential_cutoff_bytes),
             map: FastMap::default(),
             slots: vec![Slot::EMPTY; slots as usize],
@@ -664,6 +670,48 @@ impl BlockCache {
         !is_write || self.settings.mode != CacheMode::Writearound
     }
 
+    /// Adaptive admission's shadows see every request (a no-op for the fixed rules).
+    fn observe_request(
+        &mut self,
+        offset_bytes: u64,
+        length_bytes: u64,
+        is_write: bool,
+        sequential: bool,
+    ) {
+        if let Admission::Adaptive(adaptive) = &mut self.admission {
+            if !self.detaching {
+                let mode = self.settings.mode;
+                adaptive.observe_request(offset_bytes, length_bytes, is_write, sequential, mode);
+            }
+        }
+    }
+
+    /// Reports a completed device IO — the home device's or the fast
+    /// tier's, user or background — with its service time (the device
+    /// working on it) and response time (from submission, queueing
+    /// included). Adaptive admission learns its costs from these; the
+    /// fixed rules ignore them.
+    pub fn observe_io(
+        &mut self,
+        role: DeviceRole,
+        is_write: bool,
+        bytes: u64,
+        service_ns: u64,
+        response_ns: u64,
+    ) {
+        if let Admission::Adaptive(adaptive) = &mut self.admission {
+            adaptive.observe_io(role, is_write, bytes, service_ns, response_ns);
+        }
+    }
+
+    /// Why adaptive admission admits what it does; `None` for a fixed rule.
+    pub fn adaptive_status(&self) -> Option<&AdaptiveStatus> {
+        match &self.admission {
+            Admission::Adaptive(adaptive) => Some(adaptive.status()),
+            _ => None,
+        }
+    }
+
     /// The blocks `offset_bytes .. offset_bytes + length_bytes` touches.
     pub fn blocks_of(&self, offset_bytes: u64, length_bytes: u64) -> std::ops::Range<BlockId> {
         if length_bytes == 0 {
@@ -676,6 +724,7 @@ impl BlockCache {
     /// Plans a read: one step per block, appended to `steps`.
     pub fn read(&mut self, offset_bytes: u64, length_bytes: u64, steps: &mut Vec<Step>) {
         let sequential = self.sequential.observe(offset_bytes, length_bytes);
+        self.observe_request(offset_bytes, length_bytes, false, sequential);
         for block in self.blocks_of(offset_bytes, length_bytes) {
             self.counters.read_blocks += 1;
             let io = match self.valid_slot(block) {
@@ -701,6 +750,7 @@ impl BlockCache {
     /// Plans a write: one step per block, appended to `steps`.
     pub fn write(&mut self, offset_bytes: u64, length_bytes: u64, steps: &mut Vec<Step>) {
         let sequential = self.sequential.observe(offset_bytes, length_bytes);
+        self.observe_request(offset_bytes, length_bytes, true, sequential);
         let end = offset_bytes + length_bytes;
         for block in self.blocks_of(offset_bytes, length_bytes) {
             self.counters.write_blocks += 1;

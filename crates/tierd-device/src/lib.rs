@@ -5,4 +5,6 @@
 
 pub mod model;
 
-pub use model::{Completion, DeviceCounters, DeviceIo, DeviceModel, DevicePreset};
+pub use model::{
+    probe_read_service, Completion, DeviceCounters, DeviceIo, DeviceModel, DevicePreset,
+};

@@ -43,6 +43,8 @@ pub trait PageCache: Send {
         self.len() == 0
     }
     fn access(&mut self, page: u64, is_write: bool) -> Access;
+    /// Whether `page` is resident (ghosts are not). O(1); changes nothing.
+    fn contains(&self, page: u64) -> bool;
     /// Takes a resident `page` out without counting it as an eviction (a
     /// discard, or a block the block cache could not give a slot); ghosts
     /// are kept. Returns whether it was resident. O(1).

@@ -207,7 +207,9 @@ impl SimConfig {
 
 /// Every strategy name the simulator knows, in the order reports list
 /// them: `tierd sim --matrix` runs all of them by default.
-pub const POLICY_NAMES: &[&str] = &["none", "otf-ast", "atsmf", "fifo", "lru", "arc", "s3fifo"];
+pub const POLICY_NAMES: &[&str] = &[
+    "none", "otf-ast", "atsmf", "fifo", "lru", "arc", "s3fifo", "adaptive",
+];
 
 /// What decides placement: a tiering policy (segments move between tiers)
 /// or a page cache over a two-tier stack (pages are copied into the fast tier).
@@ -215,10 +217,15 @@ pub const POLICY_NAMES: &[&str] = &["none", "otf-ast", "atsmf", "fifo", "lru", "
 pub enum Strategy {
     Tiering(PolicyConfig),
     Cache(CacheKind),
+    /// The block cache (S3-FIFO eviction) with adaptive admission: it
+    /// measures which admission rule pays, including none
+    /// (`tierd_core::cache::adaptive`).
+    Adaptive,
 }
 
 impl Strategy {
-    /// `none`, `otf-ast`, `atsmf` (paper defaults) or `fifo`, `lru`, `arc`, `s3fifo`.
+    /// `none`, `otf-ast`, `atsmf` (paper defaults), `fifo`, `lru`, `arc`,
+    /// `s3fifo` or `adaptive`.
     pub fn parse(name: &str) -> Result<Strategy, SimError> {
         let policy = |kind| Ok(Strategy::Tiering(PolicyConfig::default_for(kind)));
         match name.trim() {
@@ -229,6 +236,7 @@ impl Strategy {
             "lru" => Ok(Strategy::Cache(CacheKind::Lru)),
             "arc" => Ok(Strategy::Cache(CacheKind::Arc)),
             "s3fifo" => Ok(Strategy::Cache(CacheKind::S3fifo)),
+            "adaptive" => Ok(Strategy::Adaptive),
             other => Err(SimError::UnknownPolicy {
                 name: other.to_string(),
             }),
@@ -322,7 +330,7 @@ impl Strategy {
                         .map_err(|message| config_error(key, message))?;
                     PolicyConfig::Atsmf(config)
                 }
-                Strategy::Tiering(PolicyConfig::None) | Strategy::Cache(_) => {
+                Strategy::Tiering(PolicyConfig::None) | Strategy::Cache(_) | Strategy::Adaptive => {
                     return Err(config_error(
                         key,
                         "this policy has no settings (only otf-ast and atsmf do)".to_string(),
@@ -338,6 +346,7 @@ impl Strategy {
         match self {
             Strategy::Tiering(config) => config.kind().name(),
             Strategy::Cache(kind) => kind.name(),
+            Strategy::Adaptive => "adaptive",
         }
     }
 
@@ -351,12 +360,12 @@ impl Strategy {
             Strategy::Tiering(PolicyConfig::Atsmf(_)) => {
                 Some(tierd_policy::policies::atsmf::PAPER_PERIOD_NS)
             }
-            Strategy::Tiering(PolicyConfig::None) | Strategy::Cache(_) => None,
+            Strategy::Tiering(PolicyConfig::None) | Strategy::Cache(_) | Strategy::Adaptive => None,
         }
     }
 
     pub fn is_cache(&self) -> bool {
-        matches!(self, Strategy::Cache(_))
+        matches!(self, Strategy::Cache(_) | Strategy::Adaptive)
     }
 }
 

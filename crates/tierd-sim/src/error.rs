@@ -43,7 +43,9 @@ pub enum SimError {
     )]
     SeveralVolumes { first: String, other: String },
     /// The strategy name is neither a placement policy nor a cache.
-    #[error("unknown policy {name:?}; available: none, otf-ast, atsmf, fifo, lru, arc, s3fifo")]
+    #[error(
+        "unknown policy {name:?}; available: none, otf-ast, atsmf, fifo, lru, arc, s3fifo, adaptive"
+    )]
     UnknownPolicy { name: String },
     /// A device preset could not be built for a tier.
     #[error("tier {tier:?} ({device}): {message}")]

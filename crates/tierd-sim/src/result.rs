@@ -254,6 +254,23 @@ pub struct TierResult {
     pub used_bytes_max: u64,
 }
 
+/// What adaptive admission did over a run: the rule it ended with, and how
+/// long each rule was in force (epochs are counts of sampled block
+/// accesses, `tierd_core::cache::adaptive`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct AdaptiveResult {
+    /// `off`, `frequency:N` or `always`.
+    pub rule_end: String,
+    pub epochs: u64,
+    pub switches: u64,
+    /// Rule name → epochs it was in force.
+    pub epochs_by_rule: std::collections::BTreeMap<String, u64>,
+    /// Load factors (Σ response / Σ service) of home and the fast tier at
+    /// the last decision.
+    pub home_load: f64,
+    pub fast_load: f64,
+}
+
 /// Block-cache baseline figures. The cache's unit is its block
 /// (`block_bytes`); the `page_*` keys keep their names from the 4 KiB page
 /// cache this replaced and count blocks: a request touching 3 blocks is 3
@@ -268,8 +285,11 @@ pub struct CacheResult {
     pub slots: u64,
     /// `writeback`, `writethrough` or `writearound`.
     pub mode: String,
-    /// `always` or `frequency:N`.
+    /// `always`, `frequency:N` or `adaptive`.
     pub admission: String,
+    /// What adaptive admission chose (absent for a fixed rule).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveResult>,
     pub sequential_cutoff_bytes: u64,
     /// Block accesses of user requests, and those that found their block cached.
     pub page_accesses: u64,

@@ -1,7 +1,7 @@
 //! Building a run from settings: the device models of the tier stack and
 //! the strategy's policy or cache.
 
-use tierd_core::cache::{BlockCache, CacheSettings};
+use tierd_core::cache::{AdmissionKind, BlockCache, CacheSettings, DevicePriors, ServicePrior};
 use tierd_policy::cache::{CacheKind, MAX_CAPACITY_PAGES};
 use tierd_trace::TraceReader;
 
@@ -18,11 +18,38 @@ pub fn build_controller(config: &SimConfig, strategy: &Strategy) -> Result<Contr
     match strategy {
         Strategy::Tiering(policy) => Ok(Controller::Policy(tierd_policy::build_policy(policy))),
         Strategy::Cache(kind) => Ok(Controller::Cache(Box::new(build_cache(config, *kind)?))),
+        Strategy::Adaptive => Ok(Controller::Cache(Box::new(build_adaptive(config)?))),
     }
+}
+
+/// The `adaptive` strategy's cache: S3-FIFO eviction, adaptive admission,
+/// and for priors the service times of idle copies of the stack's models.
+pub fn build_adaptive(config: &SimConfig) -> Result<BlockCache, SimError> {
+    let mut devices = crate::devices::build_devices(config)?;
+    let mut priors = DevicePriors::default();
+    let home = devices.len() - 1;
+    for (tier, prior) in [(home, &mut priors.home), (0, &mut priors.fast)] {
+        if let Some(((small, small_ns), (large, large_ns))) =
+            tierd_device::probe_read_service(devices[tier].as_mut())
+        {
+            *prior = ServicePrior::from_two(small, small_ns, large, large_ns);
+        }
+    }
+    build_cache_with(config, CacheKind::S3fifo, AdmissionKind::Adaptive, priors)
 }
 
 /// The block cache of a `kind` strategy run with `config`.
 pub fn build_cache(config: &SimConfig, kind: CacheKind) -> Result<BlockCache, SimError> {
+    let admission = config.stack.cache.admission;
+    build_cache_with(config, kind, admission, DevicePriors::default())
+}
+
+fn build_cache_with(
+    config: &SimConfig,
+    kind: CacheKind,
+    admission: AdmissionKind,
+    priors: DevicePriors,
+) -> Result<BlockCache, SimError> {
     let cache_bytes = match config.cache_bytes {
         Some(bytes) => bytes,
         None => config.tier_capacity_bytes(0),
@@ -56,7 +83,8 @@ pub fn build_cache(config: &SimConfig, kind: CacheKind) -> Result<BlockCache, Si
         cache.mode,
     );
     settings.policy = kind;
-    settings.admission = cache.admission;
+    settings.admission = admission;
+    settings.priors = priors;
     settings.sequential_cutoff_bytes = cache.sequential_cutoff_bytes;
     // The simulator keeps no metadata: a released slot is free at once.
     settings.journal = false;

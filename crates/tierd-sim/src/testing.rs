@@ -130,6 +130,8 @@ impl DeviceModel for FixedLatencyDevice {
                 start_ns,
                 done_ns,
                 background: io.background,
+                op: io.op,
+                length_bytes: io.length_bytes,
             });
             if let Some((arrival, next)) = self.queue.pop_front() {
                 self.start(done_ns, arrival, next);

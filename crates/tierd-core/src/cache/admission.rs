@@ -7,13 +7,17 @@
 //!   slot. The window is a FIFO of the most recent missed blocks (as many
 //!   entries as the cache has slots), each with its miss count; a block that
 //!   falls out of the window starts again from zero.
+//! - `adaptive`: one of off, `frequency:8`, `frequency:4`, `frequency:2`,
+//!   `always`, chosen while the cache runs by the measured gain of each
+//!   (`adaptive.rs`).
 
 use std::collections::VecDeque;
 use std::fmt;
 
 use tierd_common::hash::FastMap;
 
-use super::BlockId;
+use super::adaptive::Adaptive;
+use super::{BlockId, CacheSettings};
 
 /// Which admission rule a cache runs, with its parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +27,8 @@ pub enum AdmissionKind {
     Frequency {
         misses: u8,
     },
+    /// Chosen online among off and the fixed rules ([`super::adaptive`]).
+    Adaptive,
 }
 
 impl AdmissionKind {
@@ -33,15 +39,18 @@ impl AdmissionKind {
         match self {
             AdmissionKind::Always => "always",
             AdmissionKind::Frequency { .. } => "frequency",
+            AdmissionKind::Adaptive => "adaptive",
         }
     }
 
-    /// Parses `always`, `frequency` (admit on the 2nd miss) or
-    /// `frequency:N` (admit on the N-th miss, 2 ≤ N ≤ 255).
+    /// Parses `always`, `frequency` (admit on the 2nd miss),
+    /// `frequency:N` (admit on the N-th miss, 2 ≤ N ≤ 255) or `adaptive`.
     pub fn parse(text: &str) -> Result<AdmissionKind, String> {
-        let expected = "expected `always`, `frequency` or `frequency:N` with 2 <= N <= 255";
+        let expected =
+            "expected `always`, `frequency`, `frequency:N` with 2 <= N <= 255, or `adaptive`";
         match text.split_once(':') {
             None if text == "always" => Ok(AdmissionKind::Always),
+            None if text == "adaptive" => Ok(AdmissionKind::Adaptive),
             None if text == "frequency" => Ok(AdmissionKind::Frequency {
                 misses: Self::FREQUENCY_DEFAULT_MISSES,
             }),
@@ -59,6 +68,7 @@ impl fmt::Display for AdmissionKind {
         match self {
             AdmissionKind::Always => f.write_str("always"),
             AdmissionKind::Frequency { misses } => write!(f, "frequency:{misses}"),
+            AdmissionKind::Adaptive => f.write_str("adaptive"),
         }
     }
 }
@@ -68,15 +78,27 @@ impl fmt::Display for AdmissionKind {
 pub(super) enum Admission {
     Always,
     Frequency(FrequencyFilter),
+    Adaptive(Box<Adaptive>),
 }
 
 impl Admission {
-    pub(super) fn new(kind: AdmissionKind, window_entries: u64) -> Admission {
-        match kind {
+    /// The admission of a cache with these settings; the frequency window
+    /// holds as many entries as the cache has slots.
+    pub(super) fn new(settings: &CacheSettings, policy_capacity: u64) -> Admission {
+        let window_entries = u64::from(settings.slots);
+        match settings.admission {
             AdmissionKind::Always => Admission::Always,
             AdmissionKind::Frequency { misses } => {
                 Admission::Frequency(FrequencyFilter::new(misses, window_entries))
             }
+            AdmissionKind::Adaptive => Admission::Adaptive(Box::new(Adaptive::new(
+                settings.policy,
+                policy_capacity,
+                window_entries,
+                settings.block_bytes,
+                settings.volume_bytes,
+                settings.priors,
+            ))),
         }
     }
 
@@ -85,12 +107,13 @@ impl Admission {
         match self {
             Admission::Always => true,
             Admission::Frequency(filter) => filter.miss(block),
+            Admission::Adaptive(adaptive) => adaptive.admit(block),
         }
     }
 }
 
 #[derive(Debug)]
-pub(super) struct FrequencyFilter {
+pub(crate) struct FrequencyFilter {
     misses: u8,
     window_entries: usize,
     counts: FastMap<BlockId, u8>,
@@ -98,7 +121,7 @@ pub(super) struct FrequencyFilter {
 }
 
 impl FrequencyFilter {
-    fn new(misses: u8, window_entries: u64) -> FrequencyFilter {
+    pub(crate) fn new(misses: u8, window_entries: u64) -> FrequencyFilter {
         let window_entries = window_entries.clamp(1, 1 << 24) as usize;
         FrequencyFilter {
             misses: misses.max(2),
@@ -108,7 +131,12 @@ impl FrequencyFilter {
         }
     }
 
-    fn miss(&mut self, block: BlockId) -> bool {
+    /// Admit on the `misses`-th miss from now on (counts so far are kept).
+    pub(crate) fn set_misses(&mut self, misses: u8) {
+        self.misses = misses.max(2);
+    }
+
+    pub(crate) fn miss(&mut self, block: BlockId) -> bool {
         if let Some(count) = self.counts.get_mut(&block) {
             *count = count.saturating_add(1);
             if *count >= self.misses {
@@ -168,7 +196,7 @@ mod tests {
 
     #[test]
     fn frequency_admits_on_the_nth_miss_within_the_window() {
-        let mut admission = Admission::new(AdmissionKind::Frequency { misses: 3 }, 2);
+        let mut admission = Admission::Frequency(FrequencyFilter::new(3, 2));
         assert!(!admission.admit(1));
         assert!(!admission.admit(1));
         assert!(admission.admit(1));

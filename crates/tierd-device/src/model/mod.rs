@@ -43,6 +43,9 @@ pub struct Completion {
     pub start_ns: u64,
     pub done_ns: u64,
     pub background: bool,
+    /// The IO's direction and size, as submitted.
+    pub op: Op,
+    pub length_bytes: u64,
 }
 
 impl Completion {
@@ -335,4 +338,50 @@ impl std::str::FromStr for DevicePreset {
                 )
             })
     }
+}
+
+/// Mean service times of an idle `model` for small (4 KiB) and large
+/// (1 MiB) random reads: `((4096, ns), (1 MiB, ns))`, from eight reads of
+/// each spread over the device, one at a time. What a policy assumes a
+/// device costs before it has measured it; `None` if the model never
+/// completes an IO or is smaller than 2 MiB.
+pub fn probe_read_service(model: &mut dyn DeviceModel) -> Option<((u64, u64), (u64, u64))> {
+    const SMALL: u64 = 4096;
+    const LARGE: u64 = 1 << 20;
+    const READS: u64 = 8;
+    let capacity = model.capacity_bytes();
+    if capacity < 2 * LARGE {
+        return None;
+    }
+    let mut now_ns = 0u64;
+    let mut done = Vec::new();
+    let mut mean = |length_bytes: u64, salt: u64| -> Option<u64> {
+        let mut total = 0u64;
+        for index in 0..READS {
+            // Spread over the device, in an order that makes each read seek.
+            let position = (index * 5 + salt) % READS;
+            let span = capacity - length_bytes;
+            let offset_bytes = (span / READS * position + span / (2 * READS)) / 4096 * 4096;
+            model.submit(
+                now_ns,
+                DeviceIo {
+                    id: index,
+                    op: Op::Read,
+                    offset_bytes,
+                    length_bytes,
+                    background: false,
+                },
+            );
+            done.clear();
+            while done.is_empty() {
+                now_ns = now_ns.max(model.next_event_ns()?);
+                model.advance(now_ns, &mut done);
+            }
+            total += done[0].service_ns();
+        }
+        Some(total / READS)
+    };
+    let small = mean(SMALL, 3)?;
+    let large = mean(LARGE, 1)?;
+    Some(((SMALL, small), (LARGE, large)))
 }

@@ -429,6 +429,8 @@ impl Smr {
                     start_ns: service.start_ns,
                     done_ns: service.done_ns,
                     background: pending.io.background,
+                    op: pending.io.op,
+                    length_bytes: pending.io.length_bytes,
                 };
                 count_completion(
                     &mut self.counters,

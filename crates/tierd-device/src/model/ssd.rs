@@ -194,6 +194,8 @@ impl CompletionQueue {
                 start_ns,
                 done_ns,
                 background: io.background,
+                op: io.op,
+                length_bytes: io.length_bytes,
             },
             op: io.op,
             length_bytes: io.length_bytes,

@@ -219,6 +219,12 @@ impl PageCache for ArcCache {
         (self.len() > 0).then(|| self.replace(false))
     }
 
+    fn contains(&self, page: u64) -> bool {
+        self.nodes
+            .find(page)
+            .is_some_and(|id| matches!(self.nodes.nodes[id as usize].queue, T1 | T2))
+    }
+
     fn remove(&mut self, page: u64) -> bool {
         let Some(id) = self.nodes.find(page) else {
             return false;

@@ -73,6 +73,10 @@ impl PageCache for Fifo {
         }
     }
 
+    fn contains(&self, page: u64) -> bool {
+        self.nodes.find(page).is_some()
+    }
+
     fn remove(&mut self, page: u64) -> bool {
         super::nodes::remove_one_queue(&mut self.nodes, &mut self.queue, page)
     }

@@ -293,6 +293,12 @@ impl PageCache for S3Fifo {
         (self.resident() > 0).then(|| self.evict_one())
     }
 
+    fn contains(&self, page: u64) -> bool {
+        self.nodes
+            .find(page)
+            .is_some_and(|id| matches!(self.nodes.nodes[id as usize].queue, SMALL | MAIN))
+    }
+
     fn remove(&mut self, page: u64) -> bool {
         let Some(id) = self.nodes.find(page) else {
             return false;

@@ -1,6 +1,8 @@
 //! Devices and completions: submitting IO to the models (host queues in
 //! front), and what each completion means for its piece, request or move.
 
+use tierd_core::cache::DeviceRole;
+
 use super::*;
 
 impl<'run> Engine<'run> {
@@ -61,6 +63,25 @@ impl<'run> Engine<'run> {
             if self.user_outstanding[tier] == 0 {
                 let since = self.user_busy_since_ns[tier];
                 self.user_busy_ns[tier] += completion.done_ns.saturating_sub(since);
+            }
+        }
+        if let Controller::Cache(cache) = &mut self.controller {
+            // What the device took, for adaptive admission's cost model.
+            let role = if tier == self.home {
+                Some(DeviceRole::Home)
+            } else if tier == 0 {
+                Some(DeviceRole::Fast)
+            } else {
+                None
+            };
+            if let Some(role) = role {
+                cache.observe_io(
+                    role,
+                    completion.op.is_write(),
+                    completion.length_bytes,
+                    completion.service_ns(),
+                    completion.response_ns(),
+                );
             }
         }
         match completion.id >> KIND_SHIFT {

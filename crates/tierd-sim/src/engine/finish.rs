@@ -1,6 +1,9 @@
 //! The run's result: totals, per-tier and per-period figures.
 
+use tierd_core::cache::Rule;
+
 use super::*;
+use crate::result::AdaptiveResult;
 
 impl<'run> Engine<'run> {
     // ----- result ----------------------------------------------------------
@@ -66,6 +69,18 @@ impl<'run> Engine<'run> {
                     slots: u64::from(settings.slots),
                     mode: settings.mode.to_string(),
                     admission: settings.admission.to_string(),
+                    adaptive: cache.adaptive_status().map(|status| AdaptiveResult {
+                        rule_end: status.rule.to_string(),
+                        epochs: status.epochs,
+                        switches: status.switches,
+                        epochs_by_rule: Rule::CANDIDATES
+                            .iter()
+                            .zip(status.epochs_by_rule)
+                            .map(|(rule, epochs)| (rule.to_string(), epochs))
+                            .collect(),
+                        home_load: status.home_load,
+                        fast_load: status.fast_load,
+                    }),
                     sequential_cutoff_bytes: settings.sequential_cutoff_bytes,
                     page_accesses: accesses,
                     page_hits: hits,

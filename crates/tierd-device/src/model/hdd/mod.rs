@@ -212,6 +212,8 @@ impl Hdd {
                     start_ns: service.start_ns,
                     done_ns: service.done_ns,
                     background: pending.io.background,
+                    op: pending.io.op,
+                    length_bytes: pending.io.length_bytes,
                 };
                 count_completion(
                     &mut self.counters,
@@ -360,6 +362,8 @@ impl DeviceModel for Hdd {
                     start_ns: now_ns,
                     done_ns: done,
                     background: io.background,
+                    op: io.op,
+                    length_bytes: io.length_bytes,
                 },
                 op: io.op,
                 length_bytes: io.length_bytes,
