@@ -92,7 +92,7 @@ use std::fmt;
 use tierd_common::hash::FastMap;
 use tierd_policy::cache::{build_cache, CacheKind, PageCache, MAX_CAPACITY_PAGES};
 
-pub use adaptive::{AdaptiveStatus, DevicePriors, DeviceRole, Rule, ServicePrior};
+pub use adaptive::{AdaptiveStatus, DeviceInterval, DevicePriors, DeviceRole, Rule, ServicePrior};
 use admission::Admission;
 pub use admission::AdmissionKind;
 use sequential::SequentialDetector;
@@ -688,8 +688,8 @@ impl BlockCache {
 
     /// Reports a completed device IO — the home device's or the fast
     /// tier's, user or background — with its service time (the device
-    /// working on it) and response time (from submission, queueing
-    /// included). Adaptive admission learns its costs from these; the
+    /// working on it) and when it completed (the caller's clock or virtual
+    /// time). Adaptive admission learns costs and load from these; the
     /// fixed rules ignore them.
     pub fn observe_io(
         &mut self,
@@ -697,10 +697,19 @@ impl BlockCache {
         is_write: bool,
         bytes: u64,
         service_ns: u64,
-        response_ns: u64,
+        done_ns: u64,
     ) {
         if let Admission::Adaptive(adaptive) = &mut self.admission {
-            adaptive.observe_io(role, is_write, bytes, service_ns, response_ns);
+            adaptive.observe_io(role, is_write, bytes, service_ns, done_ns);
+        }
+    }
+
+    /// Reports both devices' counters over one interval, instead of each
+    /// IO ([`BlockCache::observe_io`]); the fixed rules ignore them.
+    pub fn observe_intervals(&mut self, home: &DeviceInterval, fast: &DeviceInterval) {
+        if let Admission::Adaptive(adaptive) = &mut self.admission {
+            adaptive.observe_interval(DeviceRole::Home, home, true);
+            adaptive.observe_interval(DeviceRole::Fast, fast, false);
         }
     }
 
@@ -730,6 +739,9 @@ impl BlockCache {
             let io = match self.valid_slot(block) {
                 Some(slot) => {
                     self.counters.read_hit_blocks += 1;
+                    if let Admission::Adaptive(adaptive) = &mut self.admission {
+                        adaptive.read_hit(block);
+                    }
                     self.touch(slot);
                     let dirty = self.slots[slot as usize].dirty;
                     BlockIo::ReadSlot {

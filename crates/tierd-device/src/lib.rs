@@ -6,5 +6,6 @@
 pub mod model;
 
 pub use model::{
-    probe_read_service, Completion, DeviceCounters, DeviceIo, DeviceModel, DevicePreset,
+    probe_capacity, probe_read_service, probe_service, Completion, DeviceCounters, DeviceIo,
+    DeviceModel, DevicePreset,
 };

@@ -610,7 +610,11 @@ impl Engine {
                 .map_err(|message| EngineError::Volume {
                     volume: volume_config.name.clone(),
                     source: VolumeError::Invalid(message),
-                })?;
+                })?
+                .map(|mut options| {
+                    options.priors = emulated_priors(config, volume_config, &options.tier);
+                    options
+                });
             let (volume, notes) = Volume::open_with_cache(
                 volume_options(volume_config),
                 specs,
@@ -717,4 +721,62 @@ impl Engine {
             None => Ok(()),
         }
     }
+}
+
+/// Adaptive admission's priors for a cache volume: the service times and
+/// peak capacity of idle copies of the emulated tiers' models (`model = ...`), the core's
+/// generic prior for a tier that is not emulated.
+fn emulated_priors(
+    config: &Config,
+    volume: &crate::config::VolumeConfig,
+    cache_tier: &str,
+) -> tierd_core::cache::DevicePriors {
+    let mut priors = tierd_core::cache::DevicePriors::default();
+    let home_tier = volume.tiers.last().map(String::as_str).unwrap_or_default();
+    for (name, prior, write, capacity) in [
+        (
+            home_tier,
+            &mut priors.home,
+            &mut priors.home_write,
+            &mut priors.home_capacity,
+        ),
+        (
+            cache_tier,
+            &mut priors.fast,
+            &mut priors.fast_write,
+            &mut priors.fast_capacity,
+        ),
+    ] {
+        let Some(preset) = config
+            .tiers
+            .iter()
+            .find(|tier| tier.name == name)
+            .and_then(|tier| tier.model)
+        else {
+            continue;
+        };
+        let Ok(mut model) = preset.build(None, 1) else {
+            continue;
+        };
+        if let Some(((small, small_ns), (large, large_ns))) =
+            tierd_device::probe_read_service(model.as_mut())
+        {
+            *prior = tierd_core::cache::ServicePrior::from_two(small, small_ns, large, large_ns);
+        }
+        if let Some(((small, small_ns), (large, large_ns))) =
+            tierd_device::probe_service(model.as_mut(), tierd_common::op::Op::Write)
+        {
+            *write = Some(tierd_core::cache::ServicePrior::from_two(
+                small, small_ns, large, large_ns,
+            ));
+        }
+        if let Some(((small, small_ns), (large, large_ns))) =
+            tierd_device::probe_capacity(model.as_mut())
+        {
+            *capacity = Some(tierd_core::cache::ServicePrior::from_two(
+                small, small_ns, large, large_ns,
+            ));
+        }
+    }
+    priors
 }

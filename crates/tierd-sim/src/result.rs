@@ -265,10 +265,9 @@ pub struct AdaptiveResult {
     pub switches: u64,
     /// Rule name → epochs it was in force.
     pub epochs_by_rule: std::collections::BTreeMap<String, u64>,
-    /// Load factors (Σ response / Σ service) of home and the fast tier at
-    /// the last decision.
-    pub home_load: f64,
-    pub fast_load: f64,
+    /// Utilisation (work ÷ time) of home and the fast tier over the last epoch.
+    pub home_utilization: f64,
+    pub fast_utilization: f64,
 }
 
 /// Block-cache baseline figures. The cache's unit is its block

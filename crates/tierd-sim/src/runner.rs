@@ -23,16 +23,40 @@ pub fn build_controller(config: &SimConfig, strategy: &Strategy) -> Result<Contr
 }
 
 /// The `adaptive` strategy's cache: S3-FIFO eviction, adaptive admission,
-/// and for priors the service times of idle copies of the stack's models.
+/// and for priors the service times and peak capacity of idle copies of
+/// the stack's models.
 pub fn build_adaptive(config: &SimConfig) -> Result<BlockCache, SimError> {
     let mut devices = crate::devices::build_devices(config)?;
     let mut priors = DevicePriors::default();
     let home = devices.len() - 1;
-    for (tier, prior) in [(home, &mut priors.home), (0, &mut priors.fast)] {
+    for (tier, prior, write, capacity) in [
+        (
+            home,
+            &mut priors.home,
+            &mut priors.home_write,
+            &mut priors.home_capacity,
+        ),
+        (
+            0,
+            &mut priors.fast,
+            &mut priors.fast_write,
+            &mut priors.fast_capacity,
+        ),
+    ] {
         if let Some(((small, small_ns), (large, large_ns))) =
             tierd_device::probe_read_service(devices[tier].as_mut())
         {
             *prior = ServicePrior::from_two(small, small_ns, large, large_ns);
+        }
+        if let Some(((small, small_ns), (large, large_ns))) =
+            tierd_device::probe_service(devices[tier].as_mut(), tierd_common::op::Op::Write)
+        {
+            *write = Some(ServicePrior::from_two(small, small_ns, large, large_ns));
+        }
+        if let Some(((small, small_ns), (large, large_ns))) =
+            tierd_device::probe_capacity(devices[tier].as_mut())
+        {
+            *capacity = Some(ServicePrior::from_two(small, small_ns, large, large_ns));
         }
     }
     build_cache_with(config, CacheKind::S3fifo, AdmissionKind::Adaptive, priors)

@@ -504,6 +504,30 @@ pub fn render_text(report: &Value) -> String {
                 number(cache, "clean_evictions"),
                 number(cache, "dirty_evictions"),
             );
+            if let Some(adaptive) = cache.get("adaptive").filter(|value| value.is_object()) {
+                let gains: Vec<String> = adaptive
+                    .get("gains_ms")
+                    .and_then(Value::as_object)
+                    .map(|gains| {
+                        gains
+                            .iter()
+                            .map(|(rule, gain)| {
+                                format!("{rule} {:+.1}", gain.as_f64().unwrap_or(0.0))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "    admission adaptive: {} now ({} switches over {} epochs); last epoch's estimated gain, ms: {}; utilisation home {:.0}%, cache {:.0}%",
+                    text(adaptive, "rule"),
+                    number(adaptive, "switches"),
+                    number(adaptive, "epochs"),
+                    if gains.is_empty() { "none yet".to_string() } else { gains.join(", ") },
+                    adaptive.get("home_utilization").and_then(Value::as_f64).unwrap_or(0.0) * 100.0,
+                    adaptive.get("fast_utilization").and_then(Value::as_f64).unwrap_or(0.0) * 100.0,
+                );
+            }
             if text(cache, "mode") == "detaching" {
                 let _ = writeln!(
                     out,

@@ -346,6 +346,12 @@ impl std::str::FromStr for DevicePreset {
 /// device costs before it has measured it; `None` if the model never
 /// completes an IO or is smaller than 2 MiB.
 pub fn probe_read_service(model: &mut dyn DeviceModel) -> Option<((u64, u64), (u64, u64))> {
+    probe_service(model, Op::Read)
+}
+
+/// [`probe_read_service`] for `op`: writes see what a device does with
+/// them (a disk's write cache acknowledges a small write at once).
+pub fn probe_service(model: &mut dyn DeviceModel, op: Op) -> Option<((u64, u64), (u64, u64))> {
     const SMALL: u64 = 4096;
     const LARGE: u64 = 1 << 20;
     const READS: u64 = 8;
@@ -366,7 +372,7 @@ pub fn probe_read_service(model: &mut dyn DeviceModel) -> Option<((u64, u64), (u
                 now_ns,
                 DeviceIo {
                     id: index,
-                    op: Op::Read,
+                    op,
                     offset_bytes,
                     length_bytes,
                     background: false,
@@ -384,4 +390,71 @@ pub fn probe_read_service(model: &mut dyn DeviceModel) -> Option<((u64, u64), (u
     let small = mean(SMALL, 3)?;
     let large = mean(LARGE, 1)?;
     Some(((SMALL, small), (LARGE, large)))
+}
+
+/// The capacity an IO takes of an idle `model` at its peak: device time
+/// per IO, in ns, while 64 random reads are kept outstanding, for 4 KiB
+/// and for 1 MiB reads: `((4096, ns), (1 MiB, ns))`. For a device that
+/// serves one IO at a time this is about its service time; for one with
+/// internal parallelism (an SSD's channels) it is the service time ÷ the
+/// parallelism it reaches. `None` if the model never completes an IO or is
+/// smaller than 2 MiB.
+pub fn probe_capacity(model: &mut dyn DeviceModel) -> Option<((u64, u64), (u64, u64))> {
+    const SMALL: u64 = 4096;
+    const LARGE: u64 = 1 << 20;
+    if model.capacity_bytes() < 2 * LARGE {
+        return None;
+    }
+    let mut now_ns = 0;
+    let small = time_per_io_at_peak(model, &mut now_ns, SMALL, 7)?;
+    let large = time_per_io_at_peak(model, &mut now_ns, LARGE, 11)?;
+    Some(((SMALL, small), (LARGE, large)))
+}
+
+/// Keeps 64 random reads of `length_bytes` outstanding from `now_ns` until
+/// 512 complete; the time per completion. Drains what is left after.
+fn time_per_io_at_peak(
+    model: &mut dyn DeviceModel,
+    now_ns: &mut u64,
+    length_bytes: u64,
+    salt: u64,
+) -> Option<u64> {
+    const IN_FLIGHT: u64 = 64;
+    const COMPLETIONS: u64 = 512;
+    let span = ((model.capacity_bytes() - length_bytes) / 4096).max(1);
+    let read = |index: u64| DeviceIo {
+        id: index,
+        op: Op::Read,
+        // A multiplicative hash spreads the reads over the device.
+        offset_bytes: index.wrapping_add(salt).wrapping_mul(0x9e37_79b9_7f4a_7c15) % span * 4096,
+        length_bytes,
+        background: false,
+    };
+    let started_ns = *now_ns;
+    for index in 0..IN_FLIGHT {
+        model.submit(*now_ns, read(index));
+    }
+    let mut next = IN_FLIGHT;
+    let mut completed = 0;
+    let mut done = Vec::new();
+    let mut finished_ns = started_ns;
+    while completed < COMPLETIONS {
+        *now_ns = (*now_ns).max(model.next_event_ns()?);
+        done.clear();
+        model.advance(*now_ns, &mut done);
+        for _ in 0..done.len() {
+            completed += 1;
+            if completed == COMPLETIONS {
+                finished_ns = *now_ns;
+            }
+            model.submit(*now_ns, read(next));
+            next += 1;
+        }
+    }
+    while model.outstanding() > 0 {
+        *now_ns = (*now_ns).max(model.next_event_ns()?);
+        done.clear();
+        model.advance(*now_ns, &mut done);
+    }
+    Some(((finished_ns - started_ns) / COMPLETIONS).max(1))
 }

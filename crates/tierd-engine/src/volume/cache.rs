@@ -45,12 +45,12 @@ use tierd_common::clock::Clock;
 use serde::Serialize;
 use tierd_core::cache::{
     AdmissionKind, BlockCache, BlockId, BlockIo, CacheCounters, CacheMode, CacheSettings, Change,
-    Commit, Step,
+    Commit, DeviceInterval, DevicePriors, Step,
 };
 use tierd_policy::cache::CacheKind;
 use tierd_policy::TierId;
 
-use crate::device::{DeviceError, DeviceErrorKind};
+use crate::device::{DeviceError, DeviceErrorKind, DeviceStats};
 use crate::meta::{CacheChange, CacheChangeKind, CacheCheckpoint, Record};
 
 use super::io::Mutation;
@@ -83,6 +83,10 @@ pub struct CacheOptions {
     pub writeback_idle_ns: u64,
     /// Pending mapping changes are committed at least this often.
     pub commit_interval_ns: u64,
+    /// What adaptive admission assumes the devices cost before it has
+    /// measured them (`serve`: the emulated tiers' models, else the core's
+    /// generic prior).
+    pub priors: DevicePriors,
 }
 
 impl CacheOptions {
@@ -98,6 +102,7 @@ impl CacheOptions {
             dirty_low_percent: tierd_core::cache::DEFAULT_DIRTY_LOW_PERCENT,
             writeback_idle_ns: 100_000_000,
             commit_interval_ns: 1_000_000_000,
+            priors: DevicePriors::default(),
         }
     }
 
@@ -112,6 +117,7 @@ impl CacheOptions {
         settings.dirty_high_percent = self.dirty_high_percent;
         settings.dirty_low_percent = self.dirty_low_percent;
         settings.journal = true;
+        settings.priors = self.priors;
         settings
     }
 }
@@ -151,6 +157,27 @@ pub struct CacheStatus {
     /// Why the cache tier was lost, when it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lost: Option<String>,
+    /// The configured admission rule (`always`, `frequency:N`, `adaptive`).
+    pub admission: String,
+    /// Adaptive admission only: the rule in force and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveView>,
+}
+
+/// Why adaptive admission admits what it does (`"adaptive"` in the cache status).
+#[derive(Clone, Debug, Serialize)]
+pub struct AdaptiveView {
+    /// `off`, `frequency:N` or `always`.
+    pub rule: String,
+    pub epochs: u64,
+    pub switches: u64,
+    /// Each candidate's estimated gain over the last epoch, ms of user
+    /// response saved (negative: it would cost).
+    pub gains_ms: std::collections::BTreeMap<String, f64>,
+    /// Utilisation of home and the cache tier over the last epoch (work ÷
+    /// time; above 1: overloaded).
+    pub home_utilization: f64,
+    pub fast_utilization: f64,
 }
 
 /// The core and what is decided with it under one lock.
@@ -218,6 +245,37 @@ pub(super) struct CacheLayer {
     last_user_io_ns: AtomicU64,
     user_io_in_flight: AtomicU64,
     written_back_bytes: AtomicU64,
+    /// The home and cache tiers' counters when adaptive admission was last
+    /// told them (`None` until the first reading).
+    costs_seen: Mutex<Option<CostsSeen>>,
+}
+
+/// Device counters at one instant (see [`Volume::feed_cache_costs`]).
+struct CostsSeen {
+    at_ns: u64,
+    home: DeviceStats,
+    fast: DeviceStats,
+}
+
+/// How often the writeback thread tells adaptive admission what the
+/// devices cost.
+const COSTS_INTERVAL_NS: u64 = 1_000_000_000;
+
+/// The change of one device's counters from `before` to `now`, over `interval_ns`.
+fn interval_of(before: &DeviceStats, now: &DeviceStats, interval_ns: u64) -> DeviceInterval {
+    let sum = |histogram: &tierd_common::histogram::Histogram| {
+        histogram.sum_ns().min(u128::from(u64::MAX)) as u64
+    };
+    DeviceInterval {
+        interval_ns,
+        busy_ns: now.busy_ns.saturating_sub(before.busy_ns),
+        reads: now.reads.saturating_sub(before.reads),
+        read_bytes: now.read_bytes.saturating_sub(before.read_bytes),
+        read_response_ns: sum(&now.read_latency).saturating_sub(sum(&before.read_latency)),
+        writes: now.writes.saturating_sub(before.writes),
+        write_bytes: now.write_bytes.saturating_sub(before.write_bytes),
+        write_response_ns: sum(&now.write_latency).saturating_sub(sum(&before.write_latency)),
+    }
 }
 
 /// One user IO through the cache, counted from its start to its end.
@@ -277,6 +335,7 @@ impl CacheLayer {
             last_user_io_ns: AtomicU64::new(0),
             user_io_in_flight: AtomicU64::new(0),
             written_back_bytes: AtomicU64::new(0),
+            costs_seen: Mutex::new(None),
         }
     }
 
@@ -878,7 +937,44 @@ impl Volume {
             self.checkpoint()?;
         }
         self.finish_detach()?;
+        self.feed_cache_costs(layer, now_ns);
         batch
+    }
+
+    /// About once a second: tells the cache core what the home and cache
+    /// devices did since the last time (their stats, when the tiers are
+    /// measured), which adaptive admission turns into its cost model.
+    fn feed_cache_costs(&self, layer: &CacheLayer, now_ns: u64) {
+        if !matches!(layer.options.admission, AdmissionKind::Adaptive) {
+            return;
+        }
+        let mut seen = layer.costs_seen.lock();
+        if seen
+            .as_ref()
+            .is_some_and(|seen| now_ns.saturating_sub(seen.at_ns) < COSTS_INTERVAL_NS)
+        {
+            return;
+        }
+        let home_tier = &self.tiers[self.tiers.len() - 1];
+        let fast_tier = &self.tiers[layer.tier as usize];
+        let (Some(home), Some(fast)) = (home_tier.device.stats(), fast_tier.device.stats()) else {
+            return;
+        };
+        if let Some(before) = seen.as_ref() {
+            let interval_ns = now_ns.saturating_sub(before.at_ns);
+            let home_interval = interval_of(&before.home, &home, interval_ns);
+            let fast_interval = interval_of(&before.fast, &fast, interval_ns);
+            layer
+                .core
+                .lock()
+                .cache
+                .observe_intervals(&home_interval, &fast_interval);
+        }
+        *seen = Some(CostsSeen {
+            at_ns: now_ns,
+            home,
+            fast,
+        });
     }
 
     /// Writes back dirty blocks the core asks for, one after another, until
@@ -1120,6 +1216,19 @@ impl Volume {
             write_hit_blocks: counters.write_hit_blocks,
             lost_bytes: core.lost_blocks.len() as u64 * block_bytes,
             lost: core.lost.clone(),
+            admission: core.cache.settings().admission.to_string(),
+            adaptive: core.cache.adaptive_status().map(|status| AdaptiveView {
+                rule: status.rule.to_string(),
+                epochs: status.epochs,
+                switches: status.switches,
+                gains_ms: status
+                    .gains_ns
+                    .iter()
+                    .map(|(rule, gain)| (rule.to_string(), gain / 1e6))
+                    .collect(),
+                home_utilization: status.home_utilization,
+                fast_utilization: status.fast_utilization,
+            }),
         })
     }
 

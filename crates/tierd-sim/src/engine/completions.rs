@@ -80,7 +80,7 @@ impl<'run> Engine<'run> {
                     completion.op.is_write(),
                     completion.length_bytes,
                     completion.service_ns(),
-                    completion.response_ns(),
+                    completion.done_ns,
                 );
             }
         }

@@ -78,8 +78,8 @@ impl<'run> Engine<'run> {
                             .zip(status.epochs_by_rule)
                             .map(|(rule, epochs)| (rule.to_string(), epochs))
                             .collect(),
-                        home_load: status.home_load,
-                        fast_load: status.fast_load,
+                        home_utilization: status.home_utilization,
+                        fast_utilization: status.fast_utilization,
                     }),
                     sequential_cutoff_bytes: settings.sequential_cutoff_bytes,
                     page_accesses: accesses,
