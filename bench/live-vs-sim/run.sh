@@ -36,7 +36,7 @@
 #          chunks in flight of the simulator's moves)  TIERD (a tierd binary;
 #          default: build release into CARGO_TARGET_DIR)  RESULTS (default
 #          /tmp/tierd-live-vs-sim.<date>: configs, replay and sim JSON, logs)
-#          Block caches: a policy fifo, lru, arc or s3fifo in POLICIES runs the
+#          Block caches: a policy fifo, lru, arc, s3fifo or adaptive in POLICIES runs the
 #          simulator's block cache and, live, a cache volume (`cache = {...}`
 #          on the volume, its policy kind "none") over the same two tiers, with
 #          CACHE_BLOCK (64KiB) and CACHE_MODE (writeback) on both sides; the
@@ -108,7 +108,7 @@ trace_kind() {
 serve_config() { # DIR POLICY
   local kind=$2 cache=""
   case $2 in
-    fifo|lru|arc|s3fifo)
+    fifo|lru|arc|s3fifo|adaptive)
       # The simulator's block cache of that policy (its defaults: 64 KiB
       # blocks, writeback, admission always, 4 MiB sequential cutoff) is the
       # live engine's cache volume with the same settings.
@@ -256,7 +256,7 @@ for policy in "${policies[@]}"; do
 done
 echo
 for policy in "${policies[@]}"; do
-  case $policy in fifo|lru|arc|s3fifo) ;; *) continue ;; esac
+  case $policy in fifo|lru|arc|s3fifo|adaptive) ;; *) continue ;; esac
   sim_run=$(jq -c --arg p "$policy" '.runs[] | select(.policy == $p)' "$RESULTS/sim.json")
   echo "- $policy hit ratio (blocks): sim $(jq '.cache.hit_ratio' <<< "$sim_run" | xargs printf '%.3f'), cache counters $(jq -c '.cache | del(.hit_ratio)' <<< "$sim_run")"
   for ((round = 1; round <= ROUNDS; round++)); do

@@ -59,8 +59,10 @@ pub struct SimArgs {
     /// Tier stack: a preset (hdd-ssd, ssd-mem) or a TOML file.
     #[arg(long, value_name = "PRESET|FILE", default_value = "hdd-ssd")]
     tiers: String,
-    /// Policies to compare, comma-separated: none, otf-ast, atsmf (tiering) and
-    /// fifo, lru, arc, s3fifo (page caches over the fast tier).
+    /// Policies to compare, comma-separated: none, otf-ast, atsmf (tiering),
+    /// fifo, lru, arc, s3fifo (block caches over the fast tier) and adaptive
+    /// (a block cache that measures which admission pays, none included;
+    /// docs/policies/adaptive.md).
     #[arg(long, value_name = "LIST", default_value = DEFAULT_POLICIES)]
     policy: String,
     /// Policy settings: a TOML file with a table per policy, e.g.
@@ -124,7 +126,8 @@ pub struct SimArgs {
     #[arg(long, value_name = "MODE", value_parser = cache_mode)]
     cache_mode: Option<tierd_sim::stack::CacheMode>,
     /// Block caches: which misses take a slot: always (default), frequency
-    /// (on a block's 2nd recent miss) or frequency:N.
+    /// (on a block's 2nd recent miss), frequency:N or adaptive (chosen while
+    /// running; what the `adaptive` policy uses).
     #[arg(long, value_name = "RULE", value_parser = admission)]
     admission: Option<tierd_sim::stack::AdmissionKind>,
     /// Block caches: misses of a sequential run at least this long bypass

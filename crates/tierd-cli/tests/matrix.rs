@@ -91,15 +91,72 @@ fn the_smoke_grid_runs_every_policy_in_every_cell_at_equal_capacity() {
         let label = cell["workload_label"].as_str().unwrap();
         assert!(label.starts_with("synthetic (generated shape "), "{label}");
     }
-    // No adaptive policy yet: the grid runs and says so.
-    if matrix["candidate_run"] == false {
-        assert!(text.contains("candidate not run"), "{text}");
+    // The candidate (adaptive) ran in every cell and has a verdict.
+    assert_eq!(matrix["candidate_run"], true, "{text}");
+    for cell in cells {
+        assert!(
+            cell["verdict"]["candidate"].is_object(),
+            "{}",
+            cell["workload"]
+        );
     }
     assert!(text.contains("stack hdd-ssd"), "{text}");
     assert!(text.contains("saturate: shape:"), "{text}");
     let page = std::fs::read_to_string(report.path().join("index.html")).unwrap();
     assert!(page.contains("generated shape"));
     assert!(report.path().join("matrix.json").is_file());
+}
+
+/// `adaptive` on short versions of four generated shapes
+/// (`examples/matrix/adaptive-short.toml`), both stacks, two sizes, own and
+/// saturating speed: never worse than no fast tier, and within the §2 bars
+/// of the best policy; where caching pays (the large working set at 25 %
+/// on the disk stack), it takes most of the gain.
+#[test]
+fn adaptive_is_never_worse_than_none_and_within_five_percent_of_the_best() {
+    let grid = repo_root().join("examples/matrix/adaptive-short.toml");
+    let (matrix, _) = run_grid(&grid, &[]);
+    let cells = matrix["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 24);
+    let mean_us = |cell: &Value, policy: &str| {
+        cell["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|run| run["policy"] == policy)
+            .and_then(|run| run["avg_response_us"].as_f64())
+            .unwrap()
+    };
+    let mut paying = 0;
+    for cell in cells {
+        let name = format!(
+            "{} {} {} {}",
+            cell["workload"], cell["stack"], cell["fast_size"], cell["speed"]
+        );
+        let verdict = &cell["verdict"]["candidate"];
+        let adaptive = mean_us(cell, "adaptive");
+        let none = mean_us(cell, "none");
+        assert!(
+            adaptive <= 1.01 * none,
+            "{name}: adaptive {adaptive} µs, none {none} µs"
+        );
+        let mean_ratio = verdict["mean_ratio"].as_f64().unwrap();
+        let p99_ratio = verdict["p99_ratio"].as_f64().unwrap();
+        assert!(mean_ratio <= 1.05, "{name}: mean {mean_ratio} x the best");
+        assert!(p99_ratio <= 1.10, "{name}: p99 {p99_ratio} x the best");
+        let best = cell["verdict"]["best_mean_us"].as_f64().unwrap();
+        if best < 0.95 * none {
+            paying += 1;
+            assert!(
+                adaptive < 0.95 * none,
+                "{name}: the cache pays ({best} µs) but adaptive {adaptive} µs"
+            );
+        }
+    }
+    assert!(
+        paying >= 1,
+        "no cell where caching pays: the grid tests nothing"
+    );
 }
 
 #[test]

@@ -457,12 +457,15 @@ pub struct CacheConfig {
     /// `writeback`, `writethrough` or `writearound`.
     #[serde(default = "default_cache_mode")]
     pub mode: String,
-    /// Eviction order: `fifo`, `lru`, `arc` or `s3fifo`.
+    /// Eviction order: `fifo`, `lru`, `arc` or `s3fifo`; or `adaptive`: the
+    /// eviction order of the simulator's `adaptive` policy with adaptive
+    /// admission (docs/policies/adaptive.md).
     #[serde(default = "default_cache_policy")]
     pub policy: String,
-    /// `always`, `frequency` or `frequency:N` (admit on the N-th miss).
-    #[serde(default = "default_cache_admission")]
-    pub admission: String,
+    /// `always`, `frequency`, `frequency:N` (admit on the N-th miss) or
+    /// `adaptive`; unset: `always`, or `adaptive` with `policy = "adaptive"`.
+    #[serde(default)]
+    pub admission: Option<String>,
     /// Misses of a sequential run at least this long bypass the cache; 0 = off.
     #[serde(default = "default_sequential_cutoff")]
     pub sequential_cutoff: Bytes,
@@ -493,10 +496,6 @@ fn default_cache_mode() -> String {
 
 fn default_cache_policy() -> String {
     "s3fifo".to_string()
-}
-
-fn default_cache_admission() -> String {
-    "always".to_string()
 }
 
 fn default_sequential_cutoff() -> Bytes {
@@ -531,14 +530,26 @@ impl CacheConfig {
             "lru" => CacheKind::Lru,
             "arc" => CacheKind::Arc,
             "s3fifo" => CacheKind::S3fifo,
+            "adaptive" => tierd_core::cache::adaptive::EVICTION,
             other => {
                 return Err(format!(
-                    "{key}.cache.policy = {other:?}: expected fifo, lru, arc or s3fifo"
+                    "{key}.cache.policy = {other:?}: expected fifo, lru, arc, s3fifo or adaptive"
                 ))
             }
         };
-        let admission = AdmissionKind::parse(&self.admission)
-            .map_err(|error| format!("{key}.cache.admission = {:?}: {error}", self.admission))?;
+        let adaptive = self.policy == "adaptive";
+        let admission = match &self.admission {
+            Some(text) => AdmissionKind::parse(text)
+                .map_err(|error| format!("{key}.cache.admission = {text:?}: {error}"))?,
+            None if adaptive => AdmissionKind::Adaptive,
+            None => AdmissionKind::Always,
+        };
+        if adaptive && admission != AdmissionKind::Adaptive {
+            return Err(format!(
+                "{key}.cache.admission = {:?}: policy \"adaptive\" chooses its own admission; leave admission out (or set a fixed eviction policy, e.g. \"arc\", to use this rule)",
+                admission.to_string()
+            ));
+        }
         let block = self.block.0;
         if !block.is_power_of_two()
             || !(tierd_core::cache::MIN_BLOCK_BYTES..=tierd_core::cache::MAX_BLOCK_BYTES)
@@ -1286,6 +1297,31 @@ mod tests {
         let error = parse(&memory).unwrap_err();
         assert!(error.contains("is memory"), "{error}");
         assert!(parse(&memory.replace("mode = \"writeback\"", "mode = \"writethrough\"")).is_ok());
+        // `policy = "adaptive"`: the adaptive eviction order and admission;
+        // a fixed admission beside it is refused, naming both.
+        let adaptive = CACHE_CONFIG.replace(
+            "policy = \"s3fifo\", admission = \"always\"",
+            "policy = \"adaptive\"",
+        );
+        assert_ne!(adaptive, CACHE_CONFIG);
+        let config = parse(&adaptive).unwrap();
+        let options = config.volumes[0]
+            .cache
+            .as_ref()
+            .unwrap()
+            .options("volume")
+            .unwrap();
+        assert_eq!(
+            options.admission,
+            tierd_core::cache::AdmissionKind::Adaptive
+        );
+        assert_eq!(options.policy, tierd_core::cache::adaptive::EVICTION);
+        let error = parse(&CACHE_CONFIG.replace("policy = \"s3fifo\"", "policy = \"adaptive\""))
+            .unwrap_err();
+        assert!(
+            error.contains("cache.admission = \"always\"") && error.contains("adaptive"),
+            "{error}"
+        );
     }
 
     #[test]

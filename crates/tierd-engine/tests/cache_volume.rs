@@ -681,3 +681,47 @@ fn a_lost_cache_tier_does_not_fail_flushes_or_checkpoints() {
     let mut data = vec![0u8; BLOCK as usize];
     assert!(volume.read(BLOCK, &mut data).is_err(), "block 1 was dirty");
 }
+
+#[test]
+fn adaptive_admission_caches_a_hot_set_and_keeps_the_data_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let stack = Stack::new(256, 64 * SEGMENT);
+    let clock = Arc::new(ManualClock::new(0));
+    let mut adaptive = cache_options(CacheMode::Writeback);
+    adaptive.admission = tierd_core::cache::AdmissionKind::Adaptive;
+    let clock_dyn: Arc<dyn Clock> = clock.clone();
+    let volume = Volume::open_with_cache(
+        options(stack.volume_bytes),
+        stack.specs(),
+        dir.path(),
+        clock_dyn,
+        Some(adaptive),
+    )
+    .unwrap()
+    .0;
+    // 64 distinct blocks written once, then read over and over: a hot set
+    // a quarter of the cache.
+    for block in 0..64 {
+        volume
+            .write(block * 97 * BLOCK, &block_of(block), false)
+            .unwrap();
+    }
+    let mut rng = SeededRng::new(7);
+    for _ in 0..20_000 {
+        let block = rng.next_u64() % 64;
+        assert_eq!(read_block(&volume, block * 97), block_of(block));
+    }
+    let status = volume.cache_status().unwrap();
+    assert_eq!(status.admission, "adaptive");
+    let adaptive = status.adaptive.clone().expect("adaptive status");
+    assert!(adaptive.epochs > 5, "{adaptive:?}");
+    assert_ne!(adaptive.rule, "off", "{adaptive:?}");
+    assert!(status.read_hit_ratio > 0.5, "{status:?}");
+    // Written back and read again from home after a restart: still right.
+    write_back_all(&volume, &clock);
+    drop(volume);
+    let volume = open(&stack, dir.path(), &clock);
+    for block in 0..64 {
+        assert_eq!(read_block(&volume, block * 97), block_of(block));
+    }
+}

@@ -56,7 +56,7 @@ struct Scenario {
     fixed_devices: bool,
 }
 
-const SCENARIOS: [Scenario; 7] = [
+const SCENARIOS: [Scenario; 11] = [
     Scenario {
         name: "engine only (fixed-latency devices), none",
         stack: "hdd-ssd",
@@ -103,6 +103,34 @@ const SCENARIOS: [Scenario; 7] = [
         name: "ssd-mem models, lru cache (4 KiB pages), x1",
         stack: "ssd-mem",
         strategy: "lru",
+        speed: 1.0,
+        fixed_devices: false,
+    },
+    Scenario {
+        name: "ssd-mem models, s3fifo cache, x1",
+        stack: "ssd-mem",
+        strategy: "s3fifo",
+        speed: 1.0,
+        fixed_devices: false,
+    },
+    Scenario {
+        name: "ssd-mem models, adaptive, x1",
+        stack: "ssd-mem",
+        strategy: "adaptive",
+        speed: 1.0,
+        fixed_devices: false,
+    },
+    Scenario {
+        name: "hdd-ssd models, s3fifo cache, x1",
+        stack: "hdd-ssd",
+        strategy: "s3fifo",
+        speed: 1.0,
+        fixed_devices: false,
+    },
+    Scenario {
+        name: "hdd-ssd models, adaptive, x1",
+        stack: "hdd-ssd",
+        strategy: "adaptive",
         speed: 1.0,
         fixed_devices: false,
     },

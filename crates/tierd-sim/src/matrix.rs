@@ -746,6 +746,12 @@ impl MatrixReport {
         if self.candidate_run {
             let _ = writeln!(
                 out,
+                "\nsummary of {} against the best other policy",
+                self.candidate
+            );
+            out.push_str(&crate::tables::columns(&self.summary_rows()));
+            let _ = writeln!(
+                out,
                 "\ncells where {} is not the winner: {}",
                 self.candidate,
                 self.not_won.len()
@@ -755,6 +761,100 @@ impl MatrixReport {
             }
         }
         out
+    }
+
+    /// One row per stack and fast-tier size, and per stack: cells judged,
+    /// cells meeting every bar, each bar, the cells where the candidate's
+    /// mean is at most `none`'s, and the geometric mean and worst of the
+    /// candidate's mean ÷ the best other policy's.
+    pub fn summary_rows(&self) -> Vec<Vec<String>> {
+        let mut rows = vec![vec![
+            "stack".to_string(),
+            "fast".to_string(),
+            "cells".to_string(),
+            "all bars".to_string(),
+            "mean <= 1.05".to_string(),
+            "p99 <= 1.1".to_string(),
+            "iops >= 0.95".to_string(),
+            "<= none".to_string(),
+            "mean/best geo".to_string(),
+            "worst".to_string(),
+        ]];
+        for stack in self.stacks() {
+            let mut sizes: Vec<&str> = Vec::new();
+            for cell in self.cells.iter().filter(|cell| cell.stack == stack) {
+                if !sizes.contains(&cell.fast_size.as_str()) {
+                    sizes.push(&cell.fast_size);
+                }
+            }
+            let groups = sizes
+                .iter()
+                .map(|size| (size.to_string(), Some(*size)))
+                .chain(std::iter::once(("all".to_string(), None)));
+            for (label, size) in groups {
+                let judged: Vec<(&Cell, &CandidateRatios)> = self
+                    .cells
+                    .iter()
+                    .filter(|cell| {
+                        cell.stack == stack && size.is_none_or(|size| cell.fast_size == size)
+                    })
+                    .filter_map(|cell| {
+                        let verdict = cell.verdict.as_ref()?;
+                        Some((cell, verdict.candidate.as_ref()?))
+                    })
+                    .collect();
+                if judged.is_empty() {
+                    continue;
+                }
+                let count = |test: &dyn Fn(&CandidateRatios) -> bool| {
+                    judged
+                        .iter()
+                        .filter(|(_, ratios)| test(ratios))
+                        .count()
+                        .to_string()
+                };
+                let mean_of = |cell: &Cell, policy: &str| {
+                    cell.runs
+                        .iter()
+                        .find(|run| run.policy == policy)
+                        .map(|run| run.avg_response_us)
+                };
+                let at_most_none = judged
+                    .iter()
+                    .filter(|(cell, _)| {
+                        match (mean_of(cell, &self.candidate), mean_of(cell, "none")) {
+                            (Some(candidate), Some(none)) => candidate <= none,
+                            _ => false,
+                        }
+                    })
+                    .count();
+                let logs: f64 = judged
+                    .iter()
+                    .map(|(_, ratios)| ratios.mean_ratio.ln())
+                    .sum();
+                let worst = judged
+                    .iter()
+                    .map(|(_, ratios)| ratios.mean_ratio)
+                    .fold(0.0, f64::max);
+                rows.push(vec![
+                    stack.to_string(),
+                    label,
+                    judged.len().to_string(),
+                    count(&|ratios| ratios.misses.is_empty()),
+                    count(&|ratios| ratios.mean_ratio <= MEAN_BAR),
+                    count(&|ratios| ratios.p99_ratio <= P99_BAR),
+                    if judged.iter().any(|(_, ratios)| ratios.iops_ratio.is_some()) {
+                        count(&|ratios| ratios.iops_ratio.is_none_or(|ratio| ratio >= IOPS_BAR))
+                    } else {
+                        "-".to_string()
+                    },
+                    at_most_none.to_string(),
+                    format!("{:.3}", (logs / judged.len() as f64).exp()),
+                    format!("{worst:.2}"),
+                ]);
+            }
+        }
+        rows
     }
 
     /// The plot: the candidate's mean ÷ best mean per cell, one panel per

@@ -22,7 +22,8 @@ pub fn build_controller(config: &SimConfig, strategy: &Strategy) -> Result<Contr
     }
 }
 
-/// The `adaptive` strategy's cache: S3-FIFO eviction, adaptive admission,
+/// The `adaptive` strategy's cache: its eviction order
+/// (`tierd_core::cache::adaptive::EVICTION`), adaptive admission,
 /// and for priors the service times and peak capacity of idle copies of
 /// the stack's models.
 pub fn build_adaptive(config: &SimConfig) -> Result<BlockCache, SimError> {
@@ -59,7 +60,12 @@ pub fn build_adaptive(config: &SimConfig) -> Result<BlockCache, SimError> {
             *capacity = Some(ServicePrior::from_two(small, small_ns, large, large_ns));
         }
     }
-    build_cache_with(config, CacheKind::S3fifo, AdmissionKind::Adaptive, priors)
+    build_cache_with(
+        config,
+        tierd_core::cache::adaptive::EVICTION,
+        AdmissionKind::Adaptive,
+        priors,
+    )
 }
 
 /// The block cache of a `kind` strategy run with `config`.

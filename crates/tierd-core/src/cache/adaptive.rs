@@ -48,6 +48,11 @@ use tierd_policy::cache::{build_cache, CacheKind, PageCache};
 use super::admission::FrequencyFilter;
 use super::{BlockId, CacheMode};
 
+/// The eviction order the `adaptive` policy runs (the simulator's
+/// `--policy adaptive`, `serve`'s `policy = "adaptive"`): measured on the
+/// issue 14 grid (EVIDENCE.md, "adaptive").
+pub const EVICTION: CacheKind = CacheKind::Arc;
+
 /// Most blocks one shadow holds; the sampling rate is chosen so the
 /// shadow of a large cache holds about this many.
 pub const SHADOW_BLOCKS: u64 = 4096;
@@ -903,9 +908,17 @@ impl Adaptive {
         let seen = &self.seen;
         let (home_work, fast_work) = self.work_delta(tally);
         let scale = 1.0 / self.sample_rate;
-        let elapsed = self.elapsed_ns.max(1.0);
-        let home_queue = queueing_factor((base.home_work_ns + home_work * scale) / elapsed);
-        let fast_queue = queueing_factor((base.fast_work_ns + fast_work * scale) / elapsed);
+        // No time measured (a caller that reports no device IO): load
+        // unknown, taken as none.
+        let utilization = |work_ns: f64| {
+            if self.elapsed_ns > 0.0 {
+                work_ns / self.elapsed_ns
+            } else {
+                0.0
+            }
+        };
+        let home_queue = queueing_factor(utilization(base.home_work_ns + home_work * scale));
+        let fast_queue = queueing_factor(utilization(base.fast_work_ns + fast_work * scale));
         // Latency of what each device serves for the users, unloaded (the
         // users' own IOs as cheap as this workload's are, see `work_delta`).
         let home_latency = home.cheapness()
