@@ -652,11 +652,6 @@ impl Adaptive {
         }
     }
 
-    #[cfg(test)]
-    pub(crate) fn rule(&self) -> Rule {
-        self.rule
-    }
-
     pub(crate) fn status(&self) -> &AdaptiveStatus {
         &self.status
     }
@@ -1069,12 +1064,14 @@ mod tests {
     }
 
     fn adaptive(capacity: u64) -> Adaptive {
-        let mut priors = DevicePriors::default();
-        priors.home = disk();
-        priors.fast = ServicePrior {
-            fixed_ns: 50_000.0,
-            ns_per_byte: 1.0,
-            from_model: true,
+        let priors = DevicePriors {
+            home: disk(),
+            fast: ServicePrior {
+                fixed_ns: 50_000.0,
+                ns_per_byte: 1.0,
+                from_model: true,
+            },
+            ..DevicePriors::default()
         };
         Adaptive::new(
             CacheKind::S3fifo,
