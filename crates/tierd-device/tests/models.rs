@@ -461,3 +461,28 @@ fn smr_whole_band_writes_replace_cached_data() {
     assert_eq!(smr.stats().dirty_bands, 1);
     assert_eq!(smr.stats().bands_cleaned, 0);
 }
+
+/// The probes policies take their priors from: a disk serves one random
+/// read at a time (its per-IO time at 64 in flight is its service time,
+/// shortened only by reordering), an SSD serves several at once (per-IO
+/// time at its peak well under its QD1 service), and a 1 MiB read costs
+/// more than a 4 KiB one on both.
+#[test]
+fn probes_tell_a_disk_from_an_ssd() {
+    use tierd_device::{probe_capacity, probe_read_service, DevicePreset};
+    let probe = |preset: DevicePreset| {
+        let mut model = preset.build(None, 1).unwrap();
+        let service = probe_read_service(model.as_mut()).unwrap();
+        let capacity = probe_capacity(model.as_mut()).unwrap();
+        (service, capacity)
+    };
+    let (((_, disk_small), (_, disk_large)), ((_, disk_peak_small), _)) =
+        probe(DevicePreset::Savvio10k4);
+    assert!((2_000_000..20_000_000).contains(&disk_small), "{disk_small}");
+    assert!(disk_large > disk_small);
+    // Reordering 64 queued reads shortens seeks, but not by an order of magnitude.
+    assert!(disk_peak_small * 4 > disk_small, "{disk_peak_small} vs {disk_small}");
+    let (((_, ssd_small), (_, ssd_large)), ((_, ssd_peak_small), _)) = probe(DevicePreset::P3700);
+    assert!(ssd_small < 1_000_000 && ssd_large > ssd_small, "{ssd_small} {ssd_large}");
+    assert!(ssd_peak_small * 4 < ssd_small, "{ssd_peak_small} vs {ssd_small}");
+}
