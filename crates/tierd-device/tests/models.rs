@@ -478,11 +478,23 @@ fn probes_tell_a_disk_from_an_ssd() {
     };
     let (((_, disk_small), (_, disk_large)), ((_, disk_peak_small), _)) =
         probe(DevicePreset::Savvio10k4);
-    assert!((2_000_000..20_000_000).contains(&disk_small), "{disk_small}");
+    assert!(
+        (2_000_000..20_000_000).contains(&disk_small),
+        "{disk_small}"
+    );
     assert!(disk_large > disk_small);
     // Reordering 64 queued reads shortens seeks, but not by an order of magnitude.
-    assert!(disk_peak_small * 4 > disk_small, "{disk_peak_small} vs {disk_small}");
+    assert!(
+        disk_peak_small * 4 > disk_small,
+        "{disk_peak_small} vs {disk_small}"
+    );
     let (((_, ssd_small), (_, ssd_large)), ((_, ssd_peak_small), _)) = probe(DevicePreset::P3700);
-    assert!(ssd_small < 1_000_000 && ssd_large > ssd_small, "{ssd_small} {ssd_large}");
-    assert!(ssd_peak_small * 4 < ssd_small, "{ssd_peak_small} vs {ssd_small}");
+    assert!(
+        ssd_small < 1_000_000 && ssd_large > ssd_small,
+        "{ssd_small} {ssd_large}"
+    );
+    assert!(
+        ssd_peak_small * 4 < ssd_small,
+        "{ssd_peak_small} vs {ssd_small}"
+    );
 }
