@@ -268,6 +268,9 @@ pub struct AdaptiveResult {
     /// Utilisation (work ÷ time) of home and the fast tier over the last epoch.
     pub home_utilization: f64,
     pub fast_utilization: f64,
+    /// The real cache's read hits ÷ those of its rule's shadow, last epoch
+    /// (0–1; low: fills did not land in time to hit).
+    pub efficiency: f64,
 }
 
 /// Block-cache baseline figures. The cache's unit is its block

@@ -373,9 +373,9 @@ impl DeviceCost {
     }
 
     /// Σ actual ÷ Σ unloaded-line cost of this epoch's IOs in one
-    /// direction, at most 1: how
-    /// much cheaper than the line this workload's IOs are (sequential runs
-    /// on a disk); what a rule adds or takes away is scaled by it.
+    /// direction, at most 1: how much cheaper than the line this workload's
+    /// IOs are (sequential runs on a disk); the users' own IOs that a rule
+    /// adds or takes away are scaled by it.
     fn cheapness(&self, is_write: bool) -> f64 {
         let direction = usize::from(is_write);
         if self.nominal_ns[direction] <= 0.0 {
@@ -474,13 +474,19 @@ struct Shadow {
     tally: Tally,
 }
 
+/// Counts a miss of `block` under `rule` (its window `filter`); whether
+/// it is admitted. The real cache and every shadow decide with this.
+fn admits(rule: Rule, filter: &mut FrequencyFilter, block: BlockId) -> bool {
+    match rule {
+        Rule::Off => false,
+        Rule::Misses(1) => true,
+        Rule::Misses(_) => filter.miss(block),
+    }
+}
+
 impl Shadow {
     fn admits(&mut self, block: BlockId) -> bool {
-        match self.rule {
-            Rule::Off => false,
-            Rule::Misses(1) => true,
-            Rule::Misses(_) => self.filter.miss(block),
-        }
+        admits(self.rule, &mut self.filter, block)
     }
 
     fn insert(&mut self, block: BlockId, is_write: bool) {
@@ -521,10 +527,6 @@ pub struct AdaptiveStatus {
     /// (capacity the IOs took) ÷ time; above 1 the device was overloaded.
     pub home_utilization: f64,
     pub fast_utilization: f64,
-    /// Service-time fits at the last decision: `(fixed_ns, ns_per_byte)`
-    /// of home reads and fast-tier reads.
-    pub home_read: (f64, f64),
-    pub fast_read: (f64, f64),
     /// The share of blocks the shadows see.
     pub sample_rate: f64,
     /// The real cache's read hits ÷ its rule's shadow's (0–1).
@@ -643,8 +645,6 @@ impl Adaptive {
                 gains_ns: Vec::new(),
                 home_utilization: 0.0,
                 fast_utilization: 0.0,
-                home_read: home.read.line(),
-                fast_read: fast.read.line(),
                 sample_rate,
                 efficiency: 1.0,
             },
@@ -665,11 +665,7 @@ impl Adaptive {
 
     /// Counts a miss of `block` under the rule in force; whether it is admitted.
     pub(crate) fn admit(&mut self, block: BlockId) -> bool {
-        match self.rule {
-            Rule::Off => false,
-            Rule::Misses(1) => true,
-            Rule::Misses(_) => self.filter.miss(block),
-        }
+        admits(self.rule, &mut self.filter, block)
     }
 
     /// The real cache served a read of `block` from its slot.
@@ -1014,8 +1010,6 @@ impl Adaptive {
         let elapsed = self.elapsed_ns.max(1.0);
         self.status.home_utilization = self.home.work_ns / elapsed;
         self.status.fast_utilization = self.fast.work_ns / elapsed;
-        self.status.home_read = self.home.read.line();
-        self.status.fast_read = self.fast.read.line();
         self.status.gains_ns = gains;
         for shadow in &mut self.shadows {
             shadow.tally.decay();

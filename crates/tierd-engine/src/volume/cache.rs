@@ -178,6 +178,8 @@ pub struct AdaptiveView {
     /// time; above 1: overloaded).
     pub home_utilization: f64,
     pub fast_utilization: f64,
+    /// The real cache's read hits ÷ those of its rule's shadow (0–1).
+    pub efficiency: f64,
 }
 
 /// The core and what is decided with it under one lock.
@@ -1228,6 +1230,7 @@ impl Volume {
                     .collect(),
                 home_utilization: status.home_utilization,
                 fast_utilization: status.fast_utilization,
+                efficiency: status.efficiency,
             }),
         })
     }

@@ -80,6 +80,7 @@ impl<'run> Engine<'run> {
                             .collect(),
                         home_utilization: status.home_utilization,
                         fast_utilization: status.fast_utilization,
+                        efficiency: status.efficiency,
                     }),
                     sequential_cutoff_bytes: settings.sequential_cutoff_bytes,
                     page_accesses: accesses,
