@@ -604,6 +604,7 @@ impl Volume {
         let locks = layer.lock_blocks(first, last, true);
         let mut steps: Vec<Step> = Vec::new();
         let settings;
+        let lost_covered: Vec<BlockId>;
         {
             let mut core = layer.core.lock();
             settings = core.cache.settings().clone();
@@ -633,11 +634,13 @@ impl Volume {
                 return Ok(());
             }
             // Lost blocks a write covers whole are current again once it
-            // lands (cleared at planning: the stripes keep readers out).
-            for block in covered {
-                core.lost_blocks.remove(&block);
-                core.rewritten.push(block);
-            }
+            // has landed: cleared below, after every step succeeded (the
+            // stripes keep readers out meanwhile). Cleared here, a write
+            // that then failed left home's stale copy readable as current
+            // (DST seed 228: a discard over a lost dirty block failed at
+            // home), and a commit by another thread could journal the
+            // block current before its data was written.
+            lost_covered = covered;
             match mutation {
                 Mutation::Write(_) => core.cache.write(offset_bytes, length_bytes, &mut steps),
                 Mutation::Discard | Mutation::Zero => {
@@ -771,6 +774,13 @@ impl Volume {
                 other => unreachable!("a write planned {other:?}"),
             }
             index += 1;
+        }
+        if result.is_ok() && !lost_covered.is_empty() {
+            let mut core = layer.core.lock();
+            for block in lost_covered {
+                core.lost_blocks.remove(&block);
+                core.rewritten.push(block);
+            }
         }
         self.report_steps(&steps, &outcomes, locks, cache_failure);
         result?;
