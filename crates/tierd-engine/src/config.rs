@@ -437,12 +437,27 @@ pub struct VolumeConfig {
     /// Write a checkpoint (policy state, placement) every this many periods.
     #[serde(default = "default_checkpoint_every")]
     pub checkpoint_every: u32,
-    #[serde(default = "default_policy")]
-    pub policy: PolicyConfig,
+    /// The tiering policy (`[volume.policy]`). Left out on a volume of two
+    /// tiers without `cache`, the volume is a cache volume with the
+    /// `adaptive` policy (see [`Config::apply_default_placement`]); left
+    /// out otherwise: `none`.
+    #[serde(default)]
+    pub policy: Option<PolicyConfig>,
     /// Makes this a cache volume: `tier` (one of `tiers`, not home) is used
     /// wholly as a block cache over home (`docs/engine/cache.md`).
     #[serde(default)]
     pub cache: Option<CacheConfig>,
+    /// The `cache` was not written but is the default placement of a
+    /// two-tier volume (`adaptive`); errors about it say so.
+    #[serde(skip)]
+    pub default_cache: bool,
+}
+
+impl VolumeConfig {
+    /// The tiering policy: as written, or `none`.
+    pub fn policy(&self) -> PolicyConfig {
+        self.policy.clone().unwrap_or(PolicyConfig::None)
+    }
 }
 
 /// `[[volume]] cache = { tier = "ssd", block = "64KiB", mode = "writeback", ... }`.
@@ -459,11 +474,13 @@ pub struct CacheConfig {
     pub mode: String,
     /// Eviction order: `fifo`, `lru`, `arc` or `s3fifo`; or `adaptive`: the
     /// eviction order of the simulator's `adaptive` policy with adaptive
-    /// admission (docs/policies/adaptive.md).
-    #[serde(default = "default_cache_policy")]
-    pub policy: String,
+    /// admission (docs/policies/adaptive.md). Unset: `adaptive`, or with
+    /// a fixed `admission`, `adaptive`'s eviction order (ARC) with it.
+    #[serde(default)]
+    pub policy: Option<String>,
     /// `always`, `frequency`, `frequency:N` (admit on the N-th miss) or
-    /// `adaptive`; unset: `always`, or `adaptive` with `policy = "adaptive"`.
+    /// `adaptive`; unset: `adaptive` with `policy = "adaptive"` or no
+    /// policy, else `always`.
     #[serde(default)]
     pub admission: Option<String>,
     /// Misses of a sequential run at least this long bypass the cache; 0 = off.
@@ -494,10 +511,6 @@ fn default_cache_mode() -> String {
     "writeback".to_string()
 }
 
-fn default_cache_policy() -> String {
-    "s3fifo".to_string()
-}
-
 fn default_sequential_cutoff() -> Bytes {
     Bytes(tierd_core::cache::DEFAULT_SEQUENTIAL_CUTOFF_BYTES)
 }
@@ -525,7 +538,15 @@ impl CacheConfig {
         use tierd_policy::cache::CacheKind;
         let mode = CacheMode::parse(&self.mode)
             .map_err(|error| format!("{key}.cache.mode = {:?}: {error}", self.mode))?;
-        let policy = match self.policy.as_str() {
+        let written = self.policy.as_deref();
+        // No policy and no admission: `adaptive`; no policy with a fixed
+        // admission: adaptive's eviction order with that rule.
+        let name = written.unwrap_or(if self.admission.is_some() {
+            "arc"
+        } else {
+            "adaptive"
+        });
+        let policy = match name {
             "fifo" => CacheKind::Fifo,
             "lru" => CacheKind::Lru,
             "arc" => CacheKind::Arc,
@@ -537,7 +558,7 @@ impl CacheConfig {
                 ))
             }
         };
-        let adaptive = self.policy == "adaptive";
+        let adaptive = name == "adaptive";
         let admission = match &self.admission {
             Some(text) => AdmissionKind::parse(text)
                 .map_err(|error| format!("{key}.cache.admission = {text:?}: {error}"))?,
@@ -606,10 +627,6 @@ fn default_checkpoint_every() -> u32 {
     1
 }
 
-fn default_policy() -> PolicyConfig {
-    PolicyConfig::None
-}
-
 /// Most segments a volume may have: the checkpoint holds a placement entry
 /// per segment and is rewritten every `checkpoint_every` periods (about
 /// 26 bytes each: 1 Mi segments make a 26 MiB checkpoint); past 40 Mi the
@@ -665,7 +682,8 @@ pub struct ConfigError {
 }
 
 /// The configuration `tierd serve` runs with no `--config`: a 1 GiB volume
-/// of a 256 MiB memory tier over a 1 GiB file tier in `./tierd-data`.
+/// of a 256 MiB memory tier over a 1 GiB file tier in `./tierd-data`, the
+/// memory tier an `adaptive` write-through cache (the default placement).
 pub const EMBEDDED_DEFAULT: &str = r#"# tierd's embedded default configuration
 data_dir = "tierd-data"
 
@@ -689,9 +707,11 @@ size = "1GiB"
 segment = "64MiB"
 tiers = ["mem", "disk"]
 period = "10s"
-
-[volume.policy]
-kind = "otf-ast"
+# No [volume.policy] and no cache: a volume of one fast tier over home is a
+# cache volume with the `adaptive` policy (docs/policies/adaptive.md),
+# written through because "mem" is memory. For segment tiering instead:
+#   [volume.policy]
+#   kind = "otf-ast"
 "#;
 
 impl Config {
@@ -736,11 +756,56 @@ impl Config {
                 }
             }
         }
+        config.apply_default_placement();
         config.check().map_err(|message| ConfigError {
             file: file.to_string(),
             message,
         })?;
         Ok(config)
+    }
+
+    /// The default placement of a volume that names neither a policy nor
+    /// a cache: on two tiers (one fast tier over home), a cache volume
+    /// with the `adaptive` policy on the fast tier (`docs/policies/adaptive.md`):
+    /// writeback on a file tier, writethrough on a memory tier (its dirty
+    /// blocks would be lost at a crash) unless the tier is
+    /// `unsafe_volatile`. A fast tier too small for two 64 KiB blocks, and
+    /// a stack of one or three or more tiers, keep `none`. A volume that
+    /// was tiered before and has segments on its fast tier is refused at
+    /// start with what to write to keep it tiered (`Volume::open_with_cache`).
+    fn apply_default_placement(&mut self) {
+        for volume in &mut self.volumes {
+            if volume.policy.is_some() || volume.cache.is_some() || volume.tiers.len() != 2 {
+                continue;
+            }
+            let Some(tier) = self.tiers.iter().find(|tier| tier.name == volume.tiers[0]) else {
+                continue;
+            };
+            if tier
+                .size
+                .is_some_and(|size| size.0 / default_cache_block().0 < 2)
+            {
+                continue;
+            }
+            let volatile = tier.backend == Backend::Memory && !tier.unsafe_volatile;
+            volume.cache = Some(CacheConfig {
+                tier: tier.name.clone(),
+                block: default_cache_block(),
+                mode: if volatile {
+                    "writethrough".to_string()
+                } else {
+                    default_cache_mode()
+                },
+                policy: Some("adaptive".to_string()),
+                admission: None,
+                sequential_cutoff: default_sequential_cutoff(),
+                dirty_high_percent: default_dirty_high_percent(),
+                dirty_low_percent: default_dirty_low_percent(),
+                writeback_idle: default_writeback_idle(),
+                commit_interval: default_commit_interval(),
+            });
+            volume.default_cache = true;
+        }
     }
 
     /// Relative paths are inside `data_dir` (or, for `data_dir` itself, the
@@ -981,7 +1046,7 @@ impl Config {
                     volume.max_concurrent_moves
                 ));
             }
-            let policy_check = match &volume.policy {
+            let policy_check = match &volume.policy() {
                 PolicyConfig::None => Ok(()),
                 PolicyConfig::OtfAst(policy) => policy.validate(),
                 PolicyConfig::Atsmf(policy) => policy.validate(),
@@ -1070,7 +1135,7 @@ impl Config {
                 volume.tiers, cache.tier
             ));
         }
-        if !matches!(volume.policy, PolicyConfig::None) {
+        if !matches!(volume.policy(), PolicyConfig::None) {
             return Err(format!(
                 "{key}.policy: a cache volume caches blocks and moves no segments; its policy must be kind = \"none\" (or left out)"
             ));
@@ -1209,8 +1274,79 @@ mod tests {
             config.metadata_dir(),
             PathBuf::from("/base/tierd-data/meta")
         );
-        assert!(matches!(config.volumes[0].policy, PolicyConfig::OtfAst(_)));
+        // The default placement: an adaptive cache on the memory tier,
+        // written through (memory loses its contents at a crash).
+        assert!(config.volumes[0].policy.is_none());
+        assert!(config.volumes[0].default_cache);
+        let cache = config.volumes[0].cache.as_ref().unwrap();
+        let options = cache.options("volume[0]").unwrap();
+        assert_eq!(cache.tier, "mem");
+        assert_eq!(
+            options.admission,
+            tierd_core::cache::AdmissionKind::Adaptive
+        );
+        assert_eq!(options.policy, tierd_core::cache::adaptive::EVICTION);
+        assert_eq!(options.mode, tierd_core::cache::CacheMode::Writethrough);
         assert_eq!(config.server.tls, None);
+    }
+
+    /// The default placement (issue 14): a volume of one fast tier over
+    /// home with neither a policy nor a cache is an `adaptive` cache
+    /// volume, written back on a file tier; a written policy (even `none`),
+    /// a written cache, or another number of tiers keep what they say.
+    #[test]
+    fn a_two_tier_volume_without_policy_or_cache_is_an_adaptive_cache() {
+        use tierd_core::cache::{AdmissionKind, CacheMode};
+        let default = CACHE_CONFIG.replace(
+            "cache = { tier = \"ssd\", block = \"64KiB\", mode = \"writeback\", policy = \"s3fifo\", admission = \"always\", sequential_cutoff = \"4MiB\" }",
+            "",
+        );
+        assert_ne!(default, CACHE_CONFIG);
+        let config = parse(&default).unwrap();
+        let volume = &config.volumes[0];
+        assert!(volume.default_cache);
+        let options = volume.cache.as_ref().unwrap().options("v").unwrap();
+        assert_eq!(options.tier, "ssd");
+        assert_eq!(options.mode, CacheMode::Writeback);
+        assert_eq!(options.admission, AdmissionKind::Adaptive);
+
+        let tiered = parse(&format!("{default}\n[volume.policy]\nkind = \"none\"\n")).unwrap();
+        assert!(tiered.volumes[0].cache.is_none());
+        assert!(matches!(tiered.volumes[0].policy(), PolicyConfig::None));
+
+        let home_only =
+            parse(&default.replace("tiers = [\"ssd\", \"hdd\"]", "tiers = [\"hdd\"]")).unwrap();
+        assert!(home_only.volumes[0].cache.is_none());
+
+        // A written cache without a policy: adaptive too; with a fixed
+        // admission: adaptive's eviction order with that rule.
+        let written = parse(&format!(
+            "{}\ncache = {{ tier = \"ssd\" }}\n",
+            default.trim_end()
+        ))
+        .unwrap();
+        assert!(!written.volumes[0].default_cache);
+        let options = written.volumes[0]
+            .cache
+            .as_ref()
+            .unwrap()
+            .options("v")
+            .unwrap();
+        assert_eq!(options.admission, AdmissionKind::Adaptive);
+        assert_eq!(options.policy, tierd_core::cache::adaptive::EVICTION);
+        let fixed = parse(&format!(
+            "{}\ncache = {{ tier = \"ssd\", admission = \"frequency:2\" }}\n",
+            default.trim_end()
+        ))
+        .unwrap();
+        let options = fixed.volumes[0]
+            .cache
+            .as_ref()
+            .unwrap()
+            .options("v")
+            .unwrap();
+        assert_eq!(options.admission, AdmissionKind::Frequency { misses: 2 });
+        assert_eq!(options.policy, tierd_core::cache::adaptive::EVICTION);
     }
 
     #[test]
@@ -1371,7 +1507,7 @@ mod tests {
                 "tier[0] (name \"mem\").io_engine: only file tiers",
             ),
             (
-                EMBEDDED_DEFAULT.replace("kind = \"otf-ast\"", "kind = \"otf-ast\"\nupp = 0.5"),
+                EMBEDDED_DEFAULT.replace("#   kind = \"otf-ast\"", "[volume.policy]\nkind = \"otf-ast\"\nupp = 0.5"),
                 "unknown field",
             ),
             (
@@ -1547,15 +1683,17 @@ mod tests {
             ),
             (
                 EMBEDDED_DEFAULT.replace(
-                    "kind = \"otf-ast\"",
-                    "kind = \"otf-ast\"\nwindow_periods = 0",
+                    "#   kind = \"otf-ast\"",
+                    "[volume.policy]\nkind = \"otf-ast\"\nwindow_periods = 0",
                 ),
                 "volume[0] (name \"vol0\").policy.window_periods = 0",
                 "at least 1",
             ),
             (
-                EMBEDDED_DEFAULT
-                    .replace("kind = \"otf-ast\"", "kind = \"atsmf\"\ntop_n_segments = 0"),
+                EMBEDDED_DEFAULT.replace(
+                    "#   kind = \"otf-ast\"",
+                    "[volume.policy]\nkind = \"atsmf\"\ntop_n_segments = 0",
+                ),
                 "volume[0] (name \"vol0\").policy.top_n_segments = 0",
                 "at least 1",
             ),

@@ -163,7 +163,7 @@ pub fn volume_options(volume: &VolumeConfig) -> VolumeOptions {
         chunk_bytes: volume.chunk.0,
         period_ns: volume.period.0,
         checkpoint_every_periods: volume.checkpoint_every,
-        policy: volume.policy.clone(),
+        policy: volume.policy(),
         migration: MigrationOptions {
             max_concurrent_moves: volume.max_concurrent_moves,
             chunks_in_flight: volume.migration_chunks_in_flight,

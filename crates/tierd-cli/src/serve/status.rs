@@ -216,7 +216,7 @@ fn offline_volume(config: &Config, volume: &VolumeConfig) -> Result<VolumeStatus
         .as_ref()
         .and_then(|checkpoint| checkpoint.last_plan.clone());
     let policy = checkpoint.as_ref().map_or_else(
-        || build_policy(&volume.policy).name().to_string(),
+        || build_policy(&volume.policy()).name().to_string(),
         |checkpoint| checkpoint.policy.clone(),
     );
     Ok(VolumeStatus {

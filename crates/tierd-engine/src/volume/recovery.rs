@@ -224,6 +224,43 @@ impl Volume {
                 tier_states.len()
             )));
         }
+        if let Some(index) = cache_tier {
+            let on_cache_tier = placement
+                .iter()
+                .filter(|location| location.tier as usize == index)
+                .count();
+            if on_cache_tier > 0 && tier_states[index].volatile {
+                // A memory tier lost its segments with the last process;
+                // home holds them (written through), so they go home and
+                // the tier becomes the cache.
+                for (segment, location) in placement.iter_mut().enumerate() {
+                    if location.tier as usize == index {
+                        // Home holds every segment at its own index.
+                        *location = Location {
+                            tier: home_id,
+                            slot: segment as u32,
+                        };
+                    }
+                }
+                notes.push(format!(
+                    "{on_cache_tier} segments of memory tier {} went home: it is now the volume's cache{}",
+                    tier_states[index].name,
+                    if tier_states[index].write_through {
+                        ""
+                    } else {
+                        " (it was unsafe_volatile: writes to them since their promotion were lost with the last process)"
+                    }
+                ));
+            } else if on_cache_tier > 0 {
+                return Err(VolumeError::Invalid(format!(
+                    "volume {}: {on_cache_tier} segments are on tier {} from tiering (a policy moved them there), so it cannot be a cache volume over that tier. To keep it tiered, give it a policy (`[volume.policy] kind = \"none\"` or the policy it had; a two-tier volume without policy or cache is an adaptive cache volume since this version); to make it a cache volume, first move its segments home under its old configuration (`tierd move --volume {} --segment N --tier {}` for each)",
+                    options.name,
+                    tier_names[index],
+                    options.name,
+                    tier_names[home]
+                )));
+            }
+        }
         // Check the recovered table and rebuild the free lists from it.
         let table = PlacementTable::restore(&placement, &capacities_segments).map_err(|impossible| {
             VolumeError::Invalid(format!(
