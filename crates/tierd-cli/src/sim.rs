@@ -17,7 +17,7 @@ use crate::CliError;
 
 /// The synthetic preset `tierd sim` replays when no trace is given.
 pub const DEFAULT_PRESET: &str = "usr_1";
-pub const DEFAULT_POLICIES: &str = "none,otf-ast,atsmf";
+pub const DEFAULT_POLICIES: &str = "adaptive,none,otf-ast,atsmf";
 
 #[derive(Args)]
 pub struct SimArgs {

@@ -25,7 +25,9 @@ fn the_default_run_prints_both_paper_tables_for_a_labelled_synthetic_trace() {
     assert!(text.contains("open loop x8"), "{text}");
     assert!(text.contains("paper 000 (OTF-AST) Tables 4-5"), "{text}");
     assert!(text.contains("paper 002 (ATSMF) Tables 5-6"), "{text}");
-    for policy in ["none", "otf-ast", "atsmf"] {
+    // `adaptive` is the default policy; the paper policies and `none` run
+    // beside it for comparison.
+    for policy in ["adaptive", "none", "otf-ast", "atsmf"] {
         let rows = text
             .lines()
             .filter(|line| line.split_whitespace().next() == Some(policy))

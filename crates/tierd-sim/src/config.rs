@@ -217,7 +217,7 @@ pub const POLICY_NAMES: &[&str] = &[
 pub enum Strategy {
     Tiering(PolicyConfig),
     Cache(CacheKind),
-    /// The block cache (S3-FIFO eviction) with adaptive admission: it
+    /// The block cache (ARC eviction, `adaptive::EVICTION`) with adaptive admission: it
     /// measures which admission rule pays, including none
     /// (`tierd_core::cache::adaptive`).
     Adaptive,

@@ -324,6 +324,10 @@ pub struct CacheResult {
     /// Read misses that took a slot (whole block read from home, written
     /// into the slot in the background).
     pub fills: u64,
+    /// Runs of fills whose user part was read from home on its own, the
+    /// whole blocks in the background (where that pays on home's device;
+    /// `docs/engine/cache.md`).
+    pub split_fills: u64,
     /// Background traffic: fill writes into the fast tier, writebacks to
     /// home; and home reads that merged partial writes into new blocks.
     pub fill_bytes: u64,

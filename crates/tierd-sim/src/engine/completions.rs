@@ -94,6 +94,7 @@ impl<'run> Engine<'run> {
             KIND_MIGRATION_WRITE => self.chunk_write_done((payload >> 32) as u32, payload as u32),
             KIND_CACHE_USER => self.cache_user_io_done(payload as u32, completion.done_ns)?,
             KIND_CACHE_FILL => self.cache_fill_done(tier, payload),
+            KIND_CACHE_FILL_READ => self.cache_fill_read_done(tier, payload as u32),
             KIND_WRITEBACK_READ => self.writeback_read_done(tier, payload as u32),
             KIND_WRITEBACK_WRITE => self.writeback_write_done(tier, payload as u32),
             _ => debug_assert!(false, "unknown IO id {:#x}", completion.id),

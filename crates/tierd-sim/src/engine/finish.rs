@@ -101,6 +101,7 @@ impl<'run> Engine<'run> {
                     rejected: counters.rejected,
                     no_slot: counters.no_slot,
                     fills: ours.fills,
+                    split_fills: ours.split_fills,
                     fill_bytes: ours.fill_bytes,
                     writeback_bytes: ours.writeback_bytes,
                     merge_read_bytes: ours.merge_read_bytes,

@@ -92,6 +92,9 @@ const KIND_THROUGH_WRITE: u64 = 8;
 const KIND_MIGRATION_THROUGH: u64 = 9;
 /// A block cache's device IO the user waits for (payload: its group).
 const KIND_CACHE_USER: u64 = 10;
+/// A split fill's read of its whole block(s) from home (background; the
+/// user's part is read on its own, `KIND_CACHE_USER`; payload: its group).
+const KIND_CACHE_FILL_READ: u64 = 11;
 
 /// User IO (a piece, the target half of a mirrored write, the home half of
 /// a written-through write): counts in the user-busy time the policies see
@@ -239,6 +242,9 @@ struct Engine<'run> {
 
     // Cache mode.
     cache_block_bytes: u64,
+    /// When to answer a fill's user part with its own home read
+    /// (`cache::SplitFills`); `None` on a tiering run.
+    split_fills: Option<cache::SplitFills>,
     cache_counters: CacheCounters,
     /// The core's plan for the request being dispatched (reused).
     cache_steps: Vec<Step>,
@@ -380,9 +386,12 @@ impl<'run> Engine<'run> {
             .map(|tier| tier.queue_depth as usize)
             .collect();
         let period_snapshot = devices.iter().map(|device| device.counters()).collect();
-        let cache_block_bytes = match &controller {
-            Controller::Cache(cache) => cache.settings().block_bytes,
-            Controller::Policy(_) => 0,
+        let (cache_block_bytes, split_fills) = match &controller {
+            Controller::Cache(cache) => (
+                cache.settings().block_bytes,
+                cache::SplitFills::probe(config, home),
+            ),
+            Controller::Policy(_) => (0, None),
         };
         Engine {
             config,
@@ -441,6 +450,7 @@ impl<'run> Engine<'run> {
             mirror_wait_ns_total: 0,
             mirror_wait_ns_max: 0,
             cache_block_bytes,
+            split_fills,
             cache_counters: CacheCounters::default(),
             cache_steps: Vec::new(),
             cache_groups: Vec::new(),
