@@ -23,6 +23,8 @@
 #          same run without a migration
 #   cache  a cache volume (a 64 MiB file tier caching a 256 MiB file home in
 #          64 KiB blocks, s3fifo) in writeback and in writethrough, the same
+#          in writeback with policy = "adaptive" (tierd-ad: adaptive
+#          admission's bookkeeping on the data path, issue 14 §3), the same
 #          home as a plain file tier, and `nbdkit file` on the home file;
 #          first with fio over a 32 MiB hot set that fits the cache (warmed
 #          by one random 64 KiB read pass), then over all 256 MiB (does not
@@ -566,7 +568,11 @@ cache_config() {
   local tiers='["home"]' cache="" ssd=""
   if [ "$2" != none ]; then
     tiers='["ssd", "home"]'
-    cache="cache = { tier = \"ssd\", block = \"64KiB\", mode = \"$2\", policy = \"s3fifo\" }"
+    if [ "$2" = adaptive ]; then
+      cache="cache = { tier = \"ssd\", block = \"64KiB\", mode = \"writeback\", policy = \"adaptive\" }"
+    else
+      cache="cache = { tier = \"ssd\", block = \"64KiB\", mode = \"$2\", policy = \"s3fifo\" }"
+    fi
     ssd="[[tier]]
 name = \"ssd\"
 backend = \"file\"
@@ -599,13 +605,13 @@ part_cache() {
   local file=$work/cache-home.img name
   dd if=/dev/urandom of="$file" bs=1M count=256 status=none
   local -A uri_of=()
-  for name in tierd-wb:writeback tierd-wt:writethrough tierd-plain:none; do
+  for name in tierd-wb:writeback tierd-ad:adaptive tierd-wt:writethrough tierd-plain:none; do
     cp "$file" "$work/${name%%:*}-home.img"
     start_tierd "${name%%:*}" "$(cache_config "${name%%:*}" "${name#*:}")"
     uri_of[${name%%:*}]=$uri
   done
   start_nbdkit nbdkit-file file "$file"; uri_of[nbdkit-file]=$uri
-  local -a names=(tierd-wb tierd-wt tierd-plain nbdkit-file) fits=() all=()
+  local -a names=(tierd-wb tierd-ad tierd-wt tierd-plain nbdkit-file) fits=() all=()
   for name in "${names[@]}"; do
     pid_of[fits-$name]=${pid_of[$name]}; pid_of[all-$name]=${pid_of[$name]}
     fits+=("fits-$name=${uri_of[$name]}"); all+=("all-$name=${uri_of[$name]}")
@@ -626,8 +632,8 @@ part_cache() {
   echo
   echo "### Cache state after the runs"
   echo
-  for name in tierd-wb tierd-wt; do
-    echo "- $name: $(tierd_status "$name" | jq -c '.cache | {mode, read_hit_ratio, write_hit_ratio, dirty_bytes, occupancy_bytes, no_slot_blocks, writebacks, allocations}')"
+  for name in tierd-wb tierd-ad tierd-wt; do
+    echo "- $name: $(tierd_status "$name" | jq -c '.cache | {mode, admission, read_hit_ratio, write_hit_ratio, dirty_bytes, occupancy_bytes, no_slot_blocks, writebacks, allocations, adaptive}')"
   done
   echo
 }
