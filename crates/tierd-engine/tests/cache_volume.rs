@@ -775,7 +775,7 @@ fn a_tiered_volume_with_segments_on_the_fast_tier_is_not_opened_as_a_cache() {
     assert!(
         error.contains("1 segments are on tier ssd")
             && error.contains("[volume.policy] kind = \"none\"")
-            && error.contains("tierd move --volume c --segment N --tier hdd"),
+            && error.contains("tierd move --volume c --segment N --to hdd"),
         "{error}"
     );
     // Nothing was changed by the refusal: tiered again, the data is there.

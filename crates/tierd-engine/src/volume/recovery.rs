@@ -253,7 +253,7 @@ impl Volume {
                 ));
             } else if on_cache_tier > 0 {
                 return Err(VolumeError::Invalid(format!(
-                    "volume {}: {on_cache_tier} segments are on tier {} from tiering (a policy moved them there), so it cannot be a cache volume over that tier. To keep it tiered, give it a policy (`[volume.policy] kind = \"none\"` or the policy it had; a two-tier volume without policy or cache is an adaptive cache volume since this version); to make it a cache volume, first move its segments home under its old configuration (`tierd move --volume {} --segment N --tier {}` for each)",
+                    "volume {}: {on_cache_tier} segments are on tier {} from tiering (a policy moved them there), so it cannot be a cache volume over that tier. To keep it tiered, give it a policy (`[volume.policy] kind = \"none\"` or the policy it had; a two-tier volume without policy or cache is an adaptive cache volume since this version); to make it a cache volume, first move its segments home under its old configuration (`tierd move --volume {} --segment N --to {}` for each)",
                     options.name,
                     tier_names[index],
                     options.name,
