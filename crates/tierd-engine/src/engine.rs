@@ -666,6 +666,14 @@ impl Engine {
                 );
             }
             stamp_identity(volume_config, &meta_dir, identity, &volume_tiers)?;
+            if let (true, Some(cache)) = (volume_config.default_cache, &volume_config.cache) {
+                tracing::info!(
+                    volume = %volume_config.name,
+                    tier = %cache.tier,
+                    mode = %cache.mode,
+                    "default placement: no policy or cache given, so the fast tier is an adaptive cache (write [volume.policy] to tier segments instead)"
+                );
+            }
             for note in notes {
                 tracing::info!(volume = %volume_config.name, note = %note, "recovery");
             }
