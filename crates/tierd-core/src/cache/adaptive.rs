@@ -561,6 +561,15 @@ pub(crate) struct Adaptive {
     /// and the last completion seen.
     elapsed_ns: f64,
     last_done_ns: Option<u64>,
+    /// The caller has reported time (device IO or intervals) at all, and
+    /// since the last decision. An epoch ends only once time has advanced
+    /// in it: the live engine reports its tiers once a second, and at
+    /// 100 k IOPS an epoch of 2048 accesses lasts 20 ms, so epochs ending
+    /// on accesses alone halved the elapsed time fifty times a second
+    /// while the shadows' tallies kept their size: every admitting rule
+    /// looked like it saturated home, and the cache stayed off.
+    time_reported: bool,
+    time_since_decision: bool,
     /// What the sampled requests asked for (decayed): request shares and
     /// bytes, reads and writes.
     seen: Seen,
@@ -658,6 +667,8 @@ impl Adaptive {
             fast,
             elapsed_ns: 0.0,
             last_done_ns: None,
+            time_reported: false,
+            time_since_decision: false,
             seen: Seen::default(),
             real_read_hits: 0.0,
             efficiency: 1.0,
@@ -692,7 +703,12 @@ impl Adaptive {
         done_ns: u64,
     ) {
         if let Some(last) = self.last_done_ns {
-            self.elapsed_ns += done_ns.saturating_sub(last) as f64;
+            let advanced = done_ns.saturating_sub(last);
+            self.elapsed_ns += advanced as f64;
+            if advanced > 0 {
+                self.time_reported = true;
+                self.time_since_decision = true;
+            }
         }
         self.last_done_ns = Some(self.last_done_ns.map_or(done_ns, |last| last.max(done_ns)));
         let device = match role {
@@ -716,6 +732,10 @@ impl Adaptive {
     ) {
         if counts_time {
             self.elapsed_ns += interval.interval_ns as f64;
+            if interval.interval_ns > 0 {
+                self.time_reported = true;
+                self.time_since_decision = true;
+            }
         }
         let busy = if interval.interval_ns == 0 {
             0.0
@@ -833,7 +853,12 @@ impl Adaptive {
                 }
             }
         }
-        if self.accesses >= self.epoch_accesses {
+        // A caller that reports time ends an epoch only once time has
+        // advanced in it (see `time_since_decision`); one that reports
+        // none decides on accesses alone.
+        if self.accesses >= self.epoch_accesses && (self.time_since_decision || !self.time_reported)
+        {
+            self.time_since_decision = false;
             self.accesses = 0;
             self.epoch_accesses = (2 * self.epoch_accesses).min(self.steady_epoch_accesses);
             self.decide();
@@ -1239,6 +1264,68 @@ mod tests {
         assert!(gain(Rule::Misses(1)) < 0.0, "{status:?}");
         assert_ne!(status.rule, Rule::Misses(1), "{status:?}");
         assert!(status.epochs_by_rule[4] <= 1, "{status:?}");
+    }
+
+    /// Regression: the live engine reports its tiers once a second. At
+    /// 50 k IOPS an epoch of accesses lasts 40 ms, and epochs that ended on
+    /// accesses alone halved the elapsed time 25 times between two
+    /// reports while the shadows' tallies kept their size, so every
+    /// admitting rule looked as if it saturated home and a hot set that
+    /// pays was never cached (`tierd-ad`, BENCHMARKS.md (l)).
+    #[test]
+    fn a_hot_set_is_admitted_when_time_comes_once_a_second() {
+        let line = |fixed_ns: f64| ServicePrior {
+            fixed_ns,
+            ns_per_byte: 0.0,
+            from_model: true,
+        };
+        // Home: 200 µs per read, 10 µs of its capacity (parallel flash);
+        // the fast tier ten times faster.
+        let priors = DevicePriors {
+            home: line(200_000.0),
+            fast: line(20_000.0),
+            home_capacity: Some(line(10_000.0)),
+            fast_capacity: Some(line(1_000.0)),
+            ..DevicePriors::default()
+        };
+        let mut cache = Adaptive::new(CacheKind::Arc, 1024, 1024, 64 * KIB, 1 << 40, priors);
+        const PER_SECOND: u64 = 50_000;
+        let mut misses = 0u64;
+        for request in 0..20 * PER_SECOND {
+            // The real cache: as the shadow of the rule in force holds;
+            // its misses are what home serves.
+            let block = block_hash(request) % 256;
+            if cache.shadow_contains(cache.status().rule, block) {
+                cache.read_hit(block);
+            } else {
+                misses += 1;
+            }
+            cache.observe_request(block * 64 * KIB, 4096, false, false, CacheMode::Writeback);
+            if (request + 1) % PER_SECOND == 0 {
+                // A second of home: its reads, 10 µs of it each, at
+                // M/M/1's response for that load.
+                let busy = misses as f64 * 10_000.0 / 1e9;
+                cache.observe_intervals_for_test(&DeviceInterval {
+                    interval_ns: 1_000_000_000,
+                    busy_ns: (busy * 1e9) as u64,
+                    reads: misses,
+                    read_bytes: misses * 4096,
+                    read_response_ns: (misses as f64 * 200_000.0 / (1.0 - busy)) as u64,
+                    ..DeviceInterval::default()
+                });
+                misses = 0;
+            }
+        }
+        let status = cache.status();
+        assert!(status.epochs >= 10, "{status:?}");
+        assert_ne!(status.rule, Rule::Off, "{status:?}");
+        // The gains are of the size of what the users waited: about two
+        // seconds' requests at home's 200 µs (20 s), never more than ten
+        // times that. Decided on accesses alone, they were 1e18 ns.
+        for (rule, gain) in &status.gains_ns {
+            assert!(gain.abs() < 2e11, "{rule}: {gain} ns; {status:?}");
+        }
+        assert!(status.home_utilization < 1.0, "{status:?}");
     }
 
     #[test]
