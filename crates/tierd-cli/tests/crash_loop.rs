@@ -83,6 +83,20 @@ fn cache_config() -> String {
     )
 }
 
+/// `cache_config` with the `adaptive` policy (ARC, adaptive admission):
+/// what `serve` makes of a two-tier volume without a policy.
+fn adaptive_cache_config() -> String {
+    common::small_stack_config(
+        "data",
+        "",
+        common::FastTier::Cache {
+            size: "256KiB",
+            cache: "block = \"8KiB\", mode = \"writeback\", policy = \"adaptive\", commit_interval = \"5ms\", writeback_idle = \"5ms\", dirty_high_percent = 25, dirty_low_percent = 5",
+        },
+        "",
+    )
+}
+
 /// A non-volatile file fast tier `ssd` (with the fault wrapper when
 /// `faults`) over a file home.
 fn ssd_config(faults: bool) -> String {
@@ -684,6 +698,25 @@ fn kill_9_loop_on_a_writeback_cache_volume_keeps_flushed_writes() {
             "no mode switch in {iterations} iterations"
         );
     }
+}
+
+/// The same loop over the default placement's cache: adaptive admission
+/// switching its rule while the writer runs and the server is killed.
+/// Whatever it admits, every flushed write reads back after each kill -9.
+#[test]
+fn kill_9_loop_on_an_adaptive_cache_volume_keeps_flushed_writes() {
+    let seed = env_number("TIERD_SEED", 0x00AD_A971);
+    let iterations = env_number("TIERD_CRASH_ITERATIONS", 12);
+    let totals = crash_loop(Stack::Cache, &adaptive_cache_config(), seed, iterations);
+    let counter = |name: &str| totals.cache_counters.get(name).copied().unwrap_or(0);
+    assert!(totals.writes_acked > 0 && totals.flushes > 0);
+    // Adaptive admission may run `off` for a while; over the loop it must
+    // have cached something, or the loop tested a plain volume.
+    assert!(
+        counter("allocations") > 0,
+        "adaptive admitted nothing in {iterations} iterations: {:?}",
+        totals.cache_counters
+    );
 }
 
 /// Runs `iterations` kill -9s of a server on `config`; panics on the first
