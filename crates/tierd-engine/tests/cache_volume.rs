@@ -36,16 +36,7 @@ impl Stack {
     }
 
     fn specs(&self) -> Vec<TierSpec> {
-        let tier = |name: &str, device: Arc<dyn BlockDevice>| TierSpec {
-            name: name.into(),
-            device,
-            volatile: false,
-            unsafe_volatile: false,
-        };
-        vec![
-            tier("ssd", self.fast.clone()),
-            tier("hdd", self.home.clone()),
-        ]
+        two_tiers(self.fast.clone(), self.home.clone())
     }
 
     fn crash(&self, seed: u64) {
@@ -53,6 +44,17 @@ impl Stack {
         self.fast.crash(&mut rng);
         self.home.crash(&mut rng);
     }
+}
+
+/// The stack `ssd` over `hdd`, both persistent, on these devices.
+fn two_tiers(fast: Arc<dyn BlockDevice>, home: Arc<dyn BlockDevice>) -> Vec<TierSpec> {
+    let tier = |name: &str, device: Arc<dyn BlockDevice>| TierSpec {
+        name: name.into(),
+        device,
+        volatile: false,
+        unsafe_volatile: false,
+    };
+    vec![tier("ssd", fast), tier("hdd", home)]
 }
 
 fn options(volume_bytes: u64) -> VolumeOptions {
@@ -641,21 +643,7 @@ fn a_lost_cache_tier_does_not_fail_flushes_or_checkpoints() {
         1,
         clock.clone(),
     ));
-    let home: Arc<dyn BlockDevice> = stack.home.clone();
-    let specs = vec![
-        TierSpec {
-            name: "ssd".into(),
-            device: fast.clone(),
-            volatile: false,
-            unsafe_volatile: false,
-        },
-        TierSpec {
-            name: "hdd".into(),
-            device: home,
-            volatile: false,
-            unsafe_volatile: false,
-        },
-    ];
+    let specs = two_tiers(fast.clone(), stack.home.clone());
     let dyn_clock: Arc<dyn Clock> = clock.clone();
     let volume = Volume::open_with_cache(
         options(stack.volume_bytes),
@@ -874,22 +862,7 @@ fn a_failed_write_over_a_lost_block_leaves_it_lost() {
         2,
         clock.clone(),
     ));
-    let specs = || {
-        vec![
-            TierSpec {
-                name: "ssd".into(),
-                device: fast.clone(),
-                volatile: false,
-                unsafe_volatile: false,
-            },
-            TierSpec {
-                name: "hdd".into(),
-                device: home.clone(),
-                volatile: false,
-                unsafe_volatile: false,
-            },
-        ]
-    };
+    let specs = || two_tiers(fast.clone(), home.clone());
     let dyn_clock: Arc<dyn Clock> = clock.clone();
     let open = || {
         Volume::open_with_cache(
