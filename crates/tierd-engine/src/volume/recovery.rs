@@ -252,10 +252,19 @@ impl Volume {
                     }
                 ));
             } else if on_cache_tier > 0 {
+                // The caller names the volume (`EngineError::Volume`).
+                let listed: Vec<String> = placement
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, location)| location.tier as usize == index)
+                    .take(8)
+                    .map(|(segment, _)| segment.to_string())
+                    .collect();
                 return Err(VolumeError::Invalid(format!(
-                    "volume {}: {on_cache_tier} segments are on tier {} from tiering (a policy moved them there), so it cannot be a cache volume over that tier. To keep it tiered, give it a policy (`[volume.policy] kind = \"none\"` or the policy it had; a two-tier volume without policy or cache is an adaptive cache volume since this version); to make it a cache volume, first move its segments home under its old configuration (`tierd move --volume {} --segment N --to {}` for each)",
-                    options.name,
+                    "{on_cache_tier} segments are on tier {} from tiering (a policy moved them there: {}{}), so it cannot be a cache volume over that tier. To keep it tiered, give it a policy (`[volume.policy] kind = \"none\"` or the policy it had; a two-tier volume without policy or cache is an adaptive cache volume since this version); to make it a cache volume, first move its segments home under its old configuration (`tierd move --volume {} --segment N --to {}` for each)",
                     tier_names[index],
+                    listed.join(", "),
+                    if on_cache_tier > listed.len() { ", ..." } else { "" },
                     options.name,
                     tier_names[home]
                 )));

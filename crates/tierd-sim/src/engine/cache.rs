@@ -28,7 +28,7 @@
 //! `writeback_done`. Dirty victims become orphans in the core and are
 //! written back first; they are counted as `dirty_evictions`.
 
-use tierd_core::cache::{BlockCache, BlockIo, Step, Writeback};
+use tierd_core::cache::{BlockCache, BlockIo, ServicePrior, Step, Writeback};
 
 use super::*;
 
@@ -62,10 +62,10 @@ const FILL_STEP_BITS: u32 = 20;
 /// does not.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct SplitFills {
-    /// Unloaded read time: fixed ns, ns per byte.
-    service: (f64, f64),
-    /// Home's time per read at its peak: fixed ns, ns per byte.
-    capacity: (f64, f64),
+    /// Unloaded read time.
+    service: ServicePrior,
+    /// Home's time per read at its peak.
+    capacity: ServicePrior,
     /// IOs home serves at once (≥ 1): a small read's QD1 service ÷ its
     /// time per IO at peak.
     parallel: f64,
@@ -78,12 +78,7 @@ impl SplitFills {
         let mut devices = crate::devices::build_devices(config).ok()?;
         let device = devices.get_mut(home)?.as_mut();
         let line = |((small, small_ns), (large, large_ns)): ((u64, u64), (u64, u64))| {
-            let per_byte = (large_ns as f64 - small_ns as f64).max(0.0)
-                / (large.saturating_sub(small).max(1)) as f64;
-            (
-                (small_ns as f64 - per_byte * small as f64).max(0.0),
-                per_byte,
-            )
+            ServicePrior::from_two(small, small_ns, large, large_ns)
         };
         let service_probe = tierd_device::probe_read_service(device)?;
         let capacity_probe = tierd_device::probe_capacity(device)?;
@@ -101,9 +96,10 @@ impl SplitFills {
         if part_bytes >= whole_bytes {
             return false;
         }
-        let saved_ns = self.service.1 * (whole_bytes - part_bytes) as f64;
+        let saved_ns = self.service.ns_per_byte * (whole_bytes - part_bytes) as f64;
         let queued = (outstanding as f64 - self.parallel).max(0.0);
-        saved_ns > (self.capacity.0 + self.capacity.1 * part_bytes as f64) * (1.0 + queued)
+        let extra_ns = self.capacity.fixed_ns + self.capacity.ns_per_byte * part_bytes as f64;
+        saved_ns > extra_ns * (1.0 + queued)
     }
 }
 
@@ -186,8 +182,8 @@ pub(super) struct CacheGroup {
     phase: u8,
     /// Device IOs of the current phase still outstanding.
     parts_left: u32,
-    /// A split fill's whole-block home read, while outstanding (0 or 1).
-    fill_reads_left: u32,
+    /// A split fill's whole-block home read is outstanding.
+    fill_read_pending: bool,
     /// The user's bytes in this run.
     volume_offset: u64,
     bytes: u64,
@@ -276,7 +272,7 @@ impl<'run> Engine<'run> {
             kind,
             phase: 0,
             parts_left: 0,
-            fill_reads_left: 0,
+            fill_read_pending: false,
             volume_offset,
             bytes,
             steps: Vec::new(),
@@ -331,7 +327,7 @@ impl<'run> Engine<'run> {
                 // for the slots in the background.
                 self.cache_counters.split_fills += 1;
                 self.cache_user_io(index, self.home, Op::Read, volume_offset, bytes);
-                self.cache_groups[index as usize].fill_reads_left = 1;
+                self.cache_groups[index as usize].fill_read_pending = true;
                 self.submit(
                     self.home,
                     DeviceIo {
@@ -413,7 +409,7 @@ impl<'run> Engine<'run> {
                 // The user has the data; the blocks go into their slots
                 // once their home read is in.
                 let piece = entry.piece;
-                if entry.fill_reads_left > 0 {
+                if entry.fill_read_pending {
                     entry.phase = 1;
                 } else {
                     self.start_fill_writes(group);
@@ -436,7 +432,7 @@ impl<'run> Engine<'run> {
     /// A split fill's whole-block read from home completed.
     pub(super) fn cache_fill_read_done(&mut self, tier: usize, group: u32) {
         let entry = &mut self.cache_groups[group as usize];
-        entry.fill_reads_left -= 1;
+        entry.fill_read_pending = false;
         let user_done = entry.phase == 1;
         let (first_block, last_block) = (
             entry.steps[0].block,
