@@ -79,6 +79,12 @@
 //!   ([`BlockCache::detach`]) completes even under load. Writes to a block
 //!   whose writeback is in flight bump its generation so the stale copy
 //!   does not clean it.
+//! - **Loads** (segment promotions, `adaptive`): blocks queued by
+//!   [`BlockCache::promote`] are handed out by [`BlockCache::next_loads`]
+//!   with loading, pinned slots, like fills without a user waiting. The
+//!   caller takes the block's reader lock after `next_loads` and only then
+//!   reads home, so a write planned before it finishes first; one planned
+//!   after `next_loads` and before the lock overtakes the load.
 
 pub mod adaptive;
 pub mod admission;
@@ -92,7 +98,9 @@ use std::fmt;
 use tierd_common::hash::FastMap;
 use tierd_policy::cache::{build_cache, CacheKind, PageCache, MAX_CAPACITY_PAGES};
 
-pub use adaptive::{AdaptiveStatus, DeviceInterval, DevicePriors, DeviceRole, Rule, ServicePrior};
+pub use adaptive::{
+    AdaptiveStatus, DeviceInterval, DevicePriors, DeviceRole, PromotionStatus, Rule, ServicePrior,
+};
 use admission::Admission;
 pub use admission::AdmissionKind;
 use sequential::SequentialDetector;
@@ -330,6 +338,16 @@ pub struct Writeback {
     writes: u32,
 }
 
+/// A block to copy into the cache in the background (a segment
+/// promotion, `adaptive` only): take the block's reader lock, read the
+/// whole block from home, write it into `ticket.slot`, then
+/// [`BlockCache::load_done`] (see "Loads" in the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Load {
+    pub block: BlockId,
+    pub ticket: Ticket,
+}
+
 /// A mapping change to journal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -370,6 +388,9 @@ pub struct CacheCounters {
     pub invalidations: u64,
     /// Loads that failed or were overtaken (the slot went back).
     pub failed_loads: u64,
+    /// Blocks queued for segment promotions, and those copied in.
+    pub promotion_queued: u64,
+    pub promotion_loads: u64,
 }
 
 /// Why a recovered cache cannot be rebuilt.
@@ -447,6 +468,17 @@ impl Slot {
     };
 }
 
+/// A request's part in one promotion segment, gathered while its blocks
+/// are planned.
+#[derive(Clone, Copy, Debug, Default)]
+struct SegmentHeat {
+    segment: Option<u64>,
+    home_bytes: u64,
+    merges: u32,
+    /// Blocks served by slots.
+    hits: u64,
+}
+
 /// The block cache of one volume. See the module documentation for its rules.
 pub struct BlockCache {
     settings: CacheSettings,
@@ -468,6 +500,8 @@ pub struct BlockCache {
     orphans_waiting: VecDeque<BlockId>,
     /// Home-only writes in flight per block.
     home_writes: FastMap<BlockId, u32>,
+    /// Blocks of promoted segments still to copy (`adaptive`), in order.
+    loads: VecDeque<BlockId>,
     dirty: u64,
     valid: u64,
     loading: u64,
@@ -507,6 +541,7 @@ impl BlockCache {
             dirty_waiting: BTreeSet::new(),
             orphans_waiting: VecDeque::new(),
             home_writes: FastMap::default(),
+            loads: VecDeque::new(),
             dirty: 0,
             valid: 0,
             loading: 0,
@@ -678,12 +713,127 @@ impl BlockCache {
         is_write: bool,
         sequential: bool,
     ) {
-        if let Admission::Adaptive(adaptive) = &mut self.admission {
-            if !self.detaching {
-                let mode = self.settings.mode;
-                adaptive.observe_request(offset_bytes, length_bytes, is_write, sequential, mode);
+        let Admission::Adaptive(adaptive) = &mut self.admission else {
+            return;
+        };
+        if self.detaching {
+            return;
+        }
+        let mode = self.settings.mode;
+        if !adaptive.observe_request(offset_bytes, length_bytes, is_write, sequential, mode) {
+            return;
+        }
+        // An epoch ended: which segments to copy in now (the last epoch's
+        // plan, if not done, is dropped: it rests on older heat).
+        let segment_blocks = adaptive.segment_blocks();
+        let blocks = self.settings.blocks();
+        let map = &self.map;
+        let cached = |segment: u64| {
+            let first = segment * segment_blocks;
+            (first..(first + segment_blocks).min(blocks))
+                .filter(|block| map.contains_key(block))
+                .count() as u64
+                + (first + segment_blocks).saturating_sub(blocks)
+        };
+        let room = self
+            .policy
+            .capacity_pages()
+            .saturating_sub(self.policy.len());
+        let chosen = adaptive.plan_promotions(
+            u64::from(self.settings.slots),
+            room,
+            self.valid + self.loading,
+            &cached,
+        );
+        self.loads.clear();
+        for segment in chosen {
+            self.promote(segment * segment_blocks, segment_blocks);
+        }
+    }
+
+    /// Tells promotion about a request's part in one segment (`adaptive` only).
+    fn segment_heat(&mut self, heat: &SegmentHeat, is_write: bool) {
+        if let (Admission::Adaptive(adaptive), Some(segment)) = (&mut self.admission, heat.segment)
+        {
+            adaptive.segment_access(segment, is_write, heat.home_bytes, heat.merges);
+            if heat.hits > 0 {
+                adaptive.slot_hits(heat.hits);
             }
         }
+    }
+
+    /// Blocks per promoted segment (the longest run [`BlockCache::next_loads`]
+    /// hands out), `None` without adaptive admission.
+    pub fn segment_blocks(&self) -> Option<u64> {
+        match &self.admission {
+            Admission::Adaptive(adaptive) => Some(adaptive.segment_blocks()),
+            _ => None,
+        }
+    }
+
+    /// The next blocks of promoted segments to copy in: a run of up to
+    /// `max` consecutive blocks (one home read), appended to `loads`;
+    /// none when nothing is queued or no slot is free. Each slot is loading
+    /// and pinned until [`BlockCache::load_done`].
+    pub fn next_loads(&mut self, max: usize, loads: &mut Vec<Load>) {
+        if self.detaching {
+            self.loads.clear();
+            return;
+        }
+        let mut last: Option<BlockId> = None;
+        let mut taken = 0;
+        while taken < max {
+            let Some(&block) = self.loads.front() else {
+                return;
+            };
+            if last.is_some_and(|last| last + 1 != block) {
+                return;
+            }
+            self.loads.pop_front();
+            if self.map.contains_key(&block) || self.home_writes.contains_key(&block) {
+                if last.is_some() {
+                    // The run is broken here.
+                    return;
+                }
+                continue;
+            }
+            let Some(ticket) = self.take_slot(block, false) else {
+                // No free slot now (orphans wait for writeback, releases
+                // for a commit): try again later.
+                self.loads.push_front(block);
+                return;
+            };
+            loads.push(Load { block, ticket });
+            last = Some(block);
+            taken += 1;
+        }
+    }
+
+    /// Queues blocks `first .. first + count` to copy in (what `adaptive`
+    /// does for the segments it promotes; tests drive loads with it).
+    /// Blocks already cached are skipped when their turn comes.
+    pub fn promote(&mut self, first: BlockId, count: u64) {
+        let end = (first + count).min(self.settings.blocks());
+        for block in first..end {
+            self.loads.push_back(block);
+            self.counters.promotion_queued += 1;
+        }
+    }
+
+    /// Blocks queued for promotion and not yet handed out.
+    pub fn queued_loads(&self) -> u64 {
+        self.loads.len() as u64
+    }
+
+    /// Reports a load: `ok` = the slot holds the block as home had it.
+    pub fn load_done(&mut self, load: Load, ok: bool) {
+        if ok {
+            self.counters.promotion_loads += 1;
+            if let Admission::Adaptive(adaptive) = &mut self.admission {
+                adaptive.promoted_loaded(1);
+            }
+        }
+        self.done(load.ticket, ok);
     }
 
     /// Reports a completed device IO — the home device's or the fast
@@ -734,6 +884,8 @@ impl BlockCache {
     pub fn read(&mut self, offset_bytes: u64, length_bytes: u64, steps: &mut Vec<Step>) {
         let sequential = self.sequential.observe(offset_bytes, length_bytes);
         self.observe_request(offset_bytes, length_bytes, false, sequential);
+        let segment_blocks = self.segment_blocks();
+        let mut heat = SegmentHeat::default();
         for block in self.blocks_of(offset_bytes, length_bytes) {
             self.counters.read_blocks += 1;
             let io = match self.valid_slot(block) {
@@ -755,7 +907,32 @@ impl BlockCache {
                     None => BlockIo::ReadHome,
                 },
             };
+            if let Some(per) = segment_blocks {
+                self.add_heat(&mut heat, block / per, false);
+                match io {
+                    BlockIo::ReadSlot { .. } => heat.hits += 1,
+                    _ => heat.home_bytes += self.part(block, offset_bytes, length_bytes),
+                }
+            }
             steps.push(Step { block, io });
+        }
+        self.segment_heat(&heat, false);
+    }
+
+    /// Bytes of `offset..offset+length` inside `block`.
+    fn part(&self, block: BlockId, offset_bytes: u64, length_bytes: u64) -> u64 {
+        let (start, length) = self.settings.block_range(block);
+        (offset_bytes + length_bytes).min(start + length) - offset_bytes.max(start)
+    }
+
+    /// Moves `heat` on to `segment`, reporting the segment it held.
+    fn add_heat(&mut self, heat: &mut SegmentHeat, segment: u64, is_write: bool) {
+        if heat.segment != Some(segment) {
+            self.segment_heat(heat, is_write);
+            *heat = SegmentHeat {
+                segment: Some(segment),
+                ..SegmentHeat::default()
+            };
         }
     }
 
@@ -764,8 +941,11 @@ impl BlockCache {
         let sequential = self.sequential.observe(offset_bytes, length_bytes);
         self.observe_request(offset_bytes, length_bytes, true, sequential);
         let end = offset_bytes + length_bytes;
+        let segment_blocks = self.segment_blocks();
+        let mut heat = SegmentHeat::default();
         for block in self.blocks_of(offset_bytes, length_bytes) {
             self.counters.write_blocks += 1;
+            let hits_before = self.counters.write_hit_blocks;
             let (block_start, block_len) = self.settings.block_range(block);
             let covers = offset_bytes <= block_start && end >= block_start + block_len;
             let io = if let Some(slot) = self.valid_slot(block) {
@@ -795,8 +975,26 @@ impl BlockCache {
                     None => self.home_write(block),
                 }
             };
+            if let Some(per) = segment_blocks {
+                self.add_heat(&mut heat, block / per, true);
+                match io {
+                    BlockIo::WriteHome | BlockIo::WriteBoth { merge: false, .. } => {
+                        heat.home_bytes += self.part(block, offset_bytes, length_bytes);
+                    }
+                    BlockIo::WriteBoth { merge: true, .. } => {
+                        heat.home_bytes += self.part(block, offset_bytes, length_bytes);
+                        heat.merges += 1;
+                    }
+                    BlockIo::WriteSlotMerged { .. } => heat.merges += 1,
+                    _ => {}
+                }
+                if self.counters.write_hit_blocks > hits_before {
+                    heat.hits += 1;
+                }
+            }
             steps.push(Step { block, io });
         }
+        self.segment_heat(&heat, true);
     }
 
     fn write_hit(&mut self, slot: SlotId) -> BlockIo {
@@ -1104,6 +1302,18 @@ impl BlockCache {
             self.counters.rejected += 1;
             return None;
         }
+        let ticket = self.take_slot(block, is_write);
+        if ticket.is_some() {
+            self.counters.allocations += 1;
+        } else {
+            self.counters.no_slot += 1;
+        }
+        ticket
+    }
+
+    /// A loading, pinned slot for `block` (not cached), evicting as the
+    /// policy says; `None` when no slot is free.
+    fn take_slot(&mut self, block: BlockId, is_write: bool) -> Option<Ticket> {
         let access = self.policy.access(block, false);
         debug_assert!(!access.hit, "a missed block {block} was in the policy");
         if let Some(victim) = access.evicted {
@@ -1111,11 +1321,9 @@ impl BlockCache {
         }
         let Some(slot) = self.free.pop() else {
             self.policy.remove(block);
-            self.counters.no_slot += 1;
             self.evict_for_slots();
             return None;
         };
-        self.counters.allocations += 1;
         let dirty = is_write && self.settings.mode == CacheMode::Writeback;
         let entry = &mut self.slots[slot as usize];
         *entry = Slot {

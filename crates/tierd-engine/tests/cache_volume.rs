@@ -908,3 +908,111 @@ fn a_failed_write_over_a_lost_block_leaves_it_lost() {
     volume.write(0, &block_of(3), false).unwrap();
     assert_eq!(read_block(&volume, 0), block_of(3));
 }
+
+/// `adaptive` promotes segments whose heat lasts: the writeback thread's
+/// step copies their blocks in while no user IO is in flight, and the
+/// reads that follow hit. The copies race user writes on another thread
+/// (a write planned before a copy takes its block overtakes it, one
+/// planned after waits for it): every read returns the last write, during
+/// the race, after it, and after a restart.
+#[test]
+fn promoted_segments_are_copied_in_and_racing_writes_stay_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let stack = Stack::new(4096, 64 * SEGMENT);
+    let clock = Arc::new(ManualClock::new(0));
+    let mut adaptive = cache_options(CacheMode::Writeback);
+    adaptive.admission = tierd_core::cache::AdmissionKind::Adaptive;
+    let clock_dyn: Arc<dyn Clock> = clock.clone();
+    let volume = Arc::new(
+        Volume::open_with_cache(
+            options(stack.volume_bytes),
+            stack.specs(),
+            dir.path(),
+            clock_dyn,
+            Some(adaptive),
+        )
+        .unwrap()
+        .0,
+    );
+    let blocks_per_segment = SEGMENT / BLOCK;
+    // Four segments written through to home, then read at random.
+    let region = 4 * blocks_per_segment;
+    for block in 0..region {
+        volume
+            .write(block * BLOCK, &block_of(block), false)
+            .unwrap();
+    }
+    write_back_all(&volume, &clock);
+    let mut rng = SeededRng::new(11);
+    for round in 0..40_000u64 {
+        let block = rng.next_u64() % region;
+        assert_eq!(read_block(&volume, block), block_of(block), "block {block}");
+        if round % 64 == 0 {
+            volume.cache_step().unwrap();
+        }
+    }
+    let status = volume.cache_status().unwrap();
+    let adaptive_status = status.adaptive.clone().expect("adaptive status");
+    assert!(
+        adaptive_status.promotion.segments > 0 && status.promoted_bytes > 0,
+        "{status:?}"
+    );
+    assert!(status.read_hit_ratio > 0.5, "{status:?}");
+
+    // Another four segments, never written (zeroes), written and read
+    // while the step runs on its own thread.
+    let first = 16 * blocks_per_segment;
+    let latest: Vec<std::sync::atomic::AtomicU64> = (0..region)
+        .map(|_| std::sync::atomic::AtomicU64::new(0))
+        .collect();
+    let expected = |tag: u64| {
+        if tag == 0 {
+            vec![0u8; BLOCK as usize]
+        } else {
+            block_of(tag)
+        }
+    };
+    let promoted_before = status.promoted_bytes;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stepper = {
+        let (volume, stop) = (volume.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                volume.cache_step().unwrap();
+                std::thread::yield_now();
+            }
+        })
+    };
+    let mut version = 1u64 << 40;
+    for _ in 0..60_000 {
+        let offset = rng.next_u64() % region;
+        let block = first + offset;
+        if rng.next_u64().is_multiple_of(4) {
+            version += 1;
+            volume
+                .write(block * BLOCK, &block_of(version), false)
+                .unwrap();
+            latest[offset as usize].store(version, std::sync::atomic::Ordering::Relaxed);
+        } else {
+            let tag = latest[offset as usize].load(std::sync::atomic::Ordering::Relaxed);
+            assert!(
+                read_block(&volume, block) == expected(tag),
+                "block {block}, version {tag}"
+            );
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    stepper.join().unwrap();
+    let status = volume.cache_status().unwrap();
+    assert!(status.promoted_bytes > promoted_before, "{status:?}");
+    write_back_all(&volume, &clock);
+    drop(volume);
+    let volume = open(&stack, dir.path(), &clock);
+    for offset in 0..region {
+        let tag = latest[offset as usize].load(std::sync::atomic::Ordering::Relaxed);
+        assert!(read_block(&volume, first + offset) == expected(tag));
+    }
+    for block in 0..region {
+        assert_eq!(read_block(&volume, block), block_of(block));
+    }
+}

@@ -271,6 +271,8 @@ pub struct AdaptiveResult {
     /// The real cache's read hits ÷ those of its rule's shadow, last epoch
     /// (0–1; low: fills did not land in time to hit).
     pub efficiency: f64,
+    /// Whole-segment promotions: totals, and the last epoch's decisions.
+    pub promotion: tierd_core::cache::PromotionStatus,
 }
 
 /// Block-cache baseline figures. The cache's unit is its block

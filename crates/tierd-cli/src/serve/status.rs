@@ -527,6 +527,20 @@ pub fn render_text(report: &Value) -> String {
                     adaptive.get("home_utilization").and_then(Value::as_f64).unwrap_or(0.0) * 100.0,
                     adaptive.get("fast_utilization").and_then(Value::as_f64).unwrap_or(0.0) * 100.0,
                 );
+                if let Some(promotion) = adaptive.get("promotion").filter(|value| value.is_object())
+                {
+                    let _ = writeln!(
+                        out,
+                        "    promotion: {} segments promoted, {} copied in; last epoch weighed {}: {} promoted, {} heat not expected to last, {} not worth the copy, {} over the copy budget",
+                        number(promotion, "segments"),
+                        size_text(number(cache, "promoted_bytes")),
+                        number(promotion, "weighed"),
+                        number(promotion, "promoted"),
+                        number(promotion, "short_lived"),
+                        number(promotion, "not_worth"),
+                        number(promotion, "over_budget"),
+                    );
+                }
             }
             if text(cache, "mode") == "detaching" {
                 let _ = writeln!(

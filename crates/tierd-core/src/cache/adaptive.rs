@@ -48,6 +48,10 @@ use tierd_policy::cache::{build_cache, CacheKind, PageCache};
 use super::admission::FrequencyFilter;
 use super::{BlockId, CacheMode};
 
+mod promotion;
+use promotion::{PlanInput, Promotion};
+pub use promotion::{PromotionStatus, EPOCH_REFILL_SHARE, MAX_STREAK, SEGMENT_BYTES};
+
 /// The eviction order the `adaptive` policy runs (the simulator's
 /// `--policy adaptive`, `serve`'s `policy = "adaptive"`): measured on the
 /// issue 14 grid (EVIDENCE.md, "adaptive").
@@ -582,6 +586,8 @@ pub struct AdaptiveStatus {
     pub sample_rate: f64,
     /// The real cache's read hits ÷ its rule's shadow's (0–1).
     pub efficiency: f64,
+    /// Whole-segment promotions: what the last epoch decided and why.
+    pub promotion: PromotionStatus,
 }
 
 /// The adaptive admission state of one cache.
@@ -625,6 +631,8 @@ pub(crate) struct Adaptive {
     efficiency: f64,
     /// Epochs the rule in force has run (since the last switch).
     epochs_in_rule: u64,
+    /// Whole-segment copies where the rule leaves lasting heat at home.
+    promotion: Promotion,
     status: AdaptiveStatus,
 }
 
@@ -707,6 +715,7 @@ impl Adaptive {
                 fast_utilization: 0.0,
                 sample_rate,
                 efficiency: 1.0,
+                promotion: PromotionStatus::default(),
             },
             home,
             fast,
@@ -718,7 +727,61 @@ impl Adaptive {
             real_read_hits: 0.0,
             efficiency: 1.0,
             epochs_in_rule: 0,
+            promotion: Promotion::new(block_bytes),
         }
+    }
+
+    /// Blocks per promoted segment.
+    pub(crate) fn segment_blocks(&self) -> u64 {
+        self.promotion.segment_blocks()
+    }
+
+    /// A request's part in `segment` (see `Promotion::access`).
+    pub(crate) fn segment_access(
+        &mut self,
+        segment: u64,
+        is_write: bool,
+        home_bytes: u64,
+        merges: u32,
+    ) {
+        self.promotion.access(segment, is_write, home_bytes, merges);
+    }
+
+    /// The real cache served `blocks` blocks from slots.
+    pub(crate) fn slot_hits(&mut self, blocks: u64) {
+        self.promotion.hits(blocks);
+    }
+
+    /// Blocks copied for promotions.
+    pub(crate) fn promoted_loaded(&mut self, blocks: u64) {
+        self.promotion.loaded(blocks);
+    }
+
+    /// After an epoch ended ([`Adaptive::observe_request`] returned true):
+    /// the segments to copy now, best first. `room_blocks`: blocks the
+    /// eviction policy takes before it evicts; `cached(segment)`: blocks of
+    /// it the cache holds or is loading.
+    pub(crate) fn plan_promotions(
+        &mut self,
+        slots: u64,
+        room_blocks: u64,
+        resident_blocks: u64,
+        cached: &dyn Fn(u64) -> u64,
+    ) -> Vec<u64> {
+        let input = PlanInput {
+            home: &self.home,
+            fast: &self.fast,
+            home_utilization: self.status.home_utilization,
+            fast_utilization: self.status.fast_utilization,
+            mode: self.mode,
+            slots,
+            room_blocks,
+            resident_blocks,
+            cached,
+        };
+        let chosen = self.promotion.plan(&input);
+        self.status.promotion = self.promotion.status().clone();
+        chosen
     }
 
     pub(crate) fn status(&self) -> &AdaptiveStatus {
@@ -824,7 +887,9 @@ impl Adaptive {
         }
     }
 
-    /// A user request: every shadow sees its sampled blocks.
+    /// A user request: every shadow sees its sampled blocks. Whether an
+    /// epoch ended with it (the rule was decided again; promotions are
+    /// planned next, [`Adaptive::plan_promotions`]).
     pub(crate) fn observe_request(
         &mut self,
         offset_bytes: u64,
@@ -832,9 +897,9 @@ impl Adaptive {
         is_write: bool,
         sequential: bool,
         mode: CacheMode,
-    ) {
+    ) -> bool {
         if length_bytes == 0 {
-            return;
+            return false;
         }
         self.mode = mode;
         let block_bytes = self.block_bytes;
@@ -916,7 +981,9 @@ impl Adaptive {
             self.accesses = 0;
             self.epoch_accesses = (2 * self.epoch_accesses).min(self.steady_epoch_accesses);
             self.decide();
+            return true;
         }
+        false
     }
 
     /// The user response a shadow's rule would have saved over the epoch,

@@ -268,9 +268,16 @@ fn random_interleavings_never_serve_wrong_data() {
         }
         Err(_) => 0..2_000,
     };
+    let mut loads = 0;
+    let all = seeds.end - seeds.start > 1;
     for seed in seeds {
-        run_model(seed);
+        loads += run_model(seed);
     }
+    // Promotion copies ran, and were checked, in the interleavings.
+    assert!(
+        !all || loads > 1000,
+        "{loads} promotion loads over the seeds"
+    );
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -286,9 +293,13 @@ enum Pending {
         writeback: Writeback,
         copied: Option<u64>,
     },
+    /// A promotion's copy: read home (holding the block as a reader), then
+    /// write the slot.
+    Load { load: Load, copied: Option<u64> },
 }
 
-fn run_model(seed: u64) {
+/// One random interleaving; the promotion loads it completed.
+fn run_model(seed: u64) -> u64 {
     let mut state = seed;
     let mut random = move |bound: u64| splitmix64(&mut state) % bound;
     let blocks = 12u64;
@@ -334,6 +345,11 @@ fn run_model(seed: u64) {
                         ..
                     } => step.block == block && !(is_read && *other_read),
                     Pending::Writeback { writeback, .. } => writeback.block == block,
+                    // A load holds its block once it has started; before,
+                    // a write may be planned first (it overtakes the load).
+                    Pending::Load { load, copied } => {
+                        load.block == block && !is_read && copied.is_some()
+                    }
                 });
                 if busy {
                     continue;
@@ -381,6 +397,20 @@ fn run_model(seed: u64) {
                         &mut written_since_flush,
                         &context,
                     );
+                }
+            }
+            8 if random(3) == 0 => {
+                if random(2) == 0 {
+                    cache.promote(random(blocks), 1 + random(4));
+                } else {
+                    let mut loads = Vec::new();
+                    cache.next_loads(1 + random(3) as usize, &mut loads);
+                    for load in loads {
+                        if std::env::var_os("CACHE_MODEL_TRACE").is_some() {
+                            eprintln!("plan {load:?}");
+                        }
+                        pending.push(Pending::Load { load, copied: None });
+                    }
                 }
             }
             8 => {
@@ -506,6 +536,7 @@ fn run_model(seed: u64) {
             "{context}: slot {slot} of block {block}"
         );
     }
+    cache.counters().promotion_loads
 }
 
 fn commit(cache: &mut BlockCache, durable_map: &mut FastMap<BlockId, SlotId>) {
@@ -539,6 +570,26 @@ fn advance(
     written_since_flush: &mut [Vec<u64>],
     context: &str,
 ) {
+    // A load takes its block's reader lock only after it was planned: a
+    // write planned before that (it holds the block) finishes first.
+    if let Pending::Load { load, copied: None } = pending[index] {
+        let write = pending.iter().position(|other| {
+            matches!(other, Pending::Step { step, is_read: false, .. } if step.block == load.block)
+        });
+        if let Some(write) = write {
+            return advance(
+                pending,
+                write,
+                cache,
+                home,
+                fast,
+                latest,
+                writes_in_flight,
+                written_since_flush,
+                context,
+            );
+        }
+    }
     if std::env::var_os("CACHE_MODEL_TRACE").is_some() {
         eprintln!("advance {:?}", pending[index]);
     }
@@ -551,6 +602,23 @@ fn advance(
             let (writeback, value) = (*writeback, copied.unwrap());
             home[writeback.block as usize] = value;
             cache.writeback_done(writeback, true);
+        }
+        Pending::Load { load, copied } => {
+            let block = load.block as usize;
+            if copied.is_none() {
+                *copied = Some(home[block]);
+                return;
+            }
+            let (load, value) = (*load, copied.unwrap());
+            fast[load.ticket.slot as usize] = value;
+            cache.load_done(load, true);
+            // Unless a write overtook it, the block is now cached: with
+            // the slot holding what home held.
+            if let Some((slot, _)) = cache.lookup(load.block) {
+                if slot == load.ticket.slot && writes_in_flight[block] == 0 {
+                    assert_eq!(value, latest[block], "{context}: load of block {block}");
+                }
+            }
         }
         Pending::Step {
             step,

@@ -142,6 +142,8 @@ pub struct CacheStatus {
     /// Of them, per second over the last status interval is left to the
     /// reader (`tierd status` prints the total); writebacks that cleaned.
     pub writebacks: u64,
+    /// Bytes copied in for whole-segment promotions (`adaptive`) since start.
+    pub promoted_bytes: u64,
     pub allocations: u64,
     pub clean_evictions: u64,
     pub dirty_evictions: u64,
@@ -180,6 +182,9 @@ pub struct AdaptiveView {
     pub fast_utilization: f64,
     /// The real cache's read hits ÷ those of its rule's shadow (0–1).
     pub efficiency: f64,
+    /// Whole-segment promotions: totals, and why the last epoch promoted
+    /// what it did.
+    pub promotion: tierd_core::cache::PromotionStatus,
 }
 
 /// The core and what is decided with it under one lock.
@@ -247,6 +252,8 @@ pub(super) struct CacheLayer {
     last_user_io_ns: AtomicU64,
     user_io_in_flight: AtomicU64,
     written_back_bytes: AtomicU64,
+    /// Bytes copied in by promotions ([`Volume::load_run`]).
+    loaded_bytes: AtomicU64,
     /// The home and cache tiers' counters when adaptive admission was last
     /// told them (`None` until the first reading).
     costs_seen: Mutex<Option<CostsSeen>>,
@@ -337,6 +344,7 @@ impl CacheLayer {
             last_user_io_ns: AtomicU64::new(0),
             user_io_in_flight: AtomicU64::new(0),
             written_back_bytes: AtomicU64::new(0),
+            loaded_bytes: AtomicU64::new(0),
             costs_seen: Mutex::new(None),
         }
     }
@@ -928,7 +936,10 @@ impl Volume {
         let Some(layer) = &self.cache else {
             return Ok(CacheStep::Idle);
         };
-        let batch = self.write_back_batch(layer);
+        let mut batch = self.write_back_batch(layer);
+        if matches!(batch, Ok(CacheStep::Idle)) {
+            batch = self.load_run(layer);
+        }
         // Commits on a timer, and at once when slots are short and a commit
         // would free some (released slots; the blocks just written back
         // among them). Never nested: commits take the commit lock, then the
@@ -1050,6 +1061,74 @@ impl Volume {
             bytes,
             blocks,
             pause_ns,
+        })
+    }
+
+    /// Copies in blocks of promoted segments (`adaptive`'s whole-segment
+    /// promotions, [`BlockCache::next_loads`]) while no user IO is in
+    /// flight, one block at a time as the simulator does (a user request
+    /// waits behind at most one block's copy), up to one segment per step.
+    /// Each is read from home and written into its slot with the block held
+    /// as a reader holds it (rule 1), and reported as a fill is; a write
+    /// planned meanwhile overtakes the load and goes home.
+    fn load_run(&self, layer: &CacheLayer) -> Result<CacheStep, VolumeError> {
+        let mut loads = Vec::with_capacity(1);
+        let mut buffer = Vec::new();
+        let (mut bytes, mut blocks) = (0, 0);
+        loop {
+            if layer.user_io_in_flight.load(Ordering::Relaxed) > 0 {
+                break;
+            }
+            loads.clear();
+            let (start, length) = {
+                let mut core = layer.core.lock();
+                let Some(max) = core.cache.segment_blocks() else {
+                    break;
+                };
+                if core.bypass() || blocks >= max {
+                    break;
+                }
+                core.cache.next_loads(1, &mut loads);
+                let Some(&load) = loads.first() else {
+                    break;
+                };
+                // A lost block's home copy is older than its last write:
+                // never copied in.
+                if core.lost_blocks.contains(&load.block) {
+                    core.cache.load_done(load, false);
+                    continue;
+                }
+                core.cache.settings().block_range(load.block)
+            };
+            let load = loads[0];
+            let lock = layer.lock_blocks(load.block, load.block, false);
+            buffer.resize(length as usize, 0);
+            let read = self.read_tiered(start, &mut buffer);
+            let written = match &read {
+                Ok(()) => self
+                    .cache_device()
+                    .write_at(u64::from(load.ticket.slot) * layer.block_bytes(), &buffer),
+                Err(_) => Ok(()),
+            };
+            let ok = read.is_ok() && written.is_ok();
+            layer.core.lock().cache.load_done(load, ok);
+            drop(lock);
+            if let Err(error) = written {
+                self.cache_tier_failed(&error.to_string());
+                return Err(error.into());
+            }
+            read?;
+            layer.loaded_bytes.fetch_add(length, Ordering::Relaxed);
+            bytes += length;
+            blocks += 1;
+        }
+        if blocks == 0 {
+            return Ok(CacheStep::Idle);
+        }
+        Ok(CacheStep::Wrote {
+            bytes,
+            blocks,
+            pause_ns: 0,
         })
     }
 
@@ -1215,6 +1294,7 @@ impl Volume {
             dirty_blocks: dirty,
             occupancy_blocks: occupancy,
             written_back_bytes: layer.written_back_bytes.load(Ordering::Relaxed),
+            promoted_bytes: layer.loaded_bytes.load(Ordering::Relaxed),
             writebacks: counters.writebacks,
             allocations: counters.allocations,
             clean_evictions: counters.clean_evictions,
@@ -1241,6 +1321,7 @@ impl Volume {
                 home_utilization: status.home_utilization,
                 fast_utilization: status.fast_utilization,
                 efficiency: status.efficiency,
+                promotion: status.promotion.clone(),
             }),
         })
     }

@@ -21,6 +21,11 @@
 //! | `WriteBoth` | write home and the slot (`merge`: read the block from home first, then write the whole block into the slot) | when both writes are done | then |
 //! | `WriteHome` | write home | with the write | then |
 //!
+//! Promotions (`adaptive`'s whole-segment copies, `BlockCache::next_loads`)
+//! are asked at the same points, one block at a time and only while no
+//! user IO is at home: read the block from home, write it into its slot,
+//! then `load_done` — background IO, counted as migration traffic.
+//!
 //! Writeback (`BlockCache::next_writeback`) is asked after every request
 //! is planned, every device completion and every period end, with `idle` = no user IO
 //! outstanding at home (the device a writeback's write competes for), at
@@ -489,11 +494,72 @@ impl<'run> Engine<'run> {
         }
     }
 
-    /// Starts the writebacks the cache wants now, up to [`WRITEBACKS_IN_FLIGHT`].
+    /// Starts the next promotion copy, if none is reading, one is queued,
+    /// and no user IO is at home: copies use home's idle moments, one block
+    /// at a time (a user request waits behind at most one block's read, as
+    /// behind a fill; consecutive blocks stream from the disk's read-ahead).
+    fn pump_loads(&mut self) {
+        if self.load_reading.is_some() || self.user_outstanding[self.home] > 0 {
+            return;
+        }
+        let mut run = std::mem::take(&mut self.load_run);
+        run.clear();
+        self.cache().next_loads(1, &mut run);
+        let load = run.first().copied();
+        self.load_run = run;
+        let Some(load) = load else {
+            return;
+        };
+        self.load_reading = Some(load);
+        let (offset, length) = self.block_range(load.block);
+        self.submit(
+            self.home,
+            DeviceIo {
+                id: KIND_CACHE_LOAD_READ << KIND_SHIFT,
+                op: Op::Read,
+                offset_bytes: offset,
+                length_bytes: length,
+                background: true,
+            },
+        );
+    }
+
+    /// A promoted block is read from home: into its slot.
+    pub(super) fn load_read_done(&mut self, tier: usize) {
+        let load = self
+            .load_reading
+            .take()
+            .expect("a promotion read completed with none in flight");
+        let (_, length) = self.block_range(load.block);
+        self.monitor.record_migration_io(tier as TierId, length);
+        let index = self.load_writes.insert(load);
+        self.submit(
+            0,
+            DeviceIo {
+                id: (KIND_CACHE_LOAD_WRITE << KIND_SHIFT) | u64::from(index),
+                op: Op::Write,
+                offset_bytes: u64::from(load.ticket.slot) * self.cache_block_bytes,
+                length_bytes: length,
+                background: true,
+            },
+        );
+    }
+
+    /// A promoted block landed in its slot.
+    pub(super) fn load_write_done(&mut self, tier: usize, index: u32) {
+        let load = self.load_writes.take(index);
+        let (_, length) = self.block_range(load.block);
+        self.monitor.record_migration_io(tier as TierId, length);
+        self.cache().load_done(load, true);
+    }
+
+    /// Starts the writebacks the cache wants now, up to
+    /// [`WRITEBACKS_IN_FLIGHT`], and the next promotion run.
     pub(super) fn pump_writebacks(&mut self) {
         let Controller::Cache(_) = self.controller else {
             return;
         };
+        self.pump_loads();
         let dirty = self.cache().dirty_blocks();
         self.cache_counters.dirty_blocks_max = self.cache_counters.dirty_blocks_max.max(dirty);
         let idle = self.user_outstanding[self.home] == 0;

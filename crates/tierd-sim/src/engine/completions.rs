@@ -95,6 +95,8 @@ impl<'run> Engine<'run> {
             KIND_CACHE_USER => self.cache_user_io_done(payload as u32, completion.done_ns)?,
             KIND_CACHE_FILL => self.cache_fill_done(tier, payload),
             KIND_CACHE_FILL_READ => self.cache_fill_read_done(tier, payload as u32),
+            KIND_CACHE_LOAD_READ => self.load_read_done(tier),
+            KIND_CACHE_LOAD_WRITE => self.load_write_done(tier, payload as u32),
             KIND_WRITEBACK_READ => self.writeback_read_done(tier, payload as u32),
             KIND_WRITEBACK_WRITE => self.writeback_write_done(tier, payload as u32),
             _ => debug_assert!(false, "unknown IO id {:#x}", completion.id),

@@ -81,6 +81,7 @@ impl<'run> Engine<'run> {
                         home_utilization: status.home_utilization,
                         fast_utilization: status.fast_utilization,
                         efficiency: status.efficiency,
+                        promotion: status.promotion.clone(),
                     }),
                     sequential_cutoff_bytes: settings.sequential_cutoff_bytes,
                     page_accesses: accesses,

@@ -95,6 +95,10 @@ const KIND_CACHE_USER: u64 = 10;
 /// A split fill's read of its whole block(s) from home (background; the
 /// user's part is read on its own, `KIND_CACHE_USER`; payload: its group).
 const KIND_CACHE_FILL_READ: u64 = 11;
+/// A promotion's home read of one block (background).
+const KIND_CACHE_LOAD_READ: u64 = 12;
+/// A promotion's slot write of one block (background; payload: its entry).
+const KIND_CACHE_LOAD_WRITE: u64 = 13;
 
 /// User IO (a piece, the target half of a mirrored write, the home half of
 /// a written-through write): counts in the user-busy time the policies see
@@ -253,6 +257,11 @@ struct Engine<'run> {
     cache_groups_free: Vec<u32>,
     writebacks: Slab<Writeback>,
     writebacks_in_flight: u32,
+    /// A promoted block being read from home (one at a time), the buffer
+    /// `next_loads` fills, and the slot writes in flight.
+    load_reading: Option<tierd_core::cache::Load>,
+    load_run: Vec<tierd_core::cache::Load>,
+    load_writes: Slab<tierd_core::cache::Load>,
 
     // Measurements.
     monitor: Monitor,
@@ -457,6 +466,9 @@ impl<'run> Engine<'run> {
             cache_groups_free: Vec::new(),
             writebacks: Slab::new(),
             writebacks_in_flight: 0,
+            load_reading: None,
+            load_run: Vec::new(),
+            load_writes: Slab::new(),
             monitor: Monitor::new(config.period_ns, tiers, 0, config.history_periods),
             response: Histogram::new(),
             tier_response: (0..tiers).map(|_| Histogram::new()).collect(),
