@@ -42,6 +42,8 @@
 #          CACHE_BLOCK (64KiB) and CACHE_MODE (writeback) on both sides; the
 #          table then also gives the hit ratios. CACHE_OPTIONS adds keys to the
 #          live cache table only (e.g. 'commit_interval = "60s"')
+#          HOME_SIZE (16GiB): the home tier and the volume, both worlds (a
+#          trace whose offsets reach past it needs more: UMass web1, 17GiB)
 # Needs:   jq. Nothing is written inside the repository.
 set -euo pipefail
 
@@ -57,6 +59,7 @@ SERVER_EXTRA=${SERVER_EXTRA:-}
 SIM_QUEUE_DEPTH=${SIM_QUEUE_DEPTH:-}
 SIM_MIGRATION=${SIM_MIGRATION:-256KiB 4}
 CACHE_BLOCK=${CACHE_BLOCK:-64KiB}
+HOME_SIZE=${HOME_SIZE:-16GiB}
 CACHE_MODE=${CACHE_MODE:-writeback}
 read -r sim_chunk_bytes sim_chunks_in_flight <<< "$SIM_MIGRATION"
 RESULTS=${RESULTS:-/tmp/tierd-live-vs-sim.$(date +%Y%m%d-%H%M%S)}
@@ -130,11 +133,11 @@ unsafe_volatile = true
 name = "hdd"
 backend = "file"
 path = "hdd.img"
-size = "16GiB"
+size = "$HOME_SIZE"
 model = "savvio10k4"
 [[volume]]
 name = "vol0"
-size = "16GiB"
+size = "$HOME_SIZE"
 segment = "256MiB"
 tiers = ["ssd", "hdd"]
 period = "$PERIOD"
@@ -155,7 +158,7 @@ capacity = "1GiB"
 [[tier]]
 name = "hdd"
 device = "savvio10k4"
-capacity = "16GiB"
+capacity = "$HOME_SIZE"
 ${SIM_QUEUE_DEPTH:+queue_depth = $SIM_QUEUE_DEPTH}
 [migration]
 chunk_bytes = "$sim_chunk_bytes"
@@ -201,7 +204,7 @@ sim() {
   "$TIERD" sim --trace "$TRACE" --tiers "$RESULTS/stack.toml" --policy "$policies" \
     --cache-block "$CACHE_BLOCK" --cache-mode "$CACHE_MODE" \
     --speed "$SPEED" --period "$PERIOD" --max-outstanding "$MAX_INFLIGHT" \
-    --volume-bytes 16GiB --json > "$RESULTS/sim.json" 2> "$RESULTS/sim.log"
+    --volume-bytes "$HOME_SIZE" --json > "$RESULTS/sim.json" 2> "$RESULTS/sim.log"
 }
 
 sim

@@ -103,6 +103,7 @@ pub fn render_text(report: &SimReport) -> String {
     if let Some(line) = cache_line(report) {
         out.push_str(&line);
     }
+    out.push_str(&adaptive_lines(report));
     for note in &report.notes {
         let _ = writeln!(out, "note: {note}");
     }
@@ -208,6 +209,46 @@ pub fn cache_line(report: &SimReport) -> Option<String> {
         let _ = writeln!(out, "cache: {}: {text}", policies.join(", "));
     }
     Some(out)
+}
+
+/// What `adaptive` chose in each of its runs, one line each: the rules
+/// it ran, and its segment promotions with the last epoch's reasons.
+pub fn adaptive_lines(report: &SimReport) -> String {
+    let mut out = String::new();
+    for run in &report.runs {
+        let Some(adaptive) = run.cache.as_ref().and_then(|cache| cache.adaptive.as_ref()) else {
+            continue;
+        };
+        let rules: Vec<String> = adaptive
+            .epochs_by_rule
+            .iter()
+            .filter(|(_, epochs)| **epochs > 0)
+            .map(|(rule, epochs)| format!("{rule} {epochs}"))
+            .collect();
+        let promotion = &adaptive.promotion;
+        let size = if swept(report) {
+            format!(
+                " at {}",
+                tierd_common::units::Bytes(run.settings.cache_bytes.unwrap_or(0))
+            )
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "adaptive{size}: rule {} at the end, epochs per rule: {}; promoted {} segments ({} blocks copied in); last epoch weighed {}: {} promoted, {} heat not expected to last, {} not worth the copy, {} over the copy budget",
+            adaptive.rule_end,
+            if rules.is_empty() { "none yet".to_string() } else { rules.join(", ") },
+            promotion.segments,
+            promotion.blocks_loaded,
+            promotion.weighed,
+            promotion.promoted,
+            promotion.short_lived,
+            promotion.not_worth,
+            promotion.over_budget,
+        );
+    }
+    out
 }
 
 /// Title of [`iops_rows`]' table.
