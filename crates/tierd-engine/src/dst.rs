@@ -123,6 +123,10 @@ pub struct DstCacheConfig {
     /// Per writeback that wrote a block: crash right there (its home write
     /// done but not flushed, its `Unmapped` not committed).
     pub crash_after_writeback_probability: f64,
+    /// Per cache work step: queue a few blocks to copy in (a promotion,
+    /// `Volume::cache_promote`), so the background loads run beside user
+    /// IO, faults and crashes.
+    pub promote_probability: f64,
 }
 
 /// One seed's outcome.
@@ -207,6 +211,8 @@ struct Run {
     /// Draws for holding a chunk copy across user writes (its own stream,
     /// for the same reason).
     hold_rng: SeededRng,
+    /// Draws for cache promotions (their own stream, for the same reason).
+    promote_rng: SeededRng,
     /// A chunk read by `copy_begin` and not yet written by `copy_end`: user
     /// writes run in between, as they do beside the live copier threads.
     held: Option<ChunkRead>,
@@ -307,6 +313,12 @@ pub fn derive_config(seed: u64, steps: u32) -> DstConfig {
             },
             mode_switch_probability: if cache_rng.below(3) == 0 { 0.05 } else { 0.0 },
             crash_after_writeback_probability: 0.02 + cache_rng.next_f64() * 0.03,
+            // From a stream of its own (added after the recorded campaigns).
+            promote_probability: if SeededRng::new(seed).derive(9).below(2) == 0 {
+                0.3
+            } else {
+                0.0
+            },
         });
     }
     config
@@ -368,6 +380,7 @@ impl Run {
             rng,
             fault_rng: SeededRng::new(config.seed).derive(3),
             hold_rng: SeededRng::new(config.seed).derive(5),
+            promote_rng: SeededRng::new(config.seed).derive(10),
             held: None,
             durable_placement: Vec::new(),
             clock,
@@ -1076,6 +1089,10 @@ impl Run {
             ("cache_dirty_evictions", status.dirty_evictions),
             ("cache_writebacks", status.writebacks),
             ("cache_read_hit_blocks", status.read_hit_blocks),
+            (
+                "cache_promoted_blocks",
+                status.promoted_bytes / status.block_bytes,
+            ),
         ] {
             if value > 0 {
                 *self.report.faults.entry(kind.to_string()).or_insert(0) += value;
@@ -1154,6 +1171,15 @@ impl Run {
                         return Err(format!("cache mode switch to {mode}: {error}"));
                     }
                 }
+            }
+        }
+        if self.promote_rng.next_f64() < cache.promote_probability {
+            let block = cache.block_bytes;
+            let blocks = self.volume_bytes() / block;
+            let first = self.promote_rng.below(blocks);
+            let count = 1 + self.promote_rng.below(16);
+            if volume.cache_promote(first * block, count * block).is_ok() {
+                self.count("cache_promotions_queued");
             }
         }
         if self.rng.below(2) == 0 {

@@ -56,6 +56,11 @@ use crate::meta::{CacheChange, CacheChangeKind, CacheCheckpoint, Record};
 use super::io::Mutation;
 use super::{Volume, VolumeError};
 
+/// Blocks one background step copies in at most when the cache has no
+/// segment size of its own (loads queued by [`Volume::cache_promote`]
+/// without adaptive admission).
+pub const LOAD_STEP_BLOCKS: u64 = 16;
+
 /// Stripes of the per-block lock table.
 const STRIPES: usize = 1024;
 /// A checkpoint is written when the journal grows past this (the timer
@@ -1064,10 +1069,28 @@ impl Volume {
         })
     }
 
+    /// Queues the blocks of `offset_bytes .. + length_bytes` to be copied
+    /// into the cache by the background step (what `adaptive` does for the
+    /// segments it promotes; DST drives loads with it on any cache).
+    pub fn cache_promote(&self, offset_bytes: u64, length_bytes: u64) -> Result<(), VolumeError> {
+        let Some(layer) = &self.cache else {
+            return Err(VolumeError::Invalid(format!(
+                "volume {} is not a cache volume",
+                self.options.name
+            )));
+        };
+        let Some((first, last)) = layer.block_span(offset_bytes, length_bytes) else {
+            return Ok(());
+        };
+        layer.core.lock().cache.promote(first, last - first + 1);
+        Ok(())
+    }
+
     /// Copies in blocks of promoted segments (`adaptive`'s whole-segment
     /// promotions, [`BlockCache::next_loads`]) while no user IO is in
     /// flight, one block at a time as the simulator does (a user request
-    /// waits behind at most one block's copy), up to one segment per step.
+    /// waits behind at most one block's copy), up to one segment per step
+    /// ([`LOAD_STEP_BLOCKS`] without adaptive admission).
     /// Each is read from home and written into its slot with the block held
     /// as a reader holds it (rule 1), and reported as a fill is; a write
     /// planned meanwhile overtakes the load and goes home.
@@ -1082,9 +1105,7 @@ impl Volume {
             loads.clear();
             let (start, length) = {
                 let mut core = layer.core.lock();
-                let Some(max) = core.cache.segment_blocks() else {
-                    break;
-                };
+                let max = core.cache.segment_blocks().unwrap_or(LOAD_STEP_BLOCKS);
                 if core.bypass() || blocks >= max {
                     break;
                 }
