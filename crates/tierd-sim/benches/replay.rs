@@ -56,7 +56,7 @@ struct Scenario {
     fixed_devices: bool,
 }
 
-const SCENARIOS: [Scenario; 11] = [
+const SCENARIOS: [Scenario; 13] = [
     Scenario {
         name: "engine only (fixed-latency devices), none",
         stack: "hdd-ssd",
@@ -68,6 +68,22 @@ const SCENARIOS: [Scenario; 11] = [
         name: "engine only (fixed-latency devices), otf-ast",
         stack: "hdd-ssd",
         strategy: "otf-ast",
+        speed: 1.0,
+        fixed_devices: true,
+    },
+    // The block cache's own cost (planning, eviction, adaptive's shadows
+    // and promotion), without the device models' (issue 14 §3).
+    Scenario {
+        name: "engine only (fixed-latency devices), s3fifo cache",
+        stack: "ssd-mem",
+        strategy: "s3fifo",
+        speed: 1.0,
+        fixed_devices: true,
+    },
+    Scenario {
+        name: "engine only (fixed-latency devices), adaptive",
+        stack: "ssd-mem",
+        strategy: "adaptive",
         speed: 1.0,
         fixed_devices: true,
     },
