@@ -99,6 +99,22 @@ fn open_mode(
     .0
 }
 
+/// A writeback cache volume with adaptive admission (and its promotions).
+fn open_adaptive(stack: &Stack, meta: &std::path::Path, clock: &Arc<ManualClock>) -> Volume {
+    let mut adaptive = cache_options(CacheMode::Writeback);
+    adaptive.admission = tierd_core::cache::AdmissionKind::Adaptive;
+    let clock: Arc<dyn Clock> = clock.clone();
+    Volume::open_with_cache(
+        options(stack.volume_bytes),
+        stack.specs(),
+        meta,
+        clock,
+        Some(adaptive),
+    )
+    .unwrap()
+    .0
+}
+
 fn block_of(tag: u64) -> Vec<u8> {
     let mut data = vec![0u8; BLOCK as usize];
     for (index, chunk) in data.chunks_mut(8).enumerate() {
@@ -675,18 +691,7 @@ fn adaptive_admission_caches_a_hot_set_and_keeps_the_data_right() {
     let dir = tempfile::tempdir().unwrap();
     let stack = Stack::new(256, 64 * SEGMENT);
     let clock = Arc::new(ManualClock::new(0));
-    let mut adaptive = cache_options(CacheMode::Writeback);
-    adaptive.admission = tierd_core::cache::AdmissionKind::Adaptive;
-    let clock_dyn: Arc<dyn Clock> = clock.clone();
-    let volume = Volume::open_with_cache(
-        options(stack.volume_bytes),
-        stack.specs(),
-        dir.path(),
-        clock_dyn,
-        Some(adaptive),
-    )
-    .unwrap()
-    .0;
+    let volume = open_adaptive(&stack, dir.path(), &clock);
     // 64 distinct blocks written once, then read over and over: a hot set
     // a quarter of the cache.
     for block in 0..64 {
@@ -920,20 +925,7 @@ fn promoted_segments_are_copied_in_and_racing_writes_stay_right() {
     let dir = tempfile::tempdir().unwrap();
     let stack = Stack::new(4096, 64 * SEGMENT);
     let clock = Arc::new(ManualClock::new(0));
-    let mut adaptive = cache_options(CacheMode::Writeback);
-    adaptive.admission = tierd_core::cache::AdmissionKind::Adaptive;
-    let clock_dyn: Arc<dyn Clock> = clock.clone();
-    let volume = Arc::new(
-        Volume::open_with_cache(
-            options(stack.volume_bytes),
-            stack.specs(),
-            dir.path(),
-            clock_dyn,
-            Some(adaptive),
-        )
-        .unwrap()
-        .0,
-    );
+    let volume = Arc::new(open_adaptive(&stack, dir.path(), &clock));
     let blocks_per_segment = SEGMENT / BLOCK;
     // Four segments written through to home, then read at random.
     let region = 4 * blocks_per_segment;

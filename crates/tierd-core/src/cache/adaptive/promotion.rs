@@ -358,22 +358,32 @@ mod tests {
 
     const BLOCK: u64 = 64 << 10;
 
-    fn disk() -> DeviceCost {
+    /// A device with a calibrated line: `fixed_ns + ns_per_byte × bytes`,
+    /// latency and capacity alike.
+    fn modelled(fixed_ns: f64, ns_per_byte: f64) -> DeviceCost {
         let prior = ServicePrior {
-            fixed_ns: 5_000_000.0,
-            ns_per_byte: 10.0,
+            fixed_ns,
+            ns_per_byte,
             from_model: true,
         };
         DeviceCost::new(prior, None, Some(prior))
     }
 
-    fn flash() -> DeviceCost {
-        let prior = ServicePrior {
-            fixed_ns: 50_000.0,
-            ns_per_byte: 1.0,
-            from_model: true,
-        };
-        DeviceCost::new(prior, None, Some(prior))
+    /// Ends an epoch over a disk home (30 % loaded) and a flash cache of
+    /// 1024 slots, `room_blocks` of them free to the eviction policy.
+    fn plan(promotion: &mut Promotion, room_blocks: u64) -> Vec<u64> {
+        let (home, fast) = (modelled(5_000_000.0, 10.0), modelled(50_000.0, 1.0));
+        promotion.plan(&PlanInput {
+            home: &home,
+            fast: &fast,
+            home_utilization: 0.3,
+            fast_utilization: 0.01,
+            mode: CacheMode::Writeback,
+            slots: 1024,
+            room_blocks,
+            resident_blocks: 1024 - room_blocks,
+            cached: &|_| 0,
+        })
     }
 
     /// One epoch: `hot` read-missed 8 times, `once` (new each epoch) once;
@@ -390,19 +400,7 @@ mod tests {
         }
         promotion.access(once, false, 4096, 0);
         promotion.hits(hits);
-        let (home, fast) = (disk(), flash());
-        let input = PlanInput {
-            home: &home,
-            fast: &fast,
-            home_utilization: 0.3,
-            fast_utilization: 0.01,
-            mode: CacheMode::Writeback,
-            slots: 1024,
-            room_blocks,
-            resident_blocks: 1024 - room_blocks,
-            cached: &|_| 0,
-        };
-        promotion.plan(&input)
+        plan(promotion, room_blocks)
     }
 
     #[test]
@@ -414,9 +412,9 @@ mod tests {
             for segment in 0..10 {
                 promotion.access(segment, false, 0, 0);
             }
-            epoch_plan(&mut promotion);
+            plan(&mut promotion, 1024);
         }
-        epoch_plan(&mut promotion);
+        plan(&mut promotion, 1024);
         let expected = promotion.expected_epochs();
         // Every run lasted 4 epochs: one seen for 1 has about 3 more, one
         // seen for 3 about 1, one seen for 4 is over (a little is left for
@@ -426,21 +424,6 @@ mod tests {
         assert!(expected[4] < 0.4, "{expected:?}");
         // Nothing seen yet: nothing expected.
         assert_eq!(Promotion::new(BLOCK).expected_epochs()[1], 0.0);
-    }
-
-    fn epoch_plan(promotion: &mut Promotion) -> Vec<u64> {
-        let (home, fast) = (disk(), flash());
-        promotion.plan(&PlanInput {
-            home: &home,
-            fast: &fast,
-            home_utilization: 0.3,
-            fast_utilization: 0.01,
-            mode: CacheMode::Writeback,
-            slots: 1024,
-            room_blocks: 1024,
-            resident_blocks: 0,
-            cached: &|_| 0,
-        })
     }
 
     #[test]
