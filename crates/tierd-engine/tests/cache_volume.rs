@@ -1008,3 +1008,21 @@ fn promoted_segments_are_copied_in_and_racing_writes_stay_right() {
         assert_eq!(read_block(&volume, block), block_of(block));
     }
 }
+
+/// `tierd move` and `tierd pin` to a cache volume's cache tier are refused
+/// with what the tier is and how to tier the volume, not with "the target
+/// tier is full" (its segment slots are 0 because it holds cached blocks).
+#[test]
+fn segments_are_not_moved_or_pinned_to_the_cache_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let stack = Stack::new(256, 4 * SEGMENT);
+    let clock = Arc::new(ManualClock::new(0));
+    let volume = open(&stack, dir.path(), &clock);
+    let moved = volume.request_move(0, 0, "test").unwrap_err().to_string();
+    assert!(
+        moved.contains("is a cache volume") && moved.contains("[volume.policy]"),
+        "{moved}"
+    );
+    let pinned = volume.pin(0, 0, None).unwrap_err().to_string();
+    assert!(pinned.contains("is a cache volume"), "{pinned}");
+}

@@ -10,6 +10,18 @@ use crate::meta::{LastPlan, Pin, Record};
 use super::{Planner, QueuedMove, Volume, VolumeError};
 
 impl Volume {
+    /// Segments never go to a cache volume's cache tier: it holds cached
+    /// blocks, placed by the cache.
+    fn check_not_cache_tier(&self, tier: TierId) -> Result<(), VolumeError> {
+        if self.is_cache_tier(tier as usize) {
+            return Err(VolumeError::Invalid(format!(
+                "volume {} is a cache volume: tier {} holds its block cache, not segments (blocks go there by the cache's admission and promotions, `tierd status` shows why); `tierd move` and `tierd pin` place segments of tiered volumes (a `[volume.policy]` on the volume makes it tiered)",
+                self.options.name, self.tiers[tier as usize].name
+            )));
+        }
+        Ok(())
+    }
+
     /// Queues an operator's move (`tierd move`). Checked again when it starts.
     pub fn request_move(
         &self,
@@ -29,6 +41,7 @@ impl Volume {
                 self.tiers.len()
             )));
         }
+        self.check_not_cache_tier(to)?;
         let mut planner = self.planner.lock();
         if let Some(pin) = planner.pins.get(&segment) {
             return Err(VolumeError::Invalid(format!(
@@ -284,6 +297,7 @@ impl Volume {
                 self.tiers.len()
             )));
         };
+        self.check_not_cache_tier(tier)?;
         let now_unix_ns = self.clock.unix_now_ns();
         if let Some(until) = until_unix_ns.filter(|until| *until <= now_unix_ns) {
             return Err(VolumeError::Invalid(format!(
