@@ -87,29 +87,29 @@ fn open_mode(
     clock: &Arc<ManualClock>,
     mode: CacheMode,
 ) -> Volume {
-    let clock: Arc<dyn Clock> = clock.clone();
-    Volume::open_with_cache(
-        options(stack.volume_bytes),
-        stack.specs(),
-        meta,
-        clock,
-        Some(cache_options(mode)),
-    )
-    .unwrap()
-    .0
+    open_cache(stack, meta, clock, cache_options(mode))
 }
 
 /// A writeback cache volume with adaptive admission (and its promotions).
 fn open_adaptive(stack: &Stack, meta: &std::path::Path, clock: &Arc<ManualClock>) -> Volume {
     let mut adaptive = cache_options(CacheMode::Writeback);
     adaptive.admission = tierd_core::cache::AdmissionKind::Adaptive;
+    open_cache(stack, meta, clock, adaptive)
+}
+
+fn open_cache(
+    stack: &Stack,
+    meta: &std::path::Path,
+    clock: &Arc<ManualClock>,
+    cache: CacheOptions,
+) -> Volume {
     let clock: Arc<dyn Clock> = clock.clone();
     Volume::open_with_cache(
         options(stack.volume_bytes),
         stack.specs(),
         meta,
         clock,
-        Some(adaptive),
+        Some(cache),
     )
     .unwrap()
     .0
