@@ -80,11 +80,12 @@
 //!   whose writeback is in flight bump its generation so the stale copy
 //!   does not clean it.
 //! - **Loads** (segment promotions, `adaptive`): blocks queued by
-//!   [`BlockCache::promote`] are handed out by [`BlockCache::next_loads`]
-//!   with loading, pinned slots, like fills without a user waiting. The
-//!   caller takes the block's reader lock after `next_loads` and only then
-//!   reads home, so a write planned before it finishes first; one planned
-//!   after `next_loads` and before the lock overtakes the load.
+//!   [`BlockCache::promote`] are handed out one at a time by
+//!   [`BlockCache::next_load`] with loading, pinned slots, like fills
+//!   without a user waiting. The caller takes the block's reader lock after
+//!   `next_load` and only then reads home, so a write planned before it
+//!   finishes first; one planned after `next_load` and before the lock
+//!   overtakes the load.
 
 pub mod adaptive;
 pub mod admission;
@@ -388,8 +389,7 @@ pub struct CacheCounters {
     pub invalidations: u64,
     /// Loads that failed or were overtaken (the slot went back).
     pub failed_loads: u64,
-    /// Blocks queued for segment promotions, and those copied in.
-    pub promotion_queued: u64,
+    /// Blocks copied in for segment promotions.
     pub promotion_loads: u64,
 }
 
@@ -762,51 +762,36 @@ impl BlockCache {
         }
     }
 
-    /// Blocks per promoted segment (the longest run [`BlockCache::next_loads`]
-    /// hands out), `None` without adaptive admission.
-    pub fn segment_blocks(&self) -> Option<u64> {
+    /// Blocks per promoted segment, `None` without adaptive admission.
+    fn segment_blocks(&self) -> Option<u64> {
         match &self.admission {
             Admission::Adaptive(adaptive) => Some(adaptive.segment_blocks()),
             _ => None,
         }
     }
 
-    /// The next blocks of promoted segments to copy in: a run of up to
-    /// `max` consecutive blocks (one home read), appended to `loads`;
-    /// none when nothing is queued or no slot is free. Each slot is loading
-    /// and pinned until [`BlockCache::load_done`].
-    pub fn next_loads(&mut self, max: usize, loads: &mut Vec<Load>) {
+    /// The next block of a promoted segment to copy in, if one is queued
+    /// and a slot is free: its slot is loading and pinned until
+    /// [`BlockCache::load_done`]. Queued blocks cached meanwhile, or with a
+    /// home-only write in flight, are skipped.
+    pub fn next_load(&mut self) -> Option<Load> {
         if self.detaching {
             self.loads.clear();
-            return;
+            return None;
         }
-        let mut last: Option<BlockId> = None;
-        let mut taken = 0;
-        while taken < max {
-            let Some(&block) = self.loads.front() else {
-                return;
-            };
-            if last.is_some_and(|last| last + 1 != block) {
-                return;
-            }
-            self.loads.pop_front();
+        while let Some(block) = self.loads.pop_front() {
             if self.map.contains_key(&block) || self.home_writes.contains_key(&block) {
-                if last.is_some() {
-                    // The run is broken here.
-                    return;
-                }
                 continue;
             }
             let Some(ticket) = self.take_slot(block, false) else {
                 // No free slot now (orphans wait for writeback, releases
                 // for a commit): try again later.
                 self.loads.push_front(block);
-                return;
+                return None;
             };
-            loads.push(Load { block, ticket });
-            last = Some(block);
-            taken += 1;
+            return Some(Load { block, ticket });
         }
+        None
     }
 
     /// Queues blocks `first .. first + count` to copy in (what `adaptive`
@@ -814,15 +799,7 @@ impl BlockCache {
     /// Blocks already cached are skipped when their turn comes.
     pub fn promote(&mut self, first: BlockId, count: u64) {
         let end = (first + count).min(self.settings.blocks());
-        for block in first..end {
-            self.loads.push_back(block);
-            self.counters.promotion_queued += 1;
-        }
-    }
-
-    /// Blocks queued for promotion and not yet handed out.
-    pub fn queued_loads(&self) -> u64 {
-        self.loads.len() as u64
+        self.loads.extend(first..end);
     }
 
     /// Reports a load: `ok` = the slot holds the block as home had it.

@@ -403,8 +403,9 @@ fn run_model(seed: u64) -> u64 {
                 if random(2) == 0 {
                     cache.promote(random(blocks), 1 + random(4));
                 } else {
-                    let mut loads = Vec::new();
-                    cache.next_loads(1 + random(3) as usize, &mut loads);
+                    let loads: Vec<Load> = (0..1 + random(3))
+                        .filter_map(|_| cache.next_load())
+                        .collect();
                     for load in loads {
                         if std::env::var_os("CACHE_MODEL_TRACE").is_some() {
                             eprintln!("plan {load:?}");

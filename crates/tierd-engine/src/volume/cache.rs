@@ -56,9 +56,8 @@ use crate::meta::{CacheChange, CacheChangeKind, CacheCheckpoint, Record};
 use super::io::Mutation;
 use super::{Volume, VolumeError};
 
-/// Blocks one background step copies in at most when the cache has no
-/// segment size of its own (loads queued by [`Volume::cache_promote`]
-/// without adaptive admission).
+/// Blocks one background step copies in at most (promotion loads), so
+/// commits and writebacks come round between them.
 pub const LOAD_STEP_BLOCKS: u64 = 16;
 
 /// Stripes of the per-block lock table.
@@ -1087,30 +1086,26 @@ impl Volume {
     }
 
     /// Copies in blocks of promoted segments (`adaptive`'s whole-segment
-    /// promotions, [`BlockCache::next_loads`]) while no user IO is in
+    /// promotions, [`BlockCache::next_load`]) while no user IO is in
     /// flight, one block at a time as the simulator does (a user request
-    /// waits behind at most one block's copy), up to one segment per step
-    /// ([`LOAD_STEP_BLOCKS`] without adaptive admission).
+    /// waits behind at most one block's copy), at most
+    /// [`LOAD_STEP_BLOCKS`] per step.
     /// Each is read from home and written into its slot with the block held
     /// as a reader holds it (rule 1), and reported as a fill is; a write
     /// planned meanwhile overtakes the load and goes home.
     fn load_run(&self, layer: &CacheLayer) -> Result<CacheStep, VolumeError> {
-        let mut loads = Vec::with_capacity(1);
         let mut buffer = Vec::new();
         let (mut bytes, mut blocks) = (0, 0);
-        loop {
+        while blocks < LOAD_STEP_BLOCKS {
             if layer.user_io_in_flight.load(Ordering::Relaxed) > 0 {
                 break;
             }
-            loads.clear();
-            let (start, length) = {
+            let (load, start, length) = {
                 let mut core = layer.core.lock();
-                let max = core.cache.segment_blocks().unwrap_or(LOAD_STEP_BLOCKS);
-                if core.bypass() || blocks >= max {
+                if core.bypass() {
                     break;
                 }
-                core.cache.next_loads(1, &mut loads);
-                let Some(&load) = loads.first() else {
+                let Some(load) = core.cache.next_load() else {
                     break;
                 };
                 // A lost block's home copy is older than its last write:
@@ -1119,9 +1114,9 @@ impl Volume {
                     core.cache.load_done(load, false);
                     continue;
                 }
-                core.cache.settings().block_range(load.block)
+                let (start, length) = core.cache.settings().block_range(load.block);
+                (load, start, length)
             };
-            let load = loads[0];
             let lock = layer.lock_blocks(load.block, load.block, false);
             buffer.resize(length as usize, 0);
             let read = self.read_tiered(start, &mut buffer);

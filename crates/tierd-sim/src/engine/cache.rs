@@ -21,7 +21,7 @@
 //! | `WriteBoth` | write home and the slot (`merge`: read the block from home first, then write the whole block into the slot) | when both writes are done | then |
 //! | `WriteHome` | write home | with the write | then |
 //!
-//! Promotions (`adaptive`'s whole-segment copies, `BlockCache::next_loads`)
+//! Promotions (`adaptive`'s whole-segment copies, `BlockCache::next_load`)
 //! are asked at the same points, one block at a time and only while no
 //! user IO is at home: read the block from home, write it into its slot,
 //! then `load_done` — background IO, counted as migration traffic.
@@ -502,12 +502,7 @@ impl<'run> Engine<'run> {
         if self.load_reading.is_some() || self.user_outstanding[self.home] > 0 {
             return;
         }
-        let mut run = std::mem::take(&mut self.load_run);
-        run.clear();
-        self.cache().next_loads(1, &mut run);
-        let load = run.first().copied();
-        self.load_run = run;
-        let Some(load) = load else {
+        let Some(load) = self.cache().next_load() else {
             return;
         };
         self.load_reading = Some(load);

@@ -257,10 +257,9 @@ struct Engine<'run> {
     cache_groups_free: Vec<u32>,
     writebacks: Slab<Writeback>,
     writebacks_in_flight: u32,
-    /// A promoted block being read from home (one at a time), the buffer
-    /// `next_loads` fills, and the slot writes in flight.
+    /// A promoted block being read from home (one at a time), and the
+    /// slot writes in flight.
     load_reading: Option<tierd_core::cache::Load>,
-    load_run: Vec<tierd_core::cache::Load>,
     load_writes: Slab<tierd_core::cache::Load>,
 
     // Measurements.
@@ -467,7 +466,6 @@ impl<'run> Engine<'run> {
             writebacks: Slab::new(),
             writebacks_in_flight: 0,
             load_reading: None,
-            load_run: Vec::new(),
             load_writes: Slab::new(),
             monitor: Monitor::new(config.period_ns, tiers, 0, config.history_periods),
             response: Histogram::new(),
