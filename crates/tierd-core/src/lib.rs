@@ -16,9 +16,13 @@
 //!   mapping changes to journal.
 //! - [`placement`]: where every segment lives, the fast tiers' free slots,
 //!   and which moves are accepted, queued and started.
+//! - [`reduce`]: data reduction's timing: inline or post-process, switched
+//!   on the reduction workers' measured utilisation with one threshold or
+//!   two (paper 004), and the stage's bound.
 //! - [`split`]: splitting a request at segment boundaries.
 
 pub mod cache;
 pub mod moves;
 pub mod placement;
+pub mod reduce;
 pub mod split;

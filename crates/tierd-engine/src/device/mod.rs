@@ -18,6 +18,7 @@ pub mod file;
 pub mod io_engine;
 pub mod latency;
 pub mod memory;
+pub mod reduce;
 pub mod stats;
 
 use std::fmt;
