@@ -1,4 +1,1180 @@
 //! Reduced tiers: compression and deduplication under a tier's logical
-//! block space (issue 15, paper 004).
+//! block space (issue 15, paper 004; `docs/engine/reduce.md`).
+//!
+//! [`ReducedDevice`] is a device-chain layer: it presents `logical` bytes
+//! of blocks and stores each block on its inner device as nothing (zeroes),
+//! a reference to an identical stored block (dedup, confirmed byte by byte),
+//! an lz4 fragment packed with others, or raw. Tiering, caching and moves
+//! above it see an ordinary device.
+//!
+//! When a write is reduced follows paper 004: `inline` reduces before the
+//! acknowledgement on the reduction workers, `post` stages the raw block
+//! (a raw, not yet reduced fragment: the "stage" is ordinary packs) and
+//! acknowledges, the workers reduce it later; `auto` switches between them
+//! on the workers' measured utilisation with `tierd_core::reduce::Switch`.
+//!
+//! Module map: [`codec`] (what a block becomes), [`layout`] (where things
+//! are on the device, byte formats), [`state`] (the in-memory map and its
+//! rules, no IO), this file (locks, IO, flush, recovery, workers).
 
 pub mod codec;
+pub mod layout;
+pub mod state;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use serde::Serialize;
+use tierd_common::clock::Clock;
+use tierd_core::reduce::{Mode, ModeSetting, Switch, SwitchConfig, SwitchEvent, SwitchRule};
+
+use super::{check_range, BlockDevice, DeviceError, DeviceErrorKind, DeviceResult};
+use layout::{Fragment, Geometry, Record, Superblock, UNMAPPED, ZERO};
+use state::{Located, NoRoom, PackKind, PackWrite, State};
+
+/// Stripes of the per-block write locks.
+const STRIPES: usize = 256;
+
+/// Settings of a reduced tier (`reduce = { ... }` on a tier).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReduceOptions {
+    /// Reduction unit: a power of two, 4 KiB – 64 KiB.
+    pub block_bytes: u64,
+    /// Bytes presented above (default: the device's size, less metadata).
+    pub logical_bytes: Option<u64>,
+    /// Packs: fragments are appended to one in memory and written whole.
+    pub pack_bytes: u64,
+    /// Fingerprint index entries kept (oldest dropped beyond).
+    pub index_entries: u64,
+    /// Raw blocks that may wait for post-process reduction.
+    pub stage_bytes: Option<u64>,
+    pub switch: SwitchConfig,
+    /// Reduction worker threads; 0 runs inline work on the writer's thread
+    /// and post work only when [`ReducedDevice::reduce_staged`] is called
+    /// (deterministic tests).
+    pub workers: u32,
+    /// Deduplicate (false: zero elimination and compression only).
+    pub dedup: bool,
+    /// Compress (false: zero elimination and dedup only).
+    pub compress: bool,
+}
+
+impl Default for ReduceOptions {
+    fn default() -> Self {
+        ReduceOptions {
+            block_bytes: 4096,
+            logical_bytes: None,
+            pack_bytes: 128 << 10,
+            index_entries: 1 << 20,
+            stage_bytes: None,
+            switch: SwitchConfig::default(),
+            workers: 2,
+            dedup: true,
+            compress: true,
+        }
+    }
+}
+
+/// What `tierd status --json` shows of a reduced tier (`"reduction"`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct ReductionStatus {
+    /// The mode new writes take now (`inline` or `post`).
+    pub mode: String,
+    /// The configured mode (`inline`, `post` or `auto`) and rule.
+    pub setting: String,
+    pub rule: String,
+    /// Bytes of the logical blocks written (zeroes included).
+    pub logical_bytes: u64,
+    /// Bytes of packs in use (dead fragments in live packs included).
+    pub physical_bytes: u64,
+    /// logical / physical.
+    pub ratio: f64,
+    pub zero_bytes: u64,
+    pub dedup_bytes: u64,
+    pub compress_saved_bytes: u64,
+    pub switches: u64,
+    pub staged_bytes: u64,
+    /// The reduction workers' utilisation over the last window.
+    pub utilisation: f64,
+    pub workers: u32,
+    pub capacity_bytes: u64,
+    pub free_bytes: u64,
+    pub index_entries: u64,
+    pub index_capacity: u64,
+    pub dedup_hits: u64,
+    pub dedup_mismatches: u64,
+    /// Post writes reduced inline because the stage was full.
+    pub stage_overflows: u64,
+    pub last_switch: Option<SwitchEvent>,
+}
+
+struct Journal {
+    superblock_sequence: u64,
+    checkpoint_slot: u64,
+    position: u64,
+    sequence: u64,
+    /// Ring bytes used since the checkpoint.
+    used: u64,
+}
+
+/// Completion of one write's inline blocks.
+struct Done {
+    state: Mutex<(usize, Option<DeviceError>)>,
+    cond: Condvar,
+}
+
+struct InlineJob {
+    lbn: u64,
+    data: Vec<u8>,
+    done: Arc<Done>,
+}
+
+struct Shared {
+    name: String,
+    inner: Arc<dyn BlockDevice>,
+    geometry: Geometry,
+    options: ReduceOptions,
+    state: Mutex<State>,
+    /// Signalled when a pack write completes.
+    written: Condvar,
+    journal: Mutex<Journal>,
+    stripes: Box<[Mutex<()>]>,
+    switch: Mutex<Switch>,
+    jobs: Mutex<std::collections::VecDeque<InlineJob>>,
+    jobs_ready: Condvar,
+    clock: Arc<dyn Clock>,
+    stop: AtomicBool,
+}
+
+/// See the module docs.
+pub struct ReducedDevice {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+fn io_error(device: &str, op: &'static str, offset_bytes: u64, length_bytes: u64, errno: i32, message: String) -> DeviceError {
+    DeviceError {
+        device: device.to_string(),
+        op,
+        offset_bytes,
+        length_bytes,
+        kind: DeviceErrorKind::Io(errno),
+        message,
+    }
+}
+
+impl ReducedDevice {
+    /// Opens the reduced tier on `inner`, recovering its map; formats it when
+    /// the device carries no reduced tier and `format` allows (a new tier).
+    pub fn open(
+        name: impl Into<String>,
+        inner: Arc<dyn BlockDevice>,
+        options: ReduceOptions,
+        clock: Arc<dyn Clock>,
+        format: bool,
+    ) -> Result<ReducedDevice, String> {
+        let name = name.into();
+        if !options.block_bytes.is_power_of_two()
+            || options.block_bytes < 4096
+            || options.block_bytes > layout::MAX_BLOCK_BYTES
+        {
+            return Err(format!(
+                "reduce.block = {} must be a power of two from 4KiB to 64KiB",
+                options.block_bytes
+            ));
+        }
+        if options.pack_bytes < options.block_bytes
+            || options.pack_bytes > layout::MAX_PACK_BYTES
+            || options.pack_bytes % 4096 != 0
+        {
+            return Err(format!(
+                "reduce pack = {} must be a multiple of 4KiB from the block size to 1MiB",
+                options.pack_bytes
+            ));
+        }
+        options
+            .switch
+            .validate(tierd_core::reduce::DEFAULT_POST_WORK_RATIO)
+            .map_err(|error| format!("reduce: {error}"))?;
+        let device_bytes = inner.size_bytes();
+        let configured = plan_geometry(device_bytes, &options)?;
+        let mut a = vec![0u8; layout::SUPERBLOCK_BYTES as usize];
+        let mut b = vec![0u8; layout::SUPERBLOCK_BYTES as usize];
+        let read_error = |error: DeviceError| format!("reading the reduced tier's superblocks: {error}");
+        inner
+            .read_at(layout::superblock_offset(device_bytes, 0), &mut a)
+            .map_err(read_error)?;
+        inner
+            .read_at(layout::superblock_offset(device_bytes, 1), &mut b)
+            .map_err(read_error)?;
+        let superblock = match (Superblock::decode(&a), Superblock::decode(&b)) {
+            (Some(a), Some(b)) => Some(if a.sequence >= b.sequence { a } else { b }),
+            (Some(one), None) | (None, Some(one)) => Some(one),
+            (None, None) => None,
+        };
+        let superblock = match superblock {
+            Some(superblock) => superblock,
+            None if Superblock::has_magic(&a) || Superblock::has_magic(&b) => {
+                return Err(format!(
+                    "both superblocks of reduced tier {name} are damaged (last {} bytes of its device); \
+                     restore the tier file from a backup",
+                    2 * layout::SUPERBLOCK_BYTES
+                ));
+            }
+            None if !format => {
+                return Err(format!(
+                    "tier {name} is configured as reduced but its device holds no reduced tier (it was \
+                     used unreduced before); a tier becomes reduced only when it is new: remove `reduce` \
+                     or give the tier a new file"
+                ));
+            }
+            None => format_device(&*inner, configured)?,
+        };
+        let differences = superblock.geometry.differences(&configured);
+        if !differences.is_empty() {
+            return Err(format!(
+                "reduced tier {name} was formatted with other settings ({}); put the old settings back \
+                 (a reduced tier's geometry cannot change)",
+                differences.join("; ")
+            ));
+        }
+        let geometry = superblock.geometry;
+        let (map, index, journal, replayed) = recover(&*inner, &superblock)?;
+        let stage_blocks = options
+            .stage_bytes
+            .unwrap_or_else(|| (geometry.packs_bytes() / 8).min(1 << 30))
+            / geometry.block_bytes;
+        let state = State::new(geometry, map, index, stage_blocks);
+        let switch = Switch::new(options.switch, clock.now_ns());
+        let workers = options.workers;
+        let shared = Arc::new(Shared {
+            name,
+            inner,
+            geometry,
+            options,
+            state: Mutex::new(state),
+            written: Condvar::new(),
+            journal: Mutex::new(journal),
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            switch: Mutex::new(switch),
+            jobs: Mutex::new(std::collections::VecDeque::new()),
+            jobs_ready: Condvar::new(),
+            clock,
+            stop: AtomicBool::new(false),
+        });
+        if replayed > 0 {
+            // Start the journal afresh so its use is known exactly.
+            shared
+                .checkpoint_now()
+                .map_err(|error| format!("reduced tier {}: writing a checkpoint after recovery: {error}", shared.name))?;
+        }
+        let staged = shared.state.lock().queue.len();
+        tracing::info!(
+            tier = %shared.name,
+            logical_bytes = geometry.logical_blocks * geometry.block_bytes,
+            packs = geometry.pack_count,
+            replayed_batches = replayed,
+            staged_blocks = staged,
+            mode = shared.options.switch.setting.name(),
+            "reduced tier opened"
+        );
+        let mut threads = Vec::new();
+        for worker in 0..workers {
+            let shared = shared.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("reduce-{worker}"))
+                .spawn(move || shared.worker())
+                .map_err(|error| format!("cannot start a reduction worker: {error}"))?;
+            threads.push(handle);
+        }
+        Ok(ReducedDevice { shared, threads })
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.shared.geometry
+    }
+
+    /// Reduces up to `blocks` staged blocks on this thread (tests and
+    /// workers = 0); returns how many it took off the stage.
+    pub fn reduce_staged(&self, blocks: usize) -> DeviceResult<usize> {
+        let mut done = 0;
+        while done < blocks && self.shared.reduce_one_staged()? {
+            done += 1;
+        }
+        Ok(done)
+    }
+
+    /// The status `tierd status` shows.
+    pub fn status(&self) -> ReductionStatus {
+        self.shared.status()
+    }
+
+    /// Applies the switch rule to a utilisation as if measured now (tests
+    /// and drills: forces a mode switch deterministically).
+    pub fn decide(&self, utilisation: f64) -> Option<SwitchEvent> {
+        let now = self.shared.clock.now_ns();
+        let event = self.shared.switch.lock().decide(now, utilisation);
+        if let Some(event) = event {
+            self.shared.log_switch(event);
+        }
+        event
+    }
+}
+
+impl Drop for ReducedDevice {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        {
+            let _jobs = self.shared.jobs.lock();
+            self.shared.jobs_ready.notify_all();
+        }
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn plan_geometry(device_bytes: u64, options: &ReduceOptions) -> Result<Geometry, String> {
+    let physical_blocks = device_bytes / options.block_bytes;
+    // A checkpoint holds the index: more entries than fragments can ever
+    // exist would only waste space.
+    let index_capacity = if options.dedup {
+        options.index_entries.min(physical_blocks * 2)
+    } else {
+        0
+    };
+    let logical = match options.logical_bytes {
+        Some(bytes) => bytes,
+        None => {
+            // Default: as much as the device holds raw after metadata.
+            let probe = Geometry::plan(device_bytes, options.block_bytes, options.block_bytes * 1024, options.pack_bytes, index_capacity)?;
+            let mut logical = probe.packs_bytes();
+            // The map itself takes room: shrink until it fits.
+            loop {
+                match Geometry::plan(device_bytes, options.block_bytes, logical, options.pack_bytes, index_capacity) {
+                    Ok(geometry) if geometry.packs_bytes() >= logical => break logical,
+                    Ok(geometry) => logical = geometry.packs_bytes() / options.block_bytes * options.block_bytes,
+                    Err(error) => return Err(error),
+                }
+            }
+        }
+    };
+    if logical < options.block_bytes || logical % options.block_bytes != 0 {
+        return Err(format!(
+            "reduce.logical = {logical} must be a positive multiple of reduce.block = {}",
+            options.block_bytes
+        ));
+    }
+    Geometry::plan(device_bytes, options.block_bytes, logical, options.pack_bytes, index_capacity)
+}
+
+fn format_device(inner: &dyn BlockDevice, geometry: Geometry) -> Result<Superblock, String> {
+    let map = vec![UNMAPPED; geometry.logical_blocks as usize];
+    let checkpoint = layout::encode_checkpoint(&map, &[]);
+    let fail = |error: DeviceError| format!("formatting the reduced tier: {error}");
+    inner.write_at(geometry.checkpoint_offset(0), &checkpoint).map_err(fail)?;
+    inner.flush().map_err(fail)?;
+    let superblock = Superblock {
+        geometry,
+        sequence: 1,
+        checkpoint_slot: 0,
+        journal_position: 0,
+        journal_sequence: 1,
+    };
+    inner
+        .write_at(layout::superblock_offset(geometry.device_bytes, 1), &superblock.encode())
+        .map_err(fail)?;
+    inner.flush().map_err(fail)?;
+    tracing::info!(device = inner.name(), "reduced tier formatted");
+    Ok(superblock)
+}
+
+/// Reads the current checkpoint and replays the journal after it.
+#[allow(clippy::type_complexity)]
+fn recover(
+    inner: &dyn BlockDevice,
+    superblock: &Superblock,
+) -> Result<(Vec<u64>, Vec<(codec::Fingerprint, u64)>, Journal, u64), String> {
+    let geometry = &superblock.geometry;
+    let slot_offset = geometry.checkpoint_offset(superblock.checkpoint_slot);
+    let mut header = vec![0u8; layout::CHECKPOINT_HEADER_BYTES as usize];
+    let fail = |error: DeviceError| format!("reading the reduced tier's metadata: {error}");
+    inner.read_at(slot_offset, &mut header).map_err(fail)?;
+    let damaged = |what: String| {
+        format!(
+            "the reduced tier's checkpoint (slot {} at byte {slot_offset} of {}) is damaged: {what}; \
+             restore the tier file from a backup",
+            superblock.checkpoint_slot,
+            inner.name()
+        )
+    };
+    let payload = layout::checkpoint_payload_bytes(&header).map_err(damaged)?;
+    if layout::CHECKPOINT_HEADER_BYTES + payload > geometry.checkpoint_slot_bytes() {
+        return Err(damaged("its length runs past its slot".to_string()));
+    }
+    let mut bytes = vec![0u8; (layout::CHECKPOINT_HEADER_BYTES + payload) as usize];
+    inner.read_at(slot_offset, &mut bytes).map_err(fail)?;
+    let (mut map, mut index) = layout::decode_checkpoint(&bytes, geometry).map_err(damaged)?;
+    drop(bytes);
+
+    let ring = geometry.journal_bytes;
+    let base = geometry.journal_offset();
+    let mut position = superblock.journal_position;
+    let mut sequence = superblock.journal_sequence;
+    let mut used = 0;
+    let mut replayed = 0;
+    let mut header = vec![0u8; layout::BATCH_HEADER_BYTES as usize];
+    loop {
+        let mut found = None;
+        for at in [position, 0] {
+            if at + layout::BATCH_HEADER_BYTES > ring {
+                continue;
+            }
+            inner.read_at(base + at, &mut header).map_err(fail)?;
+            if let Some((batch_sequence, count)) = layout::batch_header(&header) {
+                let bytes = layout::BATCH_HEADER_BYTES.saturating_add(count.saturating_mul(layout::RECORD_BYTES));
+                if batch_sequence == sequence && at + bytes <= ring {
+                    found = Some((at, count));
+                    break;
+                }
+            }
+            if position == 0 {
+                break;
+            }
+        }
+        let Some((at, count)) = found else { break };
+        let length = layout::batch_bytes(count as usize);
+        let mut batch = vec![0u8; length as usize];
+        inner.read_at(base + at, &mut batch).map_err(fail)?;
+        let Some(records) = layout::decode_batch(&batch) else {
+            // A torn append: the end of the journal.
+            break;
+        };
+        for record in records {
+            match record {
+                Record::Map { lbn, entry } => {
+                    if lbn >= geometry.logical_blocks || !layout::entry_is_valid(entry, geometry) {
+                        return Err(format!(
+                            "the reduced tier's journal batch {sequence} (byte {} of {}) maps block {lbn} \
+                             to {entry:#x}, outside the tier; restore the tier file from a backup",
+                            base + at,
+                            inner.name()
+                        ));
+                    }
+                    map[lbn as usize] = entry;
+                }
+                Record::Index { fingerprint, entry } => {
+                    if layout::entry_is_valid(entry, geometry) && Fragment::decode(entry).is_some() {
+                        index.push((fingerprint, entry));
+                    }
+                }
+            }
+        }
+        used += if at < position { ring - position + length } else { length };
+        position = at + length;
+        sequence += 1;
+        replayed += 1;
+    }
+    // Index records replayed in order: keep the newest per fingerprint, at
+    // most the capacity.
+    let capacity = geometry.index_capacity as usize;
+    if index.len() > capacity {
+        index.drain(..index.len() - capacity);
+    }
+    Ok((
+        map,
+        index,
+        Journal {
+            superblock_sequence: superblock.sequence,
+            checkpoint_slot: superblock.checkpoint_slot,
+            position,
+            sequence,
+            used,
+        },
+        replayed,
+    ))
+}
+
+impl Shared {
+    fn error(&self, op: &'static str, offset: u64, length: u64, errno: i32, message: String) -> DeviceError {
+        io_error(&self.name, op, offset, length, errno, message)
+    }
+
+    fn log_switch(&self, event: SwitchEvent) {
+        tracing::info!(
+            tier = %self.name,
+            from = event.from.name(),
+            to = event.to.name(),
+            utilisation = format!("{:.3}", event.utilisation),
+            "reduction mode switched"
+        );
+    }
+
+    fn mode_now(&self) -> Mode {
+        let now = self.clock.now_ns();
+        let mut switch = self.switch.lock();
+        if let Some(event) = switch.tick(now, self.options.workers.max(1)) {
+            drop(switch);
+            self.log_switch(event);
+            return event.to;
+        }
+        switch.mode()
+    }
+
+    fn record_work(&self, mode: Mode, started_ns: u64) {
+        let busy = self.clock.now_ns().saturating_sub(started_ns);
+        self.switch.lock().record_work(mode, busy);
+    }
+
+    // ---- workers ----------------------------------------------------------
+
+    fn worker(self: Arc<Self>) {
+        loop {
+            let job = {
+                let mut jobs = self.jobs.lock();
+                loop {
+                    if self.stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    if let Some(job) = jobs.pop_front() {
+                        break Some(job);
+                    }
+                    if !self.state.lock().queue.is_empty() {
+                        break None;
+                    }
+                    // Post work is queued under the state lock and
+                    // signalled under this one; the timeout is a backstop.
+                    self.jobs_ready.wait_for(&mut jobs, std::time::Duration::from_millis(50));
+                }
+            };
+            match job {
+                Some(job) => {
+                    let started = self.clock.now_ns();
+                    let result = self.store_block(job.lbn, &job.data, None);
+                    self.record_work(Mode::Inline, started);
+                    let mut done = job.done.state.lock();
+                    done.0 -= 1;
+                    if let Err(error) = result {
+                        done.1.get_or_insert(error);
+                    }
+                    if done.0 == 0 {
+                        job.done.cond.notify_all();
+                    }
+                }
+                None => {
+                    if let Err(error) = self.reduce_one_staged() {
+                        tracing::warn!(tier = %self.name, %error, "post-process reduction failed; the block stays staged");
+                        // Keep the worker alive, but do not spin on a failing device.
+                        let mut jobs = self.jobs.lock();
+                        self.jobs_ready.wait_for(&mut jobs, std::time::Duration::from_millis(100));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes one staged block and reduces it; false when none waits.
+    fn reduce_one_staged(&self) -> DeviceResult<bool> {
+        let started = self.clock.now_ns();
+        let (lbn, entry, located) = {
+            let mut state = self.state.lock();
+            let Some((lbn, entry)) = state.queue.pop_front() else {
+                return Ok(false);
+            };
+            if !state.maps(lbn, entry) {
+                // Overwritten (or trimmed) since it was staged.
+                state.staging.reduced();
+                return Ok(true);
+            }
+            let fragment = Fragment::decode(entry).expect("staged entries are fragments");
+            let located = {
+                let (_, located) = state.locate(lbn);
+                located
+            };
+            let _ = fragment;
+            (lbn, entry, located)
+        };
+        let mut block = vec![0u8; self.geometry.block_bytes as usize];
+        if let Err(error) = self.read_located(lbn, located, &mut block) {
+            let mut state = self.state.lock();
+            state.queue.push_back((lbn, entry));
+            return Err(error);
+        }
+        let result = self.store_block(lbn, &block, Some(entry));
+        if result.is_err() {
+            self.state.lock().queue.push_back((lbn, entry));
+        }
+        self.record_work(Mode::Post, started);
+        result.map(|()| true)
+    }
+
+    // ---- the block path ---------------------------------------------------
+
+    /// Reads a located block into `out` (exactly one block), unpinning a
+    /// device-located pack.
+    fn read_located(&self, lbn: u64, located: Located, out: &mut [u8]) -> DeviceResult<()> {
+        let block = self.geometry.block_bytes;
+        let decode = |fragment: &[u8], out: &mut [u8]| -> DeviceResult<()> {
+            if fragment.len() as u64 == block {
+                out.copy_from_slice(fragment);
+                Ok(())
+            } else {
+                codec::decompress(fragment, out).map_err(|message| {
+                    self.error(
+                        "read",
+                        lbn * block,
+                        block,
+                        libc::EIO,
+                        format!("block {lbn}: {message} (the tier's data was changed or damaged on disk)"),
+                    )
+                })
+            }
+        };
+        match located {
+            Located::Zeroes => {
+                out.fill(0);
+                Ok(())
+            }
+            Located::Bytes(bytes) => decode(&bytes, out),
+            Located::Shared { buf, offset, len } => decode(&buf[offset as usize..(offset + len) as usize], out),
+            Located::Device { pack, offset, len } => {
+                let at = self.geometry.pack_offset(pack) + offset;
+                let result = if len == block {
+                    self.inner.read_at(at, out)
+                } else {
+                    let mut fragment = vec![0u8; len as usize];
+                    self.inner
+                        .read_at(at, &mut fragment)
+                        .and_then(|()| decode(&fragment, out))
+                };
+                self.state.lock().unpin(pack);
+                result
+            }
+        }
+    }
+
+    fn read_block(&self, lbn: u64, out: &mut [u8]) -> DeviceResult<()> {
+        let (_, located) = self.state.lock().locate(lbn);
+        self.read_located(lbn, located, out)
+    }
+
+    /// Whether a candidate's bytes equal `data`.
+    fn equals(&self, lbn: u64, located: Located, data: &[u8]) -> DeviceResult<bool> {
+        let mut stored = vec![0u8; data.len()];
+        match self.read_located(lbn, located, &mut stored) {
+            Ok(()) => Ok(stored == data),
+            // A stale hint pointing at bytes that no longer decode.
+            Err(error) if error.kind == DeviceErrorKind::Io(libc::EIO) && error.device == self.name => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Reduces `data` into `lbn`'s new mapping. `expect`: a staged entry the
+    /// block must still map to (post-process), else nothing is changed.
+    fn store_block(&self, lbn: u64, data: &[u8], expect: Option<u64>) -> DeviceResult<()> {
+        let still = |state: &mut MutexGuard<'_, State>| match expect {
+            None => true,
+            Some(entry) => {
+                let mapped = state.maps(lbn, entry);
+                if !mapped {
+                    state.staging.reduced();
+                }
+                mapped
+            }
+        };
+        if codec::is_zero(data) {
+            let mut state = self.state.lock();
+            if still(&mut state) {
+                state.install(lbn, ZERO);
+                if expect.is_some() {
+                    state.staging.reduced();
+                }
+            }
+            return Ok(());
+        }
+        let fingerprint = self.options.dedup.then(|| codec::fingerprint(data));
+        if let Some(fingerprint) = fingerprint {
+            let candidate = self.state.lock().candidate(fingerprint);
+            if let Some((entry, located)) = candidate {
+                // Pinned (if on the device) until it is mapped or let go.
+                let pinned = match &located {
+                    Located::Device { pack, .. } => Some(*pack),
+                    _ => None,
+                };
+                // read_located unpins; pin again for the install below.
+                if let Some(pack) = pinned {
+                    self.state.lock().pin(pack);
+                }
+                let same = self.equals(lbn, located, data);
+                let mut state = self.state.lock();
+                let result = match same {
+                    Ok(true) => {
+                        if still(&mut state) {
+                            state.install(lbn, entry);
+                            state.tallies.dedup_hits += 1;
+                            if expect.is_some() {
+                                state.staging.reduced();
+                            }
+                        }
+                        Some(Ok(()))
+                    }
+                    Ok(false) => {
+                        state.tallies.dedup_mismatches += 1;
+                        None
+                    }
+                    Err(error) => Some(Err(error)),
+                };
+                if let Some(pack) = pinned {
+                    state.unpin(pack);
+                }
+                if let Some(result) = result {
+                    return result;
+                }
+            }
+        }
+        let mut compressed = Vec::new();
+        let (kind, bytes): (PackKind, &[u8]) = if self.options.compress && codec::compress(data, &mut compressed) {
+            (PackKind::Compressed, &compressed)
+        } else {
+            (PackKind::Raw, data)
+        };
+        let mut flushed = false;
+        loop {
+            let mut state = self.state.lock();
+            if !still(&mut state) {
+                return Ok(());
+            }
+            match state.append(kind, bytes, false) {
+                Ok((fragment, sealed)) => {
+                    let entry = fragment.encode();
+                    state.install(lbn, entry);
+                    if let Some(fingerprint) = fingerprint {
+                        state.index.insert(fingerprint, entry);
+                        state.records.push(Record::Index { fingerprint, entry });
+                    }
+                    if expect.is_some() {
+                        state.staging.reduced();
+                    }
+                    drop(state);
+                    if let Some(write) = sealed {
+                        self.write_pack(write);
+                    }
+                    return Ok(());
+                }
+                Err(NoRoom::AfterFlush) if !flushed => {
+                    drop(state);
+                    self.flush()?;
+                    flushed = true;
+                }
+                Err(_) => {
+                    drop(state);
+                    return Err(self.full_error(lbn));
+                }
+            }
+        }
+    }
+
+    fn full_error(&self, lbn: u64) -> DeviceError {
+        let state = self.state.lock();
+        self.error(
+            "write",
+            lbn * self.geometry.block_bytes,
+            self.geometry.block_bytes,
+            libc::ENOSPC,
+            format!(
+                "reduced tier {} is full: all {} packs of {} bytes hold live data ({} bytes of fragments, \
+                 {} logical blocks mapped); nothing was changed — free space (TRIM) or give the tier a \
+                 larger device",
+                self.name,
+                self.geometry.pack_count,
+                self.geometry.pack_bytes,
+                state.tallies.fragment_bytes,
+                state.tallies.mapped_blocks
+            ),
+        )
+    }
+
+    /// Stages `data` raw for post-process reduction.
+    fn stage_block(&self, lbn: u64, data: &[u8]) -> DeviceResult<()> {
+        let mut flushed = false;
+        loop {
+            let mut state = self.state.lock();
+            match state.append(PackKind::Raw, data, true) {
+                Ok((fragment, sealed)) => {
+                    let entry = fragment.encode();
+                    state.install(lbn, entry);
+                    state.queue.push_back((lbn, entry));
+                    drop(state);
+                    {
+                        let _jobs = self.jobs.lock();
+                        self.jobs_ready.notify_one();
+                    }
+                    if let Some(write) = sealed {
+                        self.write_pack(write);
+                    }
+                    return Ok(());
+                }
+                Err(NoRoom::AfterFlush) if !flushed => {
+                    drop(state);
+                    self.flush()?;
+                    flushed = true;
+                }
+                Err(_) => {
+                    state.staging.reduced();
+                    drop(state);
+                    return Err(self.full_error(lbn));
+                }
+            }
+        }
+    }
+
+    /// Writes a pack (or its tail); a failure keeps it in memory for the
+    /// next flush to retry (which then reports the error).
+    fn write_pack(&self, write: PackWrite) {
+        let at = self.geometry.pack_offset(write.pack) + write.from;
+        let result = self
+            .inner
+            .write_at(at, &write.buf[write.from as usize..write.to as usize]);
+        if let Err(error) = &result {
+            tracing::warn!(tier = %self.name, pack = write.pack, %error, "pack write failed; kept in memory for the next flush");
+        }
+        let mut state = self.state.lock();
+        state.write_done(write, result.is_ok());
+        self.written.notify_all();
+    }
+
+    // ---- user IO ----------------------------------------------------------
+
+    /// Locks the stripes of blocks `first..=last` in order.
+    fn lock_stripes(&self, first: u64, last: u64) -> Vec<MutexGuard<'_, ()>> {
+        let mut stripes: Vec<usize> = if last - first + 1 >= STRIPES as u64 {
+            (0..STRIPES).collect()
+        } else {
+            (first..=last).map(|lbn| (lbn % STRIPES as u64) as usize).collect()
+        };
+        stripes.sort_unstable();
+        stripes.dedup();
+        stripes.into_iter().map(|stripe| self.stripes[stripe].lock()).collect()
+    }
+
+    /// Writes `data` at `offset` (`None`: zeroes, mapped `fill`).
+    fn write(&self, op: &'static str, offset: u64, length: u64, data: Option<&[u8]>, fill: u64) -> DeviceResult<()> {
+        check_range(&self.name, op, offset, length, self.logical_bytes())?;
+        if length == 0 {
+            return Ok(());
+        }
+        let block = self.geometry.block_bytes;
+        let first = offset / block;
+        let last = (offset + length - 1) / block;
+        let _stripes = self.lock_stripes(first, last);
+        let mode = if data.is_some() { self.mode_now() } else { Mode::Inline };
+        let mut inline: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut scratch = vec![0u8; block as usize];
+        for lbn in first..=last {
+            let start = lbn * block;
+            let lo = offset.max(start);
+            let hi = (offset + length).min(start + block);
+            let whole = lo == start && hi == start + block;
+            let Some(data) = data else {
+                if whole {
+                    self.state.lock().install(lbn, fill);
+                    continue;
+                }
+                self.read_block(lbn, &mut scratch)?;
+                scratch[(lo - start) as usize..(hi - start) as usize].fill(0);
+                inline.push((lbn, scratch.clone()));
+                continue;
+            };
+            let part = &data[(lo - offset) as usize..(hi - offset) as usize];
+            let bytes = if whole {
+                part.to_vec()
+            } else {
+                self.read_block(lbn, &mut scratch)?;
+                scratch[(lo - start) as usize..(hi - start) as usize].copy_from_slice(part);
+                scratch.clone()
+            };
+            let taken = if mode == Mode::Post && !codec::is_zero(&bytes) {
+                self.state.lock().staging.admit(Mode::Post)
+            } else {
+                Mode::Inline
+            };
+            match taken {
+                Mode::Post => self.stage_block(lbn, &bytes)?,
+                Mode::Inline => inline.push((lbn, bytes)),
+            }
+        }
+        self.run_inline(inline)
+    }
+
+    /// Reduces blocks before the write returns: on the workers, or here
+    /// when there are none.
+    fn run_inline(&self, blocks: Vec<(u64, Vec<u8>)>) -> DeviceResult<()> {
+        if blocks.is_empty() {
+            return Ok(());
+        }
+        if self.options.workers == 0 {
+            for (lbn, data) in blocks {
+                let started = self.clock.now_ns();
+                let result = self.store_block(lbn, &data, None);
+                self.record_work(Mode::Inline, started);
+                result?;
+            }
+            return Ok(());
+        }
+        let done = Arc::new(Done {
+            state: Mutex::new((blocks.len(), None)),
+            cond: Condvar::new(),
+        });
+        {
+            let mut jobs = self.jobs.lock();
+            for (lbn, data) in blocks {
+                jobs.push_back(InlineJob {
+                    lbn,
+                    data,
+                    done: done.clone(),
+                });
+            }
+            self.jobs_ready.notify_all();
+        }
+        let mut state = done.state.lock();
+        while state.0 > 0 {
+            done.cond.wait(&mut state);
+        }
+        match state.1.take() {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+
+    fn logical_bytes(&self) -> u64 {
+        self.geometry.logical_blocks * self.geometry.block_bytes
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> DeviceResult<()> {
+        check_range(&self.name, "read", offset, buf.len() as u64, self.logical_bytes())?;
+        let block = self.geometry.block_bytes;
+        let mut scratch = vec![0u8; block as usize];
+        let mut at = 0usize;
+        while at < buf.len() {
+            let position = offset + at as u64;
+            let lbn = position / block;
+            let within = (position % block) as usize;
+            let take = (block as usize - within).min(buf.len() - at);
+            if within == 0 && take == block as usize {
+                self.read_block(lbn, &mut buf[at..at + take])?;
+            } else {
+                self.read_block(lbn, &mut scratch)?;
+                buf[at..at + take].copy_from_slice(&scratch[within..within + take]);
+            }
+            at += take;
+        }
+        Ok(())
+    }
+
+    // ---- flush and the journal ---------------------------------------------
+
+    fn flush(&self) -> DeviceResult<()> {
+        let mut journal = self.journal.lock();
+        let (plan, checkpoint) = {
+            let mut state = self.state.lock();
+            let plan = state.begin_flush();
+            let batch = layout::batch_bytes(plan.records.len());
+            let checkpoint = (!plan.records.is_empty()
+                && journal.used + batch > self.geometry.journal_bytes / 2)
+                .then(|| (state.map.clone(), state.index.entries()));
+            (plan, checkpoint)
+        };
+        let mut first_error = None;
+        for write in plan.writes {
+            let at = self.geometry.pack_offset(write.pack) + write.from;
+            let result = self
+                .inner
+                .write_at(at, &write.buf[write.from as usize..write.to as usize]);
+            if let Err(error) = &result {
+                first_error.get_or_insert(error.clone());
+            }
+            let mut state = self.state.lock();
+            state.write_done(write, result.is_ok());
+            self.written.notify_all();
+        }
+        {
+            let mut state = self.state.lock();
+            while state.writes_before(plan.before_write) {
+                self.written.wait(&mut state);
+            }
+        }
+        let result = match first_error {
+            Some(error) => Err(error),
+            None => self.inner.flush(),
+        }
+        .and_then(|()| match checkpoint {
+            Some((map, index)) => self.write_checkpoint(&mut journal, &map, &index),
+            None if plan.records.is_empty() => Ok(()),
+            None => self.append_batch(&mut journal, &plan.records),
+        });
+        match result {
+            Ok(()) => {
+                self.state.lock().end_flush(plan.pending);
+                Ok(())
+            }
+            Err(error) => {
+                self.state.lock().restore_records(plan.records);
+                Err(error)
+            }
+        }
+    }
+
+    fn append_batch(&self, journal: &mut Journal, records: &[Record]) -> DeviceResult<()> {
+        let bytes = layout::encode_batch(journal.sequence, records);
+        let length = bytes.len() as u64;
+        let mut position = journal.position;
+        let mut used = journal.used;
+        if position + length > self.geometry.journal_bytes {
+            used += self.geometry.journal_bytes - position;
+            position = 0;
+        }
+        self.inner.write_at(self.geometry.journal_offset() + position, &bytes)?;
+        self.inner.flush()?;
+        journal.position = position + length;
+        journal.sequence += 1;
+        journal.used = used + length;
+        Ok(())
+    }
+
+    fn write_checkpoint(&self, journal: &mut Journal, map: &[u64], index: &[(codec::Fingerprint, u64)]) -> DeviceResult<()> {
+        let slot = 1 - journal.checkpoint_slot;
+        let bytes = layout::encode_checkpoint(map, index);
+        self.inner.write_at(self.geometry.checkpoint_offset(slot), &bytes)?;
+        self.inner.flush()?;
+        let superblock = Superblock {
+            geometry: self.geometry,
+            sequence: journal.superblock_sequence + 1,
+            checkpoint_slot: slot,
+            journal_position: journal.position,
+            journal_sequence: journal.sequence,
+        };
+        let copy = superblock.sequence % 2;
+        self.inner
+            .write_at(layout::superblock_offset(self.geometry.device_bytes, copy), &superblock.encode())?;
+        self.inner.flush()?;
+        journal.superblock_sequence = superblock.sequence;
+        journal.checkpoint_slot = slot;
+        journal.used = 0;
+        Ok(())
+    }
+
+    /// A checkpoint of the state as it is (at open, after a replay: nothing
+    /// is unflushed yet).
+    fn checkpoint_now(&self) -> DeviceResult<()> {
+        let mut journal = self.journal.lock();
+        let (map, index) = {
+            let state = self.state.lock();
+            (state.map.clone(), state.index.entries())
+        };
+        self.write_checkpoint(&mut journal, &map, &index)
+    }
+
+    fn status(&self) -> ReductionStatus {
+        let switch = self.switch.lock();
+        let config = switch.config();
+        let (mode, switches, utilisation, last_switch) =
+            (switch.mode(), switch.switches(), switch.utilisation(), switch.last_event());
+        let setting = config.setting;
+        let rule = config.rule;
+        drop(switch);
+        let state = self.state.lock();
+        let block = self.geometry.block_bytes;
+        let logical_bytes = (state.tallies.mapped_blocks + state.tallies.zero_blocks) * block;
+        let physical_bytes = state.physical_bytes();
+        ReductionStatus {
+            mode: mode.name().to_string(),
+            setting: setting.name().to_string(),
+            rule: match (setting, rule) {
+                (ModeSetting::Auto, SwitchRule::Double) => "double",
+                (ModeSetting::Auto, SwitchRule::Single) => "single",
+                _ => "fixed",
+            }
+            .to_string(),
+            logical_bytes,
+            physical_bytes,
+            ratio: if logical_bytes == 0 {
+                0.0
+            } else {
+                logical_bytes as f64 / physical_bytes.max(block) as f64
+            },
+            zero_bytes: state.tallies.zero_blocks * block,
+            dedup_bytes: state.tallies.dedup_blocks * block,
+            compress_saved_bytes: state.tallies.compress_saved_bytes,
+            switches,
+            staged_bytes: state.staging.staged_blocks * block,
+            utilisation,
+            workers: self.options.workers,
+            capacity_bytes: self.geometry.packs_bytes(),
+            free_bytes: state.free_packs() * self.geometry.pack_bytes,
+            index_entries: state.index.len() as u64,
+            index_capacity: self.geometry.index_capacity,
+            dedup_hits: state.tallies.dedup_hits,
+            dedup_mismatches: state.tallies.dedup_mismatches,
+            stage_overflows: state.staging.overflows,
+            last_switch,
+        }
+    }
+}
+
+impl BlockDevice for ReducedDevice {
+    fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.shared.logical_bytes()
+    }
+
+    fn is_volatile(&self) -> bool {
+        self.shared.inner.is_volatile()
+    }
+
+    fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> DeviceResult<()> {
+        self.shared.read(offset_bytes, buf)
+    }
+
+    fn write_at(&self, offset_bytes: u64, data: &[u8]) -> DeviceResult<()> {
+        self.shared
+            .write("write", offset_bytes, data.len() as u64, Some(data), ZERO)
+    }
+
+    fn write_at_durable(&self, offset_bytes: u64, data: &[u8]) -> DeviceResult<()> {
+        self.write_at(offset_bytes, data)?;
+        self.shared.flush()
+    }
+
+    fn flush(&self) -> DeviceResult<()> {
+        self.shared.flush()
+    }
+
+    fn discard(&self, offset_bytes: u64, length_bytes: u64) -> DeviceResult<()> {
+        self.shared.write("discard", offset_bytes, length_bytes, None, UNMAPPED)
+    }
+
+    fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> DeviceResult<()> {
+        self.shared
+            .write("write_zeroes", offset_bytes, length_bytes, None, ZERO)
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.shared.inner.failure()
+    }
+
+    fn backing_warning(&self) -> Option<String> {
+        self.shared.inner.backing_warning()
+    }
+
+    fn check_backing(&self) -> Option<String> {
+        self.shared.inner.check_backing()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,707 @@
+//! A reduced tier's in-memory state and every rule that changes it: the
+//! block map, reference counts per fragment and per pack, the packs being
+//! filled and written, which packs may be reused, the fingerprint index, the
+//! records not yet journaled and the stage's queue. No IO here: the device
+//! (`super::ReducedDevice`) holds this behind one lock, does the IO the
+//! returned jobs describe, and reports back.
+//!
+//! The rules that keep data safe across a crash:
+//! 1. A pack's bytes are written only past what is durable in it: a pack is
+//!    appended to in memory and written as a whole when sealed, or its tail
+//!    at a flush, after which its fill moves to the next 4 KiB so no later
+//!    write touches a sector that holds flushed data.
+//! 2. A record joins the journal batch in the same critical section as the
+//!    map change it records, and a flush writes the batch only after every
+//!    pack write begun before it completed and the device flushed: a durable
+//!    record never points at bytes that are not durable.
+//! 3. A pack whose last reference goes is reused only after the flush that
+//!    journals the change (the durable map may still point into it until
+//!    then), and only once no read of it is in flight.
+//! 4. The fingerprint index is a hint: a candidate is used only after its
+//!    bytes are read back and equal the new block's, and only while its pack
+//!    is not free.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use tierd_common::hash::FastMap;
+use tierd_core::reduce::Staging;
+
+use super::codec::Fingerprint;
+use super::layout::{Fragment, Geometry, Record, UNMAPPED, ZERO};
+
+/// Which open pack a fragment goes to: raw blocks stay aligned together,
+/// compressed fragments are packed byte by byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PackKind {
+    Raw = 0,
+    Compressed = 1,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PackState {
+    Free,
+    /// Being filled in memory (reads come from its buffer).
+    Open(PackKind),
+    /// Sealed, its buffer being written (reads come from the buffer).
+    Writing,
+    /// On the device.
+    Sealed,
+}
+
+pub struct OpenPack {
+    pub pack: u32,
+    pub buf: Vec<u8>,
+    pub fill: u64,
+    /// Bytes [0, durable) are written (by a flush's tail write).
+    pub durable: u64,
+}
+
+/// A pack write the caller must do: `buf[from..to]` at the pack's `from`.
+pub struct PackWrite {
+    pub pack: u32,
+    pub sequence: u64,
+    pub buf: Arc<Vec<u8>>,
+    pub from: u64,
+    pub to: u64,
+    /// The pack stays open (a flush's tail write), or was sealed.
+    pub tail: bool,
+}
+
+/// Where a block's bytes are to be read from.
+pub enum Located {
+    /// Unmapped or zero.
+    Zeroes,
+    /// A copy of the fragment (from a pack still in memory).
+    Bytes(Vec<u8>),
+    /// A pack being written: its shared buffer.
+    Shared { buf: Arc<Vec<u8>>, offset: u64, len: u64 },
+    /// On the device; the pack is pinned until [`State::unpin`].
+    Device { pack: u32, offset: u64, len: u64 },
+}
+
+/// Why a fragment could not be placed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum NoRoom {
+    /// Packs are waiting for a flush to be reusable: flush and retry.
+    AfterFlush,
+    /// Every pack is in use.
+    Full,
+}
+
+/// The fingerprint index: a bounded map, oldest insertion dropped first.
+pub struct Index {
+    map: FastMap<Fingerprint, u64>,
+    order: VecDeque<Fingerprint>,
+    capacity: usize,
+    pub dropped: u64,
+}
+
+impl Index {
+    pub fn new(capacity: usize) -> Index {
+        Index {
+            map: FastMap::default(),
+            order: VecDeque::new(),
+            capacity,
+            dropped: 0,
+        }
+    }
+
+    pub fn get(&self, fingerprint: Fingerprint) -> Option<u64> {
+        self.map.get(&fingerprint).copied()
+    }
+
+    pub fn insert(&mut self, fingerprint: Fingerprint, entry: u64) {
+        if self.capacity == 0 {
+            return;
+        }
+        if let Some(old) = self.map.get_mut(&fingerprint) {
+            *old = entry;
+            return;
+        }
+        self.map.insert(fingerprint, entry);
+        self.order.push_back(fingerprint);
+        while self.order.len() > self.capacity {
+            if let Some(oldest) = self.order.pop_front() {
+                self.map.remove(&oldest);
+                self.dropped += 1;
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Entries oldest first (a checkpoint's order).
+    pub fn entries(&self) -> Vec<(Fingerprint, u64)> {
+        self.order
+            .iter()
+            .filter_map(|fingerprint| self.map.get(fingerprint).map(|entry| (*fingerprint, *entry)))
+            .collect()
+    }
+}
+
+/// Counts for status: kept as the map changes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tallies {
+    /// Logical blocks mapped to a fragment.
+    pub mapped_blocks: u64,
+    /// Logical blocks written with zeroes.
+    pub zero_blocks: u64,
+    /// References beyond the first to a fragment: blocks dedup saved.
+    pub dedup_blocks: u64,
+    /// Bytes of the live fragments (each once).
+    pub fragment_bytes: u64,
+    /// Bytes compression saved over the live fragments (each once).
+    pub compress_saved_bytes: u64,
+    /// Blocks written that deduplicated against stored ones.
+    pub dedup_hits: u64,
+    /// Index candidates whose bytes differed (hash collision or stale hint).
+    pub dedup_mismatches: u64,
+}
+
+pub struct State {
+    pub geometry: Geometry,
+    pub map: Vec<u64>,
+    pack_refs: Vec<u32>,
+    pack_state: Vec<PackState>,
+    free: Vec<u32>,
+    pending_free: Vec<u32>,
+    readers: FastMap<u32, u32>,
+    fragment_refs: FastMap<u64, u32>,
+    pub index: Index,
+    open: [Option<OpenPack>; 2],
+    writing: FastMap<u32, Arc<Vec<u8>>>,
+    /// Pack writes begun and not completed, by sequence.
+    in_flight: BTreeSet<u64>,
+    next_write: u64,
+    /// Pack writes that failed: kept in memory (reads come from them) and
+    /// written again by the next flush.
+    failed: Vec<PackWrite>,
+    pub records: Vec<Record>,
+    pub tallies: Tallies,
+    /// Staged blocks waiting for post-process reduction: (lbn, entry).
+    pub queue: VecDeque<(u64, u64)>,
+    pub staging: Staging,
+}
+
+impl State {
+    /// The state of a recovered (or new) map: reference counts, pack states
+    /// and the free list follow from it.
+    pub fn new(
+        geometry: Geometry,
+        map: Vec<u64>,
+        index: Vec<(Fingerprint, u64)>,
+        stage_limit_blocks: u64,
+    ) -> State {
+        let mut state = State {
+            geometry,
+            map: Vec::new(),
+            pack_refs: vec![0; geometry.pack_count as usize],
+            pack_state: vec![PackState::Free; geometry.pack_count as usize],
+            free: Vec::new(),
+            pending_free: Vec::new(),
+            readers: FastMap::default(),
+            fragment_refs: FastMap::default(),
+            index: Index::new(geometry.index_capacity as usize),
+            open: [None, None],
+            writing: FastMap::default(),
+            in_flight: BTreeSet::new(),
+            next_write: 0,
+            failed: Vec::new(),
+            records: Vec::new(),
+            tallies: Tallies::default(),
+            queue: VecDeque::new(),
+            staging: Staging::new(stage_limit_blocks),
+        };
+        for (lbn, &entry) in map.iter().enumerate() {
+            state.acquire(entry);
+            if let Some(fragment) = Fragment::decode(entry) {
+                state.pack_state[fragment.pack as usize] = PackState::Sealed;
+                if fragment.staged {
+                    state.queue.push_back((lbn as u64, entry));
+                    state.staging.staged_blocks += 1;
+                }
+            }
+        }
+        state.map = map;
+        // Lowest packs last, so they are taken first (pop).
+        state.free = (0..geometry.pack_count as u32)
+            .rev()
+            .filter(|&pack| state.pack_state[pack as usize] == PackState::Free)
+            .collect();
+        for (fingerprint, entry) in index {
+            state.index.insert(fingerprint, entry);
+        }
+        state
+    }
+
+    fn acquire(&mut self, entry: u64) {
+        if entry == ZERO {
+            self.tallies.zero_blocks += 1;
+            return;
+        }
+        let Some(fragment) = Fragment::decode(entry) else {
+            return;
+        };
+        self.tallies.mapped_blocks += 1;
+        self.pack_refs[fragment.pack as usize] += 1;
+        let refs = self.fragment_refs.entry(fragment.settled().encode()).or_insert(0);
+        *refs += 1;
+        if *refs == 1 {
+            self.tallies.fragment_bytes += u64::from(fragment.len);
+            self.tallies.compress_saved_bytes += self.geometry.block_bytes - u64::from(fragment.len);
+        } else {
+            self.tallies.dedup_blocks += 1;
+        }
+    }
+
+    fn release(&mut self, entry: u64) {
+        if entry == ZERO {
+            self.tallies.zero_blocks -= 1;
+            return;
+        }
+        let Some(fragment) = Fragment::decode(entry) else {
+            return;
+        };
+        self.tallies.mapped_blocks -= 1;
+        let key = fragment.settled().encode();
+        let refs = self.fragment_refs.get_mut(&key).expect("a mapped fragment is counted");
+        *refs -= 1;
+        if *refs == 0 {
+            self.fragment_refs.remove(&key);
+            self.tallies.fragment_bytes -= u64::from(fragment.len);
+            self.tallies.compress_saved_bytes -= self.geometry.block_bytes - u64::from(fragment.len);
+        } else {
+            self.tallies.dedup_blocks -= 1;
+        }
+        let pack = fragment.pack as usize;
+        self.pack_refs[pack] -= 1;
+        if self.pack_refs[pack] == 0 && self.pack_state[pack] == PackState::Sealed {
+            self.pending_free.push(fragment.pack);
+        }
+    }
+
+    /// Maps `lbn` to `entry` and records it for the journal.
+    pub fn install(&mut self, lbn: u64, entry: u64) {
+        let old = self.map[lbn as usize];
+        if old == entry {
+            return;
+        }
+        self.acquire(entry);
+        self.release(old);
+        self.map[lbn as usize] = entry;
+        self.records.push(Record::Map { lbn, entry });
+    }
+
+    /// An index candidate for `fingerprint` that may be compared: its pack
+    /// not free and its bytes fixed (below an open pack's fill). The pack is
+    /// pinned when the bytes must come from the device.
+    pub fn candidate(&mut self, fingerprint: Fingerprint) -> Option<(u64, Located)> {
+        let entry = self.index.get(fingerprint)?;
+        let fragment = Fragment::decode(entry)?;
+        let end = u64::from(fragment.offset) + u64::from(fragment.len);
+        match self.pack_state[fragment.pack as usize] {
+            PackState::Free => return None,
+            PackState::Open(kind) => {
+                let open = self.open[kind as usize].as_ref().expect("open pack");
+                if end > open.fill {
+                    return None;
+                }
+            }
+            PackState::Writing | PackState::Sealed => {}
+        }
+        Some((entry, self.locate_fragment(fragment)))
+    }
+
+    /// Where `lbn`'s bytes are. A `Device` answer pins the pack.
+    pub fn locate(&mut self, lbn: u64) -> (u64, Located) {
+        let entry = self.map[lbn as usize];
+        match Fragment::decode(entry) {
+            None => (entry, Located::Zeroes),
+            Some(fragment) => (entry, self.locate_fragment(fragment)),
+        }
+    }
+
+    fn locate_fragment(&mut self, fragment: Fragment) -> Located {
+        let offset = u64::from(fragment.offset);
+        let len = u64::from(fragment.len);
+        match self.pack_state[fragment.pack as usize] {
+            PackState::Open(kind) => {
+                let open = self.open[kind as usize].as_ref().expect("open pack");
+                Located::Bytes(open.buf[offset as usize..(offset + len) as usize].to_vec())
+            }
+            PackState::Writing => Located::Shared {
+                buf: self.writing[&fragment.pack].clone(),
+                offset,
+                len,
+            },
+            PackState::Sealed | PackState::Free => {
+                *self.readers.entry(fragment.pack).or_insert(0) += 1;
+                Located::Device {
+                    pack: fragment.pack,
+                    offset,
+                    len,
+                }
+            }
+        }
+    }
+
+    /// Keeps `pack` from being reused while the caller reads or maps it.
+    pub fn pin(&mut self, pack: u32) {
+        *self.readers.entry(pack).or_insert(0) += 1;
+    }
+
+    /// A device read of `pack` (from [`Located::Device`]) finished.
+    pub fn unpin(&mut self, pack: u32) {
+        if let Some(readers) = self.readers.get_mut(&pack) {
+            *readers -= 1;
+            if *readers == 0 {
+                self.readers.remove(&pack);
+            }
+        }
+    }
+
+    /// Appends a fragment to the open pack of `kind`, sealing a full one
+    /// (the returned write) and opening another as needed.
+    pub fn append(
+        &mut self,
+        kind: PackKind,
+        bytes: &[u8],
+        staged: bool,
+    ) -> Result<(Fragment, Option<PackWrite>), NoRoom> {
+        let len = bytes.len() as u64;
+        let mut sealed = None;
+        let fits = |open: &OpenPack| open.fill + len <= open.buf.len() as u64;
+        if self.open[kind as usize].as_ref().is_some_and(|open| !fits(open)) {
+            sealed = self.seal(kind);
+        }
+        if self.open[kind as usize].is_none() {
+            let Some(pack) = self.free.pop() else {
+                // The sealed pack's write must still happen.
+                if let Some(write) = sealed {
+                    self.in_flight.remove(&write.sequence);
+                    self.failed.push(write);
+                }
+                return Err(if self.pending_free.is_empty() {
+                    NoRoom::Full
+                } else {
+                    NoRoom::AfterFlush
+                });
+            };
+            self.pack_state[pack as usize] = PackState::Open(kind);
+            self.open[kind as usize] = Some(OpenPack {
+                pack,
+                buf: vec![0; self.geometry.pack_bytes as usize],
+                fill: 0,
+                durable: 0,
+            });
+        }
+        let open = self.open[kind as usize].as_mut().expect("opened above");
+        let offset = open.fill;
+        open.buf[offset as usize..(offset + len) as usize].copy_from_slice(bytes);
+        open.fill += len;
+        let fragment = Fragment {
+            pack: open.pack,
+            offset: offset as u32,
+            len: len as u32,
+            staged,
+        };
+        Ok((fragment, sealed))
+    }
+
+    /// Seals the open pack of `kind`: its unwritten bytes become a write.
+    fn seal(&mut self, kind: PackKind) -> Option<PackWrite> {
+        let open = self.open[kind as usize].take()?;
+        let pack = open.pack;
+        let to = open.fill.next_multiple_of(4096).min(open.buf.len() as u64);
+        let buf = Arc::new(open.buf);
+        if to <= open.durable {
+            // Nothing new since the last flush wrote its tail.
+            self.sealed(pack);
+            return None;
+        }
+        self.pack_state[pack as usize] = PackState::Writing;
+        self.writing.insert(pack, buf.clone());
+        let sequence = self.begin_write();
+        Some(PackWrite {
+            pack,
+            sequence,
+            buf,
+            from: open.durable,
+            to,
+            tail: false,
+        })
+    }
+
+    fn begin_write(&mut self) -> u64 {
+        let sequence = self.next_write;
+        self.next_write += 1;
+        self.in_flight.insert(sequence);
+        sequence
+    }
+
+    fn sealed(&mut self, pack: u32) {
+        self.pack_state[pack as usize] = PackState::Sealed;
+        if self.pack_refs[pack as usize] == 0 {
+            self.pending_free.push(pack);
+        }
+    }
+
+    /// A pack write finished (`ok`: it reached the device).
+    pub fn write_done(&mut self, write: PackWrite, ok: bool) {
+        self.in_flight.remove(&write.sequence);
+        if !ok {
+            self.failed.push(write);
+            return;
+        }
+        if !write.tail {
+            self.writing.remove(&write.pack);
+            self.sealed(write.pack);
+        }
+    }
+
+    /// True while a pack write begun before `sequence` is in flight.
+    pub fn writes_before(&self, sequence: u64) -> bool {
+        self.in_flight.first().is_some_and(|&first| first < sequence)
+    }
+
+    /// A flush begins: the open packs' new bytes become tail writes (their
+    /// fill moves to the next 4 KiB), failed writes are retried, and the
+    /// records so far are taken. Returns the writes, the records, the write
+    /// sequence every earlier pack write must complete before, and how many
+    /// pending frees the flush may release.
+    pub fn begin_flush(&mut self) -> FlushPlan {
+        let mut writes: Vec<PackWrite> = std::mem::take(&mut self.failed)
+            .into_iter()
+            .map(|mut write| {
+                write.sequence = self.begin_write();
+                write
+            })
+            .collect();
+        for kind in [PackKind::Raw, PackKind::Compressed] {
+            let Some(open) = self.open[kind as usize].as_mut() else {
+                continue;
+            };
+            let to = open.fill.next_multiple_of(4096).min(open.buf.len() as u64);
+            if to <= open.durable {
+                continue;
+            }
+            let from = open.durable;
+            open.durable = to;
+            open.fill = to;
+            let buf = Arc::new(open.buf[..to as usize].to_vec());
+            let pack = open.pack;
+            let sequence = self.begin_write();
+            writes.push(PackWrite {
+                pack,
+                sequence,
+                buf,
+                from,
+                to,
+                tail: true,
+            });
+        }
+        FlushPlan {
+            writes,
+            records: std::mem::take(&mut self.records),
+            before_write: self.next_write,
+            pending: self.pending_free.len(),
+        }
+    }
+
+    /// A flush journaled its records: the first `pending` packs waiting for
+    /// it are free now, unless referenced again or still being read.
+    pub fn end_flush(&mut self, pending: usize) {
+        let pending = pending.min(self.pending_free.len());
+        let mut keep = Vec::new();
+        for pack in self.pending_free.drain(..pending).collect::<Vec<_>>() {
+            let index = pack as usize;
+            if self.pack_state[index] != PackState::Sealed || self.pack_refs[index] > 0 {
+                continue;
+            }
+            if self.readers.contains_key(&pack) {
+                keep.push(pack);
+                continue;
+            }
+            self.pack_state[index] = PackState::Free;
+            self.free.push(pack);
+        }
+        self.pending_free.extend(keep);
+    }
+
+    /// A flush failed after taking the records: they go back in front.
+    pub fn restore_records(&mut self, mut records: Vec<Record>) {
+        records.append(&mut self.records);
+        self.records = records;
+    }
+
+    /// Packs in use (open, being written or on the device).
+    pub fn used_packs(&self) -> u64 {
+        self.pack_state.iter().filter(|state| **state != PackState::Free).count() as u64
+    }
+
+    /// Physical bytes held: packs in use, open ones only to their fill.
+    pub fn physical_bytes(&self) -> u64 {
+        let open_unfilled: u64 = self
+            .open
+            .iter()
+            .flatten()
+            .map(|open| open.buf.len() as u64 - open.fill)
+            .sum();
+        self.used_packs() * self.geometry.pack_bytes - open_unfilled
+    }
+
+    pub fn free_packs(&self) -> u64 {
+        self.free.len() as u64
+    }
+
+    /// Whether `lbn` still maps to `entry` (a staged block not overwritten).
+    pub fn maps(&self, lbn: u64, entry: u64) -> bool {
+        self.map[lbn as usize] == entry
+    }
+
+    /// Unmapped blocks read as zeroes; a block never written is UNMAPPED.
+    pub fn is_unmapped(&self, lbn: u64) -> bool {
+        self.map[lbn as usize] == UNMAPPED
+    }
+}
+
+pub struct FlushPlan {
+    pub writes: Vec<PackWrite>,
+    pub records: Vec<Record>,
+    pub before_write: u64,
+    pub pending: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> State {
+        let geometry = Geometry::plan(8 << 20, 4096, 4 << 20, 64 << 10, 1024).unwrap();
+        let map = vec![UNMAPPED; geometry.logical_blocks as usize];
+        State::new(geometry, map, Vec::new(), 64)
+    }
+
+    #[test]
+    fn a_pack_freed_before_a_flush_is_reused_only_after_it() {
+        let mut state = state();
+        let block = vec![1u8; 4096];
+        let mut writes = Vec::new();
+        // Fill one raw pack (16 blocks) and start the next: the first seals.
+        for lbn in 0..17 {
+            let (fragment, sealed) = state.append(PackKind::Raw, &block, false).unwrap();
+            state.install(lbn, fragment.encode());
+            writes.extend(sealed);
+        }
+        assert_eq!(writes.len(), 1);
+        let first_pack = writes[0].pack;
+        for write in writes.drain(..) {
+            state.write_done(write, true);
+        }
+        // Overwrite the first pack's blocks with zeroes: its refs drop to 0.
+        for lbn in 0..16 {
+            state.install(lbn, ZERO);
+        }
+        assert_eq!(state.pending_free, vec![first_pack]);
+        let free_before = state.free_packs();
+        let plan = state.begin_flush();
+        assert_eq!(plan.records.len(), 17 + 16);
+        // Not free until the flush that journals the zeroes completes.
+        assert_eq!(state.free_packs(), free_before);
+        for write in plan.writes {
+            state.write_done(write, true);
+        }
+        state.end_flush(plan.pending);
+        assert_eq!(state.free_packs(), free_before + 1);
+        assert_eq!(state.tallies.zero_blocks, 16);
+        assert_eq!(state.tallies.mapped_blocks, 1);
+    }
+
+    #[test]
+    fn a_pinned_pack_waits_for_its_reader() {
+        let mut state = state();
+        let block = vec![2u8; 4096];
+        for lbn in 0..17 {
+            let (fragment, sealed) = state.append(PackKind::Raw, &block, false).unwrap();
+            state.install(lbn, fragment.encode());
+            if let Some(write) = sealed {
+                state.write_done(write, true);
+            }
+        }
+        let (_, located) = state.locate(0);
+        let Located::Device { pack, .. } = located else {
+            panic!("sealed blocks are read from the device");
+        };
+        for lbn in 0..16 {
+            state.install(lbn, UNMAPPED);
+        }
+        let plan = state.begin_flush();
+        state.end_flush(plan.pending);
+        assert_eq!(state.pending_free, vec![pack], "kept while read");
+        state.unpin(pack);
+        let plan = state.begin_flush();
+        state.end_flush(plan.pending);
+        assert!(state.pending_free.is_empty());
+    }
+
+    #[test]
+    fn dedup_and_compression_tallies_follow_the_map() {
+        let mut state = state();
+        let (fragment, _) = state.append(PackKind::Compressed, &[9u8; 1000], false).unwrap();
+        state.install(0, fragment.encode());
+        state.install(1, fragment.encode());
+        state.install(2, fragment.encode());
+        assert_eq!(state.tallies.dedup_blocks, 2);
+        assert_eq!(state.tallies.fragment_bytes, 1000);
+        assert_eq!(state.tallies.compress_saved_bytes, 4096 - 1000);
+        state.install(1, UNMAPPED);
+        state.install(0, UNMAPPED);
+        assert_eq!(state.tallies.dedup_blocks, 0);
+        state.install(2, UNMAPPED);
+        assert_eq!(state.tallies.fragment_bytes, 0);
+        assert_eq!(state.tallies.mapped_blocks, 0);
+    }
+
+    #[test]
+    fn a_full_tier_says_whether_a_flush_would_help() {
+        let geometry = Geometry::plan(3 << 20, 4096, 1 << 20, 64 << 10, 16).unwrap();
+        let map = vec![UNMAPPED; geometry.logical_blocks as usize];
+        let mut state = State::new(geometry, map, Vec::new(), 0);
+        let block = vec![3u8; 4096];
+        let mut lbn = 0;
+        let error = loop {
+            match state.append(PackKind::Raw, &block, false) {
+                Ok((fragment, sealed)) => {
+                    state.install(lbn % geometry.logical_blocks, fragment.encode());
+                    lbn += 1;
+                    if let Some(write) = sealed {
+                        state.write_done(write, true);
+                    }
+                }
+                Err(error) => break error,
+            }
+        };
+        // Overwrites freed earlier packs: a flush makes them reusable.
+        assert_eq!(error, NoRoom::AfterFlush);
+    }
+
+    #[test]
+    fn the_index_drops_its_oldest_entries_at_capacity() {
+        let mut index = Index::new(2);
+        index.insert(1, 10);
+        index.insert(2, 20);
+        index.insert(1, 11);
+        index.insert(3, 30);
+        assert_eq!(index.get(1), None);
+        assert_eq!(index.get(2), Some(20));
+        assert_eq!(index.entries(), vec![(2, 20), (3, 30)]);
+        assert_eq!(index.dropped, 1);
+    }
+}

@@ -1,0 +1,365 @@
+//! The reduced tier against a plain byte array: every read must return
+//! what was written, across modes, flushes, crashes and reopenings.
+
+use std::sync::Arc;
+
+use tierd_common::clock::{Clock, ManualClock};
+use tierd_common::rng::{Rng, SeededRng};
+use tierd_core::reduce::{ModeSetting, SwitchConfig};
+
+use super::*;
+use crate::device::crash::CrashDisk;
+use crate::device::memory::MemoryDevice;
+
+const MIB: u64 = 1 << 20;
+
+fn options(setting: ModeSetting, workers: u32) -> ReduceOptions {
+    ReduceOptions {
+        pack_bytes: 64 << 10,
+        index_entries: 1 << 14,
+        switch: SwitchConfig {
+            setting,
+            ..SwitchConfig::default()
+        },
+        workers,
+        ..ReduceOptions::default()
+    }
+}
+
+fn clock() -> Arc<dyn Clock> {
+    Arc::new(ManualClock::new(0))
+}
+
+/// A block like fio's `buffer_compress_percentage=50`: half random, half zeroes.
+fn half_compressible(rng: &mut SeededRng, len: usize) -> Vec<u8> {
+    let mut block = vec![0u8; len];
+    for chunk in block.chunks_mut(4096) {
+        let half = chunk.len() / 2;
+        for byte in &mut chunk[..half] {
+            *byte = rng.below(256) as u8;
+        }
+    }
+    block
+}
+
+fn random(rng: &mut SeededRng, len: usize) -> Vec<u8> {
+    (0..len).map(|_| rng.below(256) as u8).collect()
+}
+
+fn check_all(device: &dyn BlockDevice, model: &[u8]) {
+    let mut back = vec![0u8; model.len()];
+    device.read_at(0, &mut back).unwrap();
+    if back != model {
+        let at = back.iter().zip(model).position(|(a, b)| a != b).unwrap();
+        panic!("first difference at byte {at} (block {})", at / 4096);
+    }
+}
+
+#[test]
+fn every_kind_of_write_reads_back_in_every_mode() {
+    for (setting, workers) in [
+        (ModeSetting::Inline, 0),
+        (ModeSetting::Post, 0),
+        (ModeSetting::Inline, 2),
+        (ModeSetting::Post, 2),
+        (ModeSetting::Auto, 2),
+    ] {
+        let inner = Arc::new(MemoryDevice::new("ssd", 32 * MIB));
+        let options = ReduceOptions {
+            logical_bytes: Some(8 * MIB),
+            ..options(setting, workers)
+        };
+        let device = ReducedDevice::open("ssd", inner, options, clock(), true).unwrap();
+        assert_eq!(device.size_bytes(), 8 * MIB);
+        let mut model = vec![0u8; (8 * MIB) as usize];
+        let mut rng = SeededRng::new(7);
+        let duplicate = half_compressible(&mut rng, 4096);
+        for step in 0..600 {
+            let offset = rng.below(8 * MIB - 70_000);
+            let length = 1 + rng.below(65_536) as usize;
+            match rng.below(7) {
+                0 => {
+                    let data = random(&mut rng, length);
+                    device.write_at(offset, &data).unwrap();
+                    model[offset as usize..offset as usize + length].copy_from_slice(&data);
+                }
+                1 | 2 => {
+                    let data = half_compressible(&mut rng, length);
+                    device.write_at(offset, &data).unwrap();
+                    model[offset as usize..offset as usize + length].copy_from_slice(&data);
+                }
+                3 => {
+                    // Block-aligned duplicates of one block.
+                    let at = offset / 4096 * 4096;
+                    device.write_at(at, &duplicate).unwrap();
+                    model[at as usize..at as usize + 4096].copy_from_slice(&duplicate);
+                }
+                4 => {
+                    device.discard(offset, length as u64).unwrap();
+                    model[offset as usize..offset as usize + length].fill(0);
+                }
+                5 => {
+                    device.write_zeroes(offset, length as u64).unwrap();
+                    model[offset as usize..offset as usize + length].fill(0);
+                }
+                _ => device.flush().unwrap(),
+            }
+            if step % 50 == 0 {
+                device.reduce_staged(usize::MAX).unwrap();
+                check_all(&device, &model);
+            }
+        }
+        check_all(&device, &model);
+        device.flush().unwrap();
+        device.reduce_staged(usize::MAX).unwrap();
+        check_all(&device, &model);
+        let status = device.status();
+        assert!(status.dedup_hits > 0, "{setting:?}: {status:?}");
+        assert!(status.compress_saved_bytes > 0, "{setting:?}: {status:?}");
+    }
+}
+
+/// Paper 004's data: 2:1 compressible and 2:1 duplicate gives 4:1.
+#[test]
+fn two_to_one_compressible_and_duplicate_data_reduces_four_to_one() {
+    let inner = Arc::new(MemoryDevice::new("ssd", 64 * MIB));
+    let device = ReducedDevice::open(
+        "ssd",
+        inner,
+        ReduceOptions {
+            logical_bytes: Some(32 * MIB),
+            ..options(ModeSetting::Inline, 0)
+        },
+        clock(),
+        true,
+    )
+    .unwrap();
+    let mut rng = SeededRng::new(11);
+    let blocks = (32 * MIB / 4096) as usize;
+    let unique: Vec<Vec<u8>> = (0..blocks / 2).map(|_| half_compressible(&mut rng, 4096)).collect();
+    for lbn in 0..blocks {
+        device.write_at(lbn as u64 * 4096, &unique[lbn / 2]).unwrap();
+    }
+    device.flush().unwrap();
+    let status = device.status();
+    assert_eq!(status.logical_bytes, 32 * MIB);
+    assert!((3.6..=4.4).contains(&status.ratio), "{status:?}");
+    assert_eq!(status.dedup_bytes, 16 * MIB);
+}
+
+#[test]
+fn flushed_writes_survive_a_crash_and_unflushed_ones_are_old_or_new() {
+    let mut rng = SeededRng::new(3);
+    for round in 0..20u64 {
+        let disk = Arc::new(CrashDisk::new("ssd", 16 * MIB));
+        let logical = 4 * MIB;
+        let setting = [ModeSetting::Inline, ModeSetting::Post][round as usize % 2];
+        let open = |format| {
+            ReducedDevice::open(
+                "ssd",
+                disk.clone(),
+                ReduceOptions {
+                    logical_bytes: Some(logical),
+                    ..options(setting, 0)
+                },
+                clock(),
+                format,
+            )
+            .unwrap()
+        };
+        let mut durable = vec![0u8; logical as usize];
+        let mut device = open(true);
+        for _ in 0..5 {
+            // Flushed writes, then unflushed ones, then a crash.
+            let mut recent: Vec<(u64, Vec<u8>)> = Vec::new();
+            for _ in 0..40 {
+                let lbn = rng.below(logical / 4096);
+                let data = if rng.below(2) == 0 {
+                    half_compressible(&mut rng, 4096)
+                } else {
+                    durable[((lbn + 1) % (logical / 4096) * 4096) as usize..][..4096].to_vec()
+                };
+                device.write_at(lbn * 4096, &data).unwrap();
+                recent.push((lbn, data));
+            }
+            if rng.below(3) > 0 {
+                device.reduce_staged(rng.below(40) as usize).unwrap();
+            }
+            device.flush().unwrap();
+            for (lbn, data) in &recent {
+                durable[(*lbn * 4096) as usize..][..4096].copy_from_slice(data);
+            }
+            let mut unflushed: Vec<(u64, Vec<u8>)> = Vec::new();
+            for _ in 0..rng.below(30) {
+                let lbn = rng.below(logical / 4096);
+                let data = half_compressible(&mut rng, 4096);
+                device.write_at(lbn * 4096, &data).unwrap();
+                unflushed.push((lbn, data));
+            }
+            device.reduce_staged(rng.below(10) as usize).unwrap();
+            drop(device);
+            disk.crash(&mut rng);
+            device = open(false);
+            for lbn in 0..logical / 4096 {
+                let mut back = vec![0u8; 4096];
+                device.read_at(lbn * 4096, &mut back).unwrap();
+                let old = &durable[(lbn * 4096) as usize..][..4096];
+                let candidates: Vec<&Vec<u8>> = unflushed.iter().filter(|(at, _)| *at == lbn).map(|(_, data)| data).collect();
+                assert!(
+                    back == old || candidates.iter().any(|data| **data == back),
+                    "round {round}: block {lbn} reads neither its flushed nor an unflushed version"
+                );
+                durable[(lbn * 4096) as usize..][..4096].copy_from_slice(&back);
+            }
+        }
+        // Staged blocks from before the crashes are reduced after them.
+        device.reduce_staged(usize::MAX).unwrap();
+        assert_eq!(device.status().staged_bytes, 0);
+        check_all(&device, &durable);
+    }
+}
+
+#[test]
+fn overwrites_and_trims_give_their_space_back() {
+    let inner = Arc::new(MemoryDevice::new("ssd", 8 * MIB));
+    let device = ReducedDevice::open(
+        "ssd",
+        inner,
+        ReduceOptions {
+            logical_bytes: Some(2 * MIB),
+            ..options(ModeSetting::Post, 0)
+        },
+        clock(),
+        true,
+    )
+    .unwrap();
+    let capacity = device.status().capacity_bytes;
+    let mut rng = SeededRng::new(5);
+    // Ten times the capacity of unique, incompressible data over 2 MiB.
+    let mut written = 0;
+    while written < 10 * capacity {
+        let data = random(&mut rng, 256 << 10);
+        let at = rng.below(8) * (256 << 10);
+        device.write_at(at, &data).unwrap();
+        written += data.len() as u64;
+        if rng.below(4) == 0 {
+            device.reduce_staged(usize::MAX).unwrap();
+            device.flush().unwrap();
+        }
+    }
+    device.discard(0, 2 * MIB).unwrap();
+    device.flush().unwrap();
+    device.reduce_staged(usize::MAX).unwrap();
+    device.flush().unwrap();
+    let status = device.status();
+    assert_eq!(status.logical_bytes, 0);
+    assert!(status.physical_bytes <= 2 * (64 << 10), "{status:?}");
+}
+
+#[test]
+fn a_full_tier_refuses_writes_and_keeps_what_it_has() {
+    let inner = Arc::new(MemoryDevice::new("ssd", 4 * MIB));
+    let device = ReducedDevice::open(
+        "ssd",
+        inner,
+        ReduceOptions {
+            // Overcommitted: 16 MiB logical on far less physical.
+            logical_bytes: Some(16 * MIB),
+            ..options(ModeSetting::Inline, 0)
+        },
+        clock(),
+        true,
+    )
+    .unwrap();
+    let mut rng = SeededRng::new(9);
+    let mut model = vec![0u8; (16 * MIB) as usize];
+    let mut lbn = 0u64;
+    let error = loop {
+        let data = random(&mut rng, 4096);
+        match device.write_at(lbn * 4096, &data) {
+            Ok(()) => model[(lbn * 4096) as usize..][..4096].copy_from_slice(&data),
+            Err(error) => break error,
+        }
+        lbn += 1;
+    };
+    assert_eq!(error.errno(), libc::ENOSPC);
+    assert!(error.message.contains("is full"), "{}", error.message);
+    check_all(&device, &model);
+    device.flush().unwrap();
+    check_all(&device, &model);
+}
+
+#[test]
+fn other_settings_on_a_formatted_tier_are_refused_by_name() {
+    let inner: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new("ssd", 8 * MIB));
+    let base = ReduceOptions {
+        logical_bytes: Some(4 * MIB),
+        ..options(ModeSetting::Auto, 0)
+    };
+    drop(ReducedDevice::open("ssd", inner.clone(), base.clone(), clock(), true).unwrap());
+    let error = ReducedDevice::open(
+        "ssd",
+        inner.clone(),
+        ReduceOptions {
+            logical_bytes: Some(2 * MIB),
+            ..base.clone()
+        },
+        clock(),
+        true,
+    )
+    .err()
+    .unwrap();
+    assert!(error.contains("logical size (bytes): formatted 4194304, configured 2097152"), "{error}");
+    // The mode may change: it is not geometry.
+    assert!(ReducedDevice::open("ssd", inner.clone(), options(ModeSetting::Post, 0).with_logical(4 * MIB), clock(), false).is_ok());
+    // An unformatted device is not formatted unless allowed.
+    let blank: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new("ssd", 8 * MIB));
+    let error = ReducedDevice::open("ssd", blank, base, clock(), false).err().unwrap();
+    assert!(error.contains("holds no reduced tier"), "{error}");
+}
+
+#[test]
+fn a_damaged_fragment_is_an_error_not_wrong_data() {
+    let inner = Arc::new(MemoryDevice::new("ssd", 8 * MIB));
+    let device = ReducedDevice::open(
+        "ssd",
+        inner.clone(),
+        ReduceOptions {
+            logical_bytes: Some(MIB),
+            ..options(ModeSetting::Inline, 0)
+        },
+        clock(),
+        true,
+    )
+    .unwrap();
+    let mut rng = SeededRng::new(1);
+    let data = half_compressible(&mut rng, 4096);
+    device.write_at(0, &data).unwrap();
+    device.flush().unwrap();
+    // The fragment sits at the start of pack 0: scribble over it.
+    inner.write_at(0, &[0xffu8; 64]).unwrap();
+    drop(device);
+    let device = ReducedDevice::open(
+        "ssd",
+        inner,
+        ReduceOptions {
+            logical_bytes: Some(MIB),
+            ..options(ModeSetting::Inline, 0)
+        },
+        clock(),
+        false,
+    )
+    .unwrap();
+    let mut back = vec![0u8; 4096];
+    let error = device.read_at(0, &mut back).unwrap_err();
+    assert!(error.message.contains("damaged on disk"), "{}", error.message);
+}
+
+impl ReduceOptions {
+    fn with_logical(self, bytes: u64) -> ReduceOptions {
+        ReduceOptions {
+            logical_bytes: Some(bytes),
+            ..self
+        }
+    }
+}
