@@ -69,7 +69,7 @@ impl Geometry {
     ) -> Result<Geometry, String> {
         let logical_blocks = logical_bytes / block_bytes;
         let map_bytes = logical_blocks * 8;
-        let journal_bytes = round_up((logical_blocks * 4).clamp(1 << 20, 256 << 20), META_ALIGN_BYTES);
+        let journal_bytes = round_up((logical_blocks * 4).clamp(256 << 10, 256 << 20), META_ALIGN_BYTES);
         let mut geometry = Geometry {
             device_bytes,
             block_bytes,
