@@ -262,7 +262,9 @@ impl Switch {
     /// Post's measured work per write over inline's, once both have at
     /// least 16 samples.
     pub fn measured_post_work_ratio(&self) -> Option<f64> {
-        (self.work_inline.samples >= 16 && self.work_post.samples >= 16 && self.work_inline.ns > 0.0)
+        (self.work_inline.samples >= 16
+            && self.work_post.samples >= 16
+            && self.work_inline.ns > 0.0)
             .then(|| self.work_post.ns / self.work_inline.ns)
     }
 
@@ -392,13 +394,19 @@ mod tests {
         switch.record_busy(800_000_000);
         assert_eq!(switch.tick(2_000_000_000, 2), None);
         switch.record_busy(600_000_000);
-        assert_eq!(switch.tick(3_000_000_000, 2).map(|event| event.to), Some(Mode::Post));
+        assert_eq!(
+            switch.tick(3_000_000_000, 2).map(|event| event.to),
+            Some(Mode::Post)
+        );
         assert_eq!(switch.switches(), 2);
     }
 
     #[test]
     fn fixed_modes_never_switch() {
-        for (setting, mode) in [(ModeSetting::Inline, Mode::Inline), (ModeSetting::Post, Mode::Post)] {
+        for (setting, mode) in [
+            (ModeSetting::Inline, Mode::Inline),
+            (ModeSetting::Post, Mode::Post),
+        ] {
             let mut switch = Switch::new(
                 SwitchConfig {
                     setting,

@@ -403,6 +403,173 @@ pub struct TierConfig {
     /// because filling it would exhaust the machine's memory.
     #[serde(default)]
     pub allow_overcommit: bool,
+    /// Compression and deduplication under the tier's blocks
+    /// (`docs/engine/reduce.md`).
+    #[serde(default)]
+    pub reduce: Option<ReduceConfig>,
+}
+
+impl TierConfig {
+    /// The bytes the tier presents to its volume: its size, or for a
+    /// reduced tier its logical size (given, or what the device holds raw
+    /// after the reduction's metadata). `None` when unknown before opening
+    /// (a block device's own size) or when `reduce` is invalid (reported by
+    /// the check of its keys).
+    pub fn presented_size(&self) -> Option<u64> {
+        let size = self.size?.0;
+        match &self.reduce {
+            None => Some(size),
+            Some(reduce) => {
+                let options = reduce.options().ok()?;
+                crate::device::reduce::plan_geometry(size, &options)
+                    .ok()
+                    .map(|geometry| geometry.logical_blocks * geometry.block_bytes)
+            }
+        }
+    }
+}
+
+/// `reduce = { block = "4KiB", compress = "lz4", dedup = true, mode = "auto" }`
+/// on a tier: the tier stores its blocks reduced (`docs/engine/reduce.md`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReduceConfig {
+    /// Reduction unit: a power of two, 4KiB – 64KiB.
+    #[serde(default = "default_reduce_block")]
+    pub block: Bytes,
+    /// Size presented to the volume (default: what the device holds raw
+    /// after the reduction's metadata). Larger overcommits the device: a
+    /// write that finds it full fails with ENOSPC.
+    #[serde(default)]
+    pub logical: Option<Bytes>,
+    /// `"lz4"` or `"none"`.
+    #[serde(default = "default_reduce_compress")]
+    pub compress: String,
+    #[serde(default = "default_true")]
+    pub dedup: bool,
+    /// `"inline"`, `"post"` or `"auto"`.
+    #[serde(default = "default_reduce_mode")]
+    pub mode: String,
+    /// `auto`'s rule: `"double"` (paper 004's two thresholds) or `"single"`.
+    #[serde(default = "default_reduce_switch")]
+    pub switch: String,
+    #[serde(default = "default_reduce_t1")]
+    pub t1: f64,
+    #[serde(default = "default_reduce_t2")]
+    pub t2: f64,
+    /// The utilisation window the switch decides on.
+    #[serde(default = "default_reduce_window")]
+    pub window: Duration,
+    /// Reduction worker threads (1 – 64).
+    #[serde(default = "default_reduce_workers")]
+    pub workers: u32,
+    /// Memory for the fingerprint index (about 64 bytes per unique block
+    /// remembered; the oldest are forgotten beyond).
+    #[serde(default = "default_reduce_index_memory")]
+    pub index_memory: Bytes,
+    /// Raw bytes that may wait for post-process reduction (default: an
+    /// eighth of the device, at most 1GiB); beyond, writes reduce inline.
+    #[serde(default)]
+    pub stage: Option<Bytes>,
+    /// Fragments are appended to packs of this size and written whole.
+    #[serde(default = "default_reduce_pack")]
+    pub pack: Bytes,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_reduce_block() -> Bytes {
+    Bytes(4096)
+}
+fn default_reduce_compress() -> String {
+    "lz4".to_string()
+}
+fn default_reduce_mode() -> String {
+    "auto".to_string()
+}
+fn default_reduce_switch() -> String {
+    "double".to_string()
+}
+fn default_reduce_t1() -> f64 {
+    tierd_core::reduce::DEFAULT_T1
+}
+fn default_reduce_t2() -> f64 {
+    tierd_core::reduce::DEFAULT_T2
+}
+fn default_reduce_window() -> Duration {
+    Duration(tierd_core::reduce::DEFAULT_WINDOW_NS)
+}
+fn default_reduce_workers() -> u32 {
+    2
+}
+fn default_reduce_index_memory() -> Bytes {
+    Bytes(64 << 20)
+}
+fn default_reduce_pack() -> Bytes {
+    Bytes(128 << 10)
+}
+
+/// Memory the fingerprint index takes per entry (map entry, eviction
+/// order, the fragment's reference count), for `index_memory`.
+pub const INDEX_BYTES_PER_ENTRY: u64 = 64;
+
+impl ReduceConfig {
+    /// The reduced tier's options, or what is wrong (naming the key).
+    pub fn options(&self) -> Result<crate::device::reduce::ReduceOptions, String> {
+        use tierd_core::reduce::{ModeSetting, SwitchConfig, SwitchRule};
+        let setting = match self.mode.as_str() {
+            "inline" => ModeSetting::Inline,
+            "post" => ModeSetting::Post,
+            "auto" => ModeSetting::Auto,
+            other => {
+                return Err(format!(
+                    "reduce.mode = \"{other}\": use \"inline\", \"post\" or \"auto\""
+                ))
+            }
+        };
+        let rule = match self.switch.as_str() {
+            "double" => SwitchRule::Double,
+            "single" => SwitchRule::Single,
+            other => {
+                return Err(format!(
+                    "reduce.switch = \"{other}\": use \"double\" (two thresholds) or \"single\""
+                ))
+            }
+        };
+        let compress = match self.compress.as_str() {
+            "lz4" => true,
+            "none" => false,
+            other => {
+                return Err(format!(
+                    "reduce.compress = \"{other}\": use \"lz4\" or \"none\""
+                ))
+            }
+        };
+        if !(1..=64).contains(&self.workers) {
+            return Err(format!(
+                "reduce.workers = {}: use 1 to 64 reduction threads",
+                self.workers
+            ));
+        }
+        Ok(crate::device::reduce::ReduceOptions {
+            block_bytes: self.block.0,
+            logical_bytes: self.logical.map(|bytes| bytes.0),
+            pack_bytes: self.pack.0,
+            index_entries: self.index_memory.0 / INDEX_BYTES_PER_ENTRY,
+            stage_bytes: self.stage.map(|bytes| bytes.0),
+            switch: SwitchConfig {
+                setting,
+                rule,
+                t1: self.t1,
+                t2: self.t2,
+                window_ns: self.window.0,
+            },
+            workers: self.workers,
+            dedup: self.dedup,
+            compress,
+        })
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -782,8 +949,8 @@ impl Config {
                 continue;
             };
             if tier
-                .size
-                .is_some_and(|size| size.0 / default_cache_block().0 < 2)
+                .presented_size()
+                .is_some_and(|size| size / default_cache_block().0 < 2)
             {
                 continue;
             }
@@ -969,6 +1136,17 @@ impl Config {
             if tier.size.is_some_and(|size| size.0 == 0) {
                 return Err(format!("{key}.size: must be more than 0"));
             }
+            if let Some(reduce) = &tier.reduce {
+                let options = reduce.options().map_err(|error| format!("{key}.{error}"))?;
+                options
+                    .switch
+                    .validate(tierd_core::reduce::DEFAULT_POST_WORK_RATIO)
+                    .map_err(|error| format!("{key}.reduce: {error}"))?;
+                if let Some(size) = tier.size {
+                    crate::device::reduce::plan_geometry(size.0, &options)
+                        .map_err(|error| format!("{key}.reduce: {error}"))?;
+                }
+            }
             if tier.allow_overcommit && tier.backend != Backend::Memory {
                 return Err(format!(
                     "{key}.allow_overcommit: only memory tiers take memory"
@@ -1079,11 +1257,16 @@ impl Config {
                     if tier.backend == Backend::Memory {
                         return Err(format!("{key}.tiers[{position}] = {name:?}: the last tier is home and holds every segment durably; a memory tier cannot be home"));
                     }
-                    if let Some(size) = tier.size {
+                    if let Some(size) = tier.presented_size() {
                         // No overflow: segments ≤ 2^20 and segment ≤ 4 GiB.
                         let needed = segments * segment;
-                        if size.0 < needed {
-                            return Err(format!("{key}: home tier {name:?} has size {} but the volume needs {needed} bytes (its size rounded up to whole segments)", size.0));
+                        if size < needed {
+                            let what = if tier.reduce.is_some() {
+                                "logical size (reduce.logical)"
+                            } else {
+                                "size"
+                            };
+                            return Err(format!("{key}: home tier {name:?} has {what} {size} but the volume needs {needed} bytes (its size rounded up to whole segments)"));
                         }
                     }
                 } else if volume
@@ -1092,12 +1275,12 @@ impl Config {
                     .is_some_and(|cache| &cache.tier == name)
                 {
                     // A cache tier holds blocks, not segments (checked above).
-                } else if let Some(size) = tier.size {
-                    if size.0 < segment {
-                        return Err(format!("tier {name:?}.size = {}: smaller than one segment of volume {:?} ({segment} bytes)", size.0, volume.name));
+                } else if let Some(size) = tier.presented_size() {
+                    if size < segment {
+                        return Err(format!("tier {name:?}.size = {size}: smaller than one segment of volume {:?} ({segment} bytes)", volume.name));
                     }
-                    if size.0 / segment > MAX_SEGMENTS_PER_VOLUME {
-                        return Err(format!("tier {name:?}.size = {}: {} slots of volume {:?}'s {segment}-byte segments, more than the {MAX_SEGMENTS_PER_VOLUME} a volume may have; a fast tier larger than its volume cannot be used anyway", size.0, size.0 / segment, volume.name));
+                    if size / segment > MAX_SEGMENTS_PER_VOLUME {
+                        return Err(format!("tier {name:?}.size = {size}: {} slots of volume {:?}'s {segment}-byte segments, more than the {MAX_SEGMENTS_PER_VOLUME} a volume may have; a fast tier larger than its volume cannot be used anyway", size / segment, volume.name));
                     }
                 }
             }
@@ -1141,11 +1324,11 @@ impl Config {
             ));
         }
         if let Some(tier) = self.tiers.iter().find(|tier| tier.name == cache.tier) {
-            if let Some(size) = tier.size {
-                if size.0 / options.block_bytes < 2 {
+            if let Some(size) = tier.presented_size() {
+                if size / options.block_bytes < 2 {
                     return Err(format!(
                         "{key}.cache: tier {:?} of {} bytes holds fewer than 2 blocks of {} bytes; use a larger tier or a smaller block",
-                        cache.tier, size.0, options.block_bytes
+                        cache.tier, size, options.block_bytes
                     ));
                 }
             }

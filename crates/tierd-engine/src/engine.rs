@@ -12,6 +12,7 @@ use crate::device::fault::FaultDevice;
 use crate::device::file::FileDevice;
 use crate::device::latency::LatencyDevice;
 use crate::device::memory::MemoryDevice;
+use crate::device::reduce::ReducedDevice;
 use crate::device::stats::StatsDevice;
 use crate::device::BlockDevice;
 use crate::identity::{MetaAtStart, TierAtStart, TierSuperblock, VolumeIdentity};
@@ -142,6 +143,16 @@ pub fn build_tier(
             .build(Some(device.size_bytes()), seed)
             .map_err(|error| fail(format!("model {}: {error}", preset.name())))?;
         device = Arc::new(LatencyDevice::new(device, model, clock.clone()));
+    }
+    if let Some(reduce) = &tier.reduce {
+        // Above the physical chain (model, faults, backing), below the
+        // stats: the tier's figures are what the volume sees.
+        let options = reduce.options().map_err(&fail)?;
+        let format = extend || tier.backend == Backend::Memory;
+        let reduced =
+            ReducedDevice::open(tier.name.clone(), device, options, clock.clone(), format)
+                .map_err(&fail)?;
+        device = Arc::new(reduced);
     }
     let device: Arc<dyn BlockDevice> = Arc::new(StatsDevice::new(device, clock.clone()));
     Ok(BuiltTier {

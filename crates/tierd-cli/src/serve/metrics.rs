@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tierd_common::histogram::Histogram;
+use tierd_engine::device::reduce::ReductionStatus;
 use tierd_engine::device::DeviceStats;
 use tierd_engine::volume::{Volume, VolumeStatus};
 use tierd_nbd::{Server, ServerStats};
@@ -515,6 +516,97 @@ fn render_statuses(statuses: &[VolumeStatus], nbd: &ServerStats) -> String {
         }
     }
     cache_families.retain(|family| !family.samples.is_empty());
+    type ReductionFigure = fn(&ReductionStatus) -> String;
+    let reduction_figures: [(&str, &str, &str, ReductionFigure); 11] = [
+        (
+            "tierd_reduction_logical_bytes",
+            "gauge",
+            "Bytes of logical blocks written to the reduced tier (zeroes included).",
+            |r| r.logical_bytes.to_string(),
+        ),
+        (
+            "tierd_reduction_physical_bytes",
+            "gauge",
+            "Bytes of the reduced tier's device in use.",
+            |r| r.physical_bytes.to_string(),
+        ),
+        (
+            "tierd_reduction_ratio",
+            "gauge",
+            "Logical over physical bytes.",
+            |r| r.ratio.to_string(),
+        ),
+        (
+            "tierd_reduction_zero_bytes",
+            "gauge",
+            "Logical bytes stored as nothing (zero blocks).",
+            |r| r.zero_bytes.to_string(),
+        ),
+        (
+            "tierd_reduction_dedup_bytes",
+            "gauge",
+            "Logical bytes stored as references to identical blocks.",
+            |r| r.dedup_bytes.to_string(),
+        ),
+        (
+            "tierd_reduction_compress_saved_bytes",
+            "gauge",
+            "Bytes compression saved over the stored blocks.",
+            |r| r.compress_saved_bytes.to_string(),
+        ),
+        (
+            "tierd_reduction_staged_bytes",
+            "gauge",
+            "Raw bytes waiting for post-process reduction.",
+            |r| r.staged_bytes.to_string(),
+        ),
+        (
+            "tierd_reduction_switches_total",
+            "counter",
+            "Switches between inline and post-process reduction since start.",
+            |r| r.switches.to_string(),
+        ),
+        (
+            "tierd_reduction_worker_utilisation",
+            "gauge",
+            "Reduction workers' utilisation over the last window (0-1).",
+            |r| r.utilisation.to_string(),
+        ),
+        (
+            "tierd_reduction_dedup_hits_total",
+            "counter",
+            "Written blocks stored as a reference to an identical stored block since start.",
+            |r| r.dedup_hits.to_string(),
+        ),
+        (
+            "tierd_reduction_mode",
+            "gauge",
+            "1 for the mode new writes take now (inline or post).",
+            |_| "1".to_string(),
+        ),
+    ];
+    let mut reduction_families: Vec<Family<'_>> = reduction_figures
+        .iter()
+        .map(|(name, kind, help, _)| Family::new(name, kind, help))
+        .collect();
+    for status in statuses {
+        let volume = label(&status.name);
+        for tier in &status.tiers {
+            let Some(reduction) = &tier.reduction else {
+                continue;
+            };
+            for (family, (name, _, _, figure)) in
+                reduction_families.iter_mut().zip(&reduction_figures)
+            {
+                let mut labels = format!("volume=\"{volume}\",tier=\"{}\"", label(&tier.name));
+                if *name == "tierd_reduction_mode" {
+                    labels.push_str(&format!(",mode=\"{}\"", label(&reduction.mode)));
+                }
+                family.add(&labels, figure(reduction));
+            }
+        }
+    }
+    reduction_families.retain(|family| !family.samples.is_empty());
     let mut out = String::new();
     for family in [
         &volume_size,
@@ -539,6 +631,7 @@ fn render_statuses(statuses: &[VolumeStatus], nbd: &ServerStats) -> String {
     ]
     .into_iter()
     .chain(cache_families.iter())
+    .chain(reduction_families.iter())
     .chain(nbd_families.iter())
     {
         family.write(&mut out);

@@ -186,6 +186,7 @@ fn offline_volume(config: &Config, volume: &VolumeConfig) -> Result<VolumeStatus
                 capacity_bytes,
                 stats: None,
                 failed: None,
+                reduction: None,
             }
         })
         .collect();
@@ -366,6 +367,30 @@ pub fn render_text(report: &Value) -> String {
             out.push('\n');
             if let Some(reason) = tier.get("failed").and_then(Value::as_str) {
                 let _ = writeln!(out, "      FAILED: {reason}");
+            }
+            if let Some(reduction) = tier.get("reduction").filter(|value| value.is_object()) {
+                let float = |key: &str| reduction.get(key).and_then(Value::as_f64).unwrap_or(0.0);
+                let _ = writeln!(
+                    out,
+                    "      reduction {} ({}), now {}: {} logical in {} physical ({:.2}:1; zero {}, dedup {}, \
+                     compression saved {}); staged {}; {} workers at {:.0}% utilisation; {} switches; \
+                     {} of {} free",
+                    text(reduction, "setting"),
+                    text(reduction, "rule"),
+                    text(reduction, "mode"),
+                    size_text(number(reduction, "logical_bytes")),
+                    size_text(number(reduction, "physical_bytes")),
+                    float("ratio"),
+                    size_text(number(reduction, "zero_bytes")),
+                    size_text(number(reduction, "dedup_bytes")),
+                    size_text(number(reduction, "compress_saved_bytes")),
+                    size_text(number(reduction, "staged_bytes")),
+                    number(reduction, "workers"),
+                    float("utilisation") * 100.0,
+                    number(reduction, "switches"),
+                    size_text(number(reduction, "free_bytes")),
+                    size_text(number(reduction, "capacity_bytes")),
+                );
             }
         }
         let mean = volume

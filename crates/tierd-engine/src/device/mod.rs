@@ -145,6 +145,12 @@ pub trait BlockDevice: Send + Sync {
         None
     }
 
+    /// A reduced tier's figures ([`reduce::ReducedDevice`]); wrappers above
+    /// one forward it.
+    fn reduction(&self) -> Option<reduce::ReductionStatus> {
+        None
+    }
+
     /// Why the backing stopped serving (a tier file truncated, deleted or
     /// replaced under the server), if it did; every operation then fails.
     fn failure(&self) -> Option<String> {

@@ -357,6 +357,10 @@ impl BlockDevice for StatsDevice {
     fn stats(&self) -> Option<DeviceStats> {
         Some(self.snapshot())
     }
+
+    fn reduction(&self) -> Option<super::reduce::ReductionStatus> {
+        self.inner.reduction()
+    }
 }
 
 #[cfg(test)]

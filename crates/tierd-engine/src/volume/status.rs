@@ -42,6 +42,9 @@ pub struct TierStatus {
     /// replaced under the server); absent while it works.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
+    /// A reduced tier's figures (`docs/engine/reduce.md`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reduction: Option<crate::device::reduce::ReductionStatus>,
 }
 
 /// A move in flight.
@@ -178,6 +181,7 @@ impl Volume {
                         capacity_bytes: tier.device.size_bytes(),
                         stats: tier.device.stats(),
                         failed: tier.device.failure(),
+                        reduction: tier.device.reduction(),
                     }
                 })
                 .collect(),

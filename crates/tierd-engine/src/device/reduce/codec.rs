@@ -20,15 +20,11 @@ pub fn is_zero(block: &[u8]) -> bool {
     // 64-byte chunks OR-ed as words: vectorised, one branch per chunk.
     let chunks = block.chunks_exact(64);
     let tail = chunks.remainder();
-    chunks
-        .into_iter()
-        .all(|chunk| {
-            chunk
-                .chunks_exact(8)
-                .fold(0u64, |acc, word| acc | u64::from_ne_bytes(word.try_into().expect("8 bytes")))
-                == 0
-        })
-        && tail.iter().all(|&byte| byte == 0)
+    chunks.into_iter().all(|chunk| {
+        chunk.chunks_exact(8).fold(0u64, |acc, word| {
+            acc | u64::from_ne_bytes(word.try_into().expect("8 bytes"))
+        }) == 0
+    }) && tail.iter().all(|&byte| byte == 0)
 }
 
 pub fn fingerprint(block: &[u8]) -> Fingerprint {
@@ -100,7 +96,9 @@ mod tests {
         decompress(&out, &mut back).unwrap();
         assert_eq!(back, block);
         // Random data does not compress: stored raw.
-        let random: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+        let random: Vec<u8> = (0..4096u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
         let _ = compress(&random, &mut out);
         let mut garbage = vec![0u8; 4096];
         assert!(decompress(&[0xff, 0xff, 0xff], &mut garbage).is_err());

@@ -69,7 +69,10 @@ impl Geometry {
     ) -> Result<Geometry, String> {
         let logical_blocks = logical_bytes / block_bytes;
         let map_bytes = logical_blocks * 8;
-        let journal_bytes = round_up((logical_blocks * 4).clamp(256 << 10, 256 << 20), META_ALIGN_BYTES);
+        let journal_bytes = round_up(
+            (logical_blocks * 4).clamp(256 << 10, 256 << 20),
+            META_ALIGN_BYTES,
+        );
         let mut geometry = Geometry {
             device_bytes,
             block_bytes,
@@ -140,7 +143,9 @@ impl Geometry {
         let mut out = Vec::new();
         let mut check = |name: &str, formatted: u64, wanted: u64| {
             if formatted != wanted {
-                out.push(format!("{name}: formatted {formatted}, configured {wanted}"));
+                out.push(format!(
+                    "{name}: formatted {formatted}, configured {wanted}"
+                ));
             }
         };
         check("block (bytes)", self.block_bytes, configured.block_bytes);
@@ -150,8 +155,16 @@ impl Geometry {
             configured.logical_blocks * configured.block_bytes,
         );
         check("pack (bytes)", self.pack_bytes, configured.pack_bytes);
-        check("index entries", self.index_capacity, configured.index_capacity);
-        check("device size (bytes)", self.device_bytes, configured.device_bytes);
+        check(
+            "index entries",
+            self.index_capacity,
+            configured.index_capacity,
+        );
+        check(
+            "device size (bytes)",
+            self.device_bytes,
+            configured.device_bytes,
+        );
         out
     }
 }
@@ -283,7 +296,13 @@ impl Superblock {
         if crc32fast::hash(&bytes[16..104]) != crc {
             return None;
         }
-        let field = |index: usize| u64::from_le_bytes(bytes[16 + index * 8..24 + index * 8].try_into().expect("8 bytes"));
+        let field = |index: usize| {
+            u64::from_le_bytes(
+                bytes[16 + index * 8..24 + index * 8]
+                    .try_into()
+                    .expect("8 bytes"),
+            )
+        };
         Some(Superblock {
             geometry: Geometry {
                 device_bytes: field(0),
@@ -342,7 +361,11 @@ pub fn checkpoint_payload_bytes(header: &[u8]) -> Result<u64, String> {
     let map = u64::from_le_bytes(header[16..24].try_into().expect("8 bytes"));
     let index = u64::from_le_bytes(header[24..32].try_into().expect("8 bytes"));
     map.checked_mul(8)
-        .and_then(|bytes| index.checked_mul(24).and_then(|index| bytes.checked_add(index)))
+        .and_then(|bytes| {
+            index
+                .checked_mul(24)
+                .and_then(|index| bytes.checked_add(index))
+        })
         .ok_or_else(|| "the checkpoint's entry counts overflow".to_string())
 }
 
@@ -400,7 +423,10 @@ pub enum Record {
     /// Logical block `lbn` now maps to `entry`.
     Map { lbn: u64, entry: u64 },
     /// A fragment was stored with this fingerprint (an index hint).
-    Index { fingerprint: Fingerprint, entry: u64 },
+    Index {
+        fingerprint: Fingerprint,
+        entry: u64,
+    },
 }
 
 const RECORD_MAP: u64 = 1;
@@ -410,9 +436,12 @@ impl Record {
     fn encode_into(&self, out: &mut Vec<u8>) {
         let (kind, a, b, c) = match *self {
             Record::Map { lbn, entry } => (RECORD_MAP, lbn, entry, 0),
-            Record::Index { fingerprint, entry } => {
-                (RECORD_INDEX, fingerprint as u64, (fingerprint >> 64) as u64, entry)
-            }
+            Record::Index { fingerprint, entry } => (
+                RECORD_INDEX,
+                fingerprint as u64,
+                (fingerprint >> 64) as u64,
+                entry,
+            ),
         };
         for word in [kind, a, b, c] {
             out.extend_from_slice(&word.to_le_bytes());
@@ -420,7 +449,9 @@ impl Record {
     }
 
     fn decode(bytes: &[u8]) -> Option<Record> {
-        let word = |index: usize| u64::from_le_bytes(bytes[index * 8..index * 8 + 8].try_into().expect("8 bytes"));
+        let word = |index: usize| {
+            u64::from_le_bytes(bytes[index * 8..index * 8 + 8].try_into().expect("8 bytes"))
+        };
         match word(0) {
             RECORD_MAP => Some(Record::Map {
                 lbn: word(1),
@@ -437,7 +468,10 @@ impl Record {
 
 /// Bytes a batch of `records` takes in the ring (4 KiB-aligned).
 pub fn batch_bytes(records: usize) -> u64 {
-    round_up(BATCH_HEADER_BYTES + records as u64 * RECORD_BYTES, META_ALIGN_BYTES)
+    round_up(
+        BATCH_HEADER_BYTES + records as u64 * RECORD_BYTES,
+        META_ALIGN_BYTES,
+    )
 }
 
 pub fn encode_batch(sequence: u64, records: &[Record]) -> Vec<u8> {
@@ -472,7 +506,8 @@ pub fn batch_header(bytes: &[u8]) -> Option<(u64, u64)> {
 /// a record is unknown.
 pub fn decode_batch(bytes: &[u8]) -> Option<Vec<Record>> {
     let (_, count) = batch_header(bytes)?;
-    let end = usize::try_from(BATCH_HEADER_BYTES.checked_add(count.checked_mul(RECORD_BYTES)?)?).ok()?;
+    let end =
+        usize::try_from(BATCH_HEADER_BYTES.checked_add(count.checked_mul(RECORD_BYTES)?)?).ok()?;
     if bytes.len() < end {
         return None;
     }
@@ -512,7 +547,10 @@ mod tests {
             staged: true,
             ..fragment
         };
-        assert_eq!(Fragment::decode(staged.encode()).unwrap().settled().staged, false);
+        assert_eq!(
+            Fragment::decode(staged.encode()).unwrap().settled().staged,
+            false
+        );
         assert!(!entry_is_valid(
             Fragment {
                 pack: g.pack_count as u32,
@@ -553,12 +591,20 @@ mod tests {
         let index = vec![(0xdead_beef_u128 << 64 | 5, map[9])];
         let mut bytes = encode_checkpoint(&map, &index);
         assert_eq!(bytes.len() as u64 % META_ALIGN_BYTES, 0);
-        assert_eq!(decode_checkpoint(&bytes, &g).unwrap(), (map.clone(), index.clone()));
+        assert_eq!(
+            decode_checkpoint(&bytes, &g).unwrap(),
+            (map.clone(), index.clone())
+        );
         bytes[100] ^= 1;
-        assert!(decode_checkpoint(&bytes, &g).unwrap_err().contains("checksum"));
+        assert!(decode_checkpoint(&bytes, &g)
+            .unwrap_err()
+            .contains("checksum"));
 
         let records = vec![
-            Record::Map { lbn: 5, entry: ZERO },
+            Record::Map {
+                lbn: 5,
+                entry: ZERO,
+            },
             Record::Index {
                 fingerprint: u128::MAX - 3,
                 entry: map[9],

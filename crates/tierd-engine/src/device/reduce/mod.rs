@@ -154,7 +154,14 @@ pub struct ReducedDevice {
     threads: Vec<JoinHandle<()>>,
 }
 
-fn io_error(device: &str, op: &'static str, offset_bytes: u64, length_bytes: u64, errno: i32, message: String) -> DeviceError {
+fn io_error(
+    device: &str,
+    op: &'static str,
+    offset_bytes: u64,
+    length_bytes: u64,
+    errno: i32,
+    message: String,
+) -> DeviceError {
     DeviceError {
         device: device.to_string(),
         op,
@@ -202,7 +209,8 @@ impl ReducedDevice {
         let configured = plan_geometry(device_bytes, &options)?;
         let mut a = vec![0u8; layout::SUPERBLOCK_BYTES as usize];
         let mut b = vec![0u8; layout::SUPERBLOCK_BYTES as usize];
-        let read_error = |error: DeviceError| format!("reading the reduced tier's superblocks: {error}");
+        let read_error =
+            |error: DeviceError| format!("reading the reduced tier's superblocks: {error}");
         inner
             .read_at(layout::superblock_offset(device_bytes, 0), &mut a)
             .map_err(read_error)?;
@@ -266,9 +274,12 @@ impl ReducedDevice {
         });
         if replayed > 0 {
             // Start the journal afresh so its use is known exactly.
-            shared
-                .checkpoint_now()
-                .map_err(|error| format!("reduced tier {}: writing a checkpoint after recovery: {error}", shared.name))?;
+            shared.checkpoint_now().map_err(|error| {
+                format!(
+                    "reduced tier {}: writing a checkpoint after recovery: {error}",
+                    shared.name
+                )
+            })?;
         }
         let staged = shared.state.lock().queue.len();
         tracing::info!(
@@ -336,7 +347,9 @@ impl Drop for ReducedDevice {
     }
 }
 
-fn plan_geometry(device_bytes: u64, options: &ReduceOptions) -> Result<Geometry, String> {
+/// The geometry `options` give a device of `device_bytes` (its logical size
+/// when `logical_bytes` is unset), or why it does not fit.
+pub fn plan_geometry(device_bytes: u64, options: &ReduceOptions) -> Result<Geometry, String> {
     let physical_blocks = device_bytes / options.block_bytes;
     // A checkpoint holds the index: more entries than fragments can ever
     // exist would only waste space.
@@ -349,13 +362,27 @@ fn plan_geometry(device_bytes: u64, options: &ReduceOptions) -> Result<Geometry,
         Some(bytes) => bytes,
         None => {
             // Default: as much as the device holds raw after metadata.
-            let probe = Geometry::plan(device_bytes, options.block_bytes, options.block_bytes * 1024, options.pack_bytes, index_capacity)?;
+            let probe = Geometry::plan(
+                device_bytes,
+                options.block_bytes,
+                options.block_bytes * 1024,
+                options.pack_bytes,
+                index_capacity,
+            )?;
             let mut logical = probe.packs_bytes();
             // The map itself takes room: shrink until it fits.
             loop {
-                match Geometry::plan(device_bytes, options.block_bytes, logical, options.pack_bytes, index_capacity) {
+                match Geometry::plan(
+                    device_bytes,
+                    options.block_bytes,
+                    logical,
+                    options.pack_bytes,
+                    index_capacity,
+                ) {
                     Ok(geometry) if geometry.packs_bytes() >= logical => break logical,
-                    Ok(geometry) => logical = geometry.packs_bytes() / options.block_bytes * options.block_bytes,
+                    Ok(geometry) => {
+                        logical = geometry.packs_bytes() / options.block_bytes * options.block_bytes
+                    }
                     Err(error) => return Err(error),
                 }
             }
@@ -367,14 +394,22 @@ fn plan_geometry(device_bytes: u64, options: &ReduceOptions) -> Result<Geometry,
             options.block_bytes
         ));
     }
-    Geometry::plan(device_bytes, options.block_bytes, logical, options.pack_bytes, index_capacity)
+    Geometry::plan(
+        device_bytes,
+        options.block_bytes,
+        logical,
+        options.pack_bytes,
+        index_capacity,
+    )
 }
 
 fn format_device(inner: &dyn BlockDevice, geometry: Geometry) -> Result<Superblock, String> {
     let map = vec![UNMAPPED; geometry.logical_blocks as usize];
     let checkpoint = layout::encode_checkpoint(&map, &[]);
     let fail = |error: DeviceError| format!("formatting the reduced tier: {error}");
-    inner.write_at(geometry.checkpoint_offset(0), &checkpoint).map_err(fail)?;
+    inner
+        .write_at(geometry.checkpoint_offset(0), &checkpoint)
+        .map_err(fail)?;
     inner.flush().map_err(fail)?;
     let superblock = Superblock {
         geometry,
@@ -384,7 +419,10 @@ fn format_device(inner: &dyn BlockDevice, geometry: Geometry) -> Result<Superblo
         journal_sequence: 1,
     };
     inner
-        .write_at(layout::superblock_offset(geometry.device_bytes, 1), &superblock.encode())
+        .write_at(
+            layout::superblock_offset(geometry.device_bytes, 1),
+            &superblock.encode(),
+        )
         .map_err(fail)?;
     inner.flush().map_err(fail)?;
     tracing::info!(device = inner.name(), "reduced tier formatted");
@@ -434,7 +472,8 @@ fn recover(
             }
             inner.read_at(base + at, &mut header).map_err(fail)?;
             if let Some((batch_sequence, count)) = layout::batch_header(&header) {
-                let bytes = layout::BATCH_HEADER_BYTES.saturating_add(count.saturating_mul(layout::RECORD_BYTES));
+                let bytes = layout::BATCH_HEADER_BYTES
+                    .saturating_add(count.saturating_mul(layout::RECORD_BYTES));
                 if batch_sequence == sequence && at + bytes <= ring {
                     found = Some((at, count));
                     break;
@@ -466,13 +505,18 @@ fn recover(
                     map[lbn as usize] = entry;
                 }
                 Record::Index { fingerprint, entry } => {
-                    if layout::entry_is_valid(entry, geometry) && Fragment::decode(entry).is_some() {
+                    if layout::entry_is_valid(entry, geometry) && Fragment::decode(entry).is_some()
+                    {
                         index.push((fingerprint, entry));
                     }
                 }
             }
         }
-        used += if at < position { ring - position + length } else { length };
+        used += if at < position {
+            ring - position + length
+        } else {
+            length
+        };
         position = at + length;
         sequence += 1;
         replayed += 1;
@@ -498,7 +542,14 @@ fn recover(
 }
 
 impl Shared {
-    fn error(&self, op: &'static str, offset: u64, length: u64, errno: i32, message: String) -> DeviceError {
+    fn error(
+        &self,
+        op: &'static str,
+        offset: u64,
+        length: u64,
+        errno: i32,
+        message: String,
+    ) -> DeviceError {
         io_error(&self.name, op, offset, length, errno, message)
     }
 
@@ -546,7 +597,8 @@ impl Shared {
                     }
                     // Post work is queued under the state lock and
                     // signalled under this one; the timeout is a backstop.
-                    self.jobs_ready.wait_for(&mut jobs, std::time::Duration::from_millis(50));
+                    self.jobs_ready
+                        .wait_for(&mut jobs, std::time::Duration::from_millis(50));
                 }
             };
             match job {
@@ -568,7 +620,8 @@ impl Shared {
                         tracing::warn!(tier = %self.name, %error, "post-process reduction failed; the block stays staged");
                         // Keep the worker alive, but do not spin on a failing device.
                         let mut jobs = self.jobs.lock();
-                        self.jobs_ready.wait_for(&mut jobs, std::time::Duration::from_millis(100));
+                        self.jobs_ready
+                            .wait_for(&mut jobs, std::time::Duration::from_millis(100));
                     }
                 }
             }
@@ -638,7 +691,9 @@ impl Shared {
                 Ok(())
             }
             Located::Bytes(bytes) => decode(&bytes, out),
-            Located::Shared { buf, offset, len } => decode(&buf[offset as usize..(offset + len) as usize], out),
+            Located::Shared { buf, offset, len } => {
+                decode(&buf[offset as usize..(offset + len) as usize], out)
+            }
             Located::Device { pack, offset, len } => {
                 let at = self.geometry.pack_offset(pack) + offset;
                 let result = if len == block {
@@ -666,7 +721,11 @@ impl Shared {
         match self.read_located(lbn, located, &mut stored) {
             Ok(()) => Ok(stored == data),
             // A stale hint pointing at bytes that no longer decode.
-            Err(error) if error.kind == DeviceErrorKind::Io(libc::EIO) && error.device == self.name => Ok(false),
+            Err(error)
+                if error.kind == DeviceErrorKind::Io(libc::EIO) && error.device == self.name =>
+            {
+                Ok(false)
+            }
             Err(error) => Err(error),
         }
     }
@@ -735,11 +794,12 @@ impl Shared {
             }
         }
         let mut compressed = Vec::new();
-        let (kind, bytes): (PackKind, &[u8]) = if self.options.compress && codec::compress(data, &mut compressed) {
-            (PackKind::Compressed, &compressed)
-        } else {
-            (PackKind::Raw, data)
-        };
+        let (kind, bytes): (PackKind, &[u8]) =
+            if self.options.compress && codec::compress(data, &mut compressed) {
+                (PackKind::Compressed, &compressed)
+            } else {
+                (PackKind::Raw, data)
+            };
         let mut flushed = false;
         loop {
             let mut state = self.state.lock();
@@ -852,15 +912,27 @@ impl Shared {
         let mut stripes: Vec<usize> = if last - first + 1 >= STRIPES as u64 {
             (0..STRIPES).collect()
         } else {
-            (first..=last).map(|lbn| (lbn % STRIPES as u64) as usize).collect()
+            (first..=last)
+                .map(|lbn| (lbn % STRIPES as u64) as usize)
+                .collect()
         };
         stripes.sort_unstable();
         stripes.dedup();
-        stripes.into_iter().map(|stripe| self.stripes[stripe].lock()).collect()
+        stripes
+            .into_iter()
+            .map(|stripe| self.stripes[stripe].lock())
+            .collect()
     }
 
     /// Writes `data` at `offset` (`None`: zeroes, mapped `fill`).
-    fn write(&self, op: &'static str, offset: u64, length: u64, data: Option<&[u8]>, fill: u64) -> DeviceResult<()> {
+    fn write(
+        &self,
+        op: &'static str,
+        offset: u64,
+        length: u64,
+        data: Option<&[u8]>,
+        fill: u64,
+    ) -> DeviceResult<()> {
         check_range(&self.name, op, offset, length, self.logical_bytes())?;
         if length == 0 {
             return Ok(());
@@ -869,7 +941,11 @@ impl Shared {
         let first = offset / block;
         let last = (offset + length - 1) / block;
         let _stripes = self.lock_stripes(first, last);
-        let mode = if data.is_some() { self.mode_now() } else { Mode::Inline };
+        let mode = if data.is_some() {
+            self.mode_now()
+        } else {
+            Mode::Inline
+        };
         let mut inline: Vec<(u64, Vec<u8>)> = Vec::new();
         let mut scratch = vec![0u8; block as usize];
         for lbn in first..=last {
@@ -953,7 +1029,13 @@ impl Shared {
     }
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> DeviceResult<()> {
-        check_range(&self.name, "read", offset, buf.len() as u64, self.logical_bytes())?;
+        check_range(
+            &self.name,
+            "read",
+            offset,
+            buf.len() as u64,
+            self.logical_bytes(),
+        )?;
         let block = self.geometry.block_bytes;
         let mut scratch = vec![0u8; block as usize];
         let mut at = 0usize;
@@ -1035,7 +1117,8 @@ impl Shared {
             used += self.geometry.journal_bytes - position;
             position = 0;
         }
-        self.inner.write_at(self.geometry.journal_offset() + position, &bytes)?;
+        self.inner
+            .write_at(self.geometry.journal_offset() + position, &bytes)?;
         self.inner.flush()?;
         journal.position = position + length;
         journal.sequence += 1;
@@ -1043,10 +1126,16 @@ impl Shared {
         Ok(())
     }
 
-    fn write_checkpoint(&self, journal: &mut Journal, map: &[u64], index: &[(codec::Fingerprint, u64)]) -> DeviceResult<()> {
+    fn write_checkpoint(
+        &self,
+        journal: &mut Journal,
+        map: &[u64],
+        index: &[(codec::Fingerprint, u64)],
+    ) -> DeviceResult<()> {
         let slot = 1 - journal.checkpoint_slot;
         let bytes = layout::encode_checkpoint(map, index);
-        self.inner.write_at(self.geometry.checkpoint_offset(slot), &bytes)?;
+        self.inner
+            .write_at(self.geometry.checkpoint_offset(slot), &bytes)?;
         self.inner.flush()?;
         let superblock = Superblock {
             geometry: self.geometry,
@@ -1056,8 +1145,10 @@ impl Shared {
             journal_sequence: journal.sequence,
         };
         let copy = superblock.sequence % 2;
-        self.inner
-            .write_at(layout::superblock_offset(self.geometry.device_bytes, copy), &superblock.encode())?;
+        self.inner.write_at(
+            layout::superblock_offset(self.geometry.device_bytes, copy),
+            &superblock.encode(),
+        )?;
         self.inner.flush()?;
         journal.superblock_sequence = superblock.sequence;
         journal.checkpoint_slot = slot;
@@ -1079,8 +1170,12 @@ impl Shared {
     fn status(&self) -> ReductionStatus {
         let switch = self.switch.lock();
         let config = switch.config();
-        let (mode, switches, utilisation, last_switch) =
-            (switch.mode(), switch.switches(), switch.utilisation(), switch.last_event());
+        let (mode, switches, utilisation, last_switch) = (
+            switch.mode(),
+            switch.switches(),
+            switch.utilisation(),
+            switch.last_event(),
+        );
         let setting = config.setting;
         let rule = config.rule;
         drop(switch);
@@ -1155,12 +1250,17 @@ impl BlockDevice for ReducedDevice {
     }
 
     fn discard(&self, offset_bytes: u64, length_bytes: u64) -> DeviceResult<()> {
-        self.shared.write("discard", offset_bytes, length_bytes, None, UNMAPPED)
+        self.shared
+            .write("discard", offset_bytes, length_bytes, None, UNMAPPED)
     }
 
     fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> DeviceResult<()> {
         self.shared
             .write("write_zeroes", offset_bytes, length_bytes, None, ZERO)
+    }
+
+    fn reduction(&self) -> Option<ReductionStatus> {
+        Some(self.shared.status())
     }
 
     fn failure(&self) -> Option<String> {

@@ -75,7 +75,11 @@ pub enum Located {
     /// A copy of the fragment (from a pack still in memory).
     Bytes(Vec<u8>),
     /// A pack being written: its shared buffer.
-    Shared { buf: Arc<Vec<u8>>, offset: u64, len: u64 },
+    Shared {
+        buf: Arc<Vec<u8>>,
+        offset: u64,
+        len: u64,
+    },
     /// On the device; the pack is pinned until [`State::unpin`].
     Device { pack: u32, offset: u64, len: u64 },
 }
@@ -141,7 +145,11 @@ impl Index {
     pub fn entries(&self) -> Vec<(Fingerprint, u64)> {
         self.order
             .iter()
-            .filter_map(|fingerprint| self.map.get(fingerprint).map(|entry| (*fingerprint, *entry)))
+            .filter_map(|fingerprint| {
+                self.map
+                    .get(fingerprint)
+                    .map(|entry| (*fingerprint, *entry))
+            })
             .collect()
     }
 }
@@ -251,11 +259,15 @@ impl State {
         };
         self.tallies.mapped_blocks += 1;
         self.pack_refs[fragment.pack as usize] += 1;
-        let refs = self.fragment_refs.entry(fragment.settled().encode()).or_insert(0);
+        let refs = self
+            .fragment_refs
+            .entry(fragment.settled().encode())
+            .or_insert(0);
         *refs += 1;
         if *refs == 1 {
             self.tallies.fragment_bytes += u64::from(fragment.len);
-            self.tallies.compress_saved_bytes += self.geometry.block_bytes - u64::from(fragment.len);
+            self.tallies.compress_saved_bytes +=
+                self.geometry.block_bytes - u64::from(fragment.len);
         } else {
             self.tallies.dedup_blocks += 1;
         }
@@ -271,12 +283,16 @@ impl State {
         };
         self.tallies.mapped_blocks -= 1;
         let key = fragment.settled().encode();
-        let refs = self.fragment_refs.get_mut(&key).expect("a mapped fragment is counted");
+        let refs = self
+            .fragment_refs
+            .get_mut(&key)
+            .expect("a mapped fragment is counted");
         *refs -= 1;
         if *refs == 0 {
             self.fragment_refs.remove(&key);
             self.tallies.fragment_bytes -= u64::from(fragment.len);
-            self.tallies.compress_saved_bytes -= self.geometry.block_bytes - u64::from(fragment.len);
+            self.tallies.compress_saved_bytes -=
+                self.geometry.block_bytes - u64::from(fragment.len);
         } else {
             self.tallies.dedup_blocks -= 1;
         }
@@ -378,7 +394,10 @@ impl State {
         let len = bytes.len() as u64;
         let mut sealed = None;
         let fits = |open: &OpenPack| open.fill + len <= open.buf.len() as u64;
-        if self.open[kind as usize].as_ref().is_some_and(|open| !fits(open)) {
+        if self.open[kind as usize]
+            .as_ref()
+            .is_some_and(|open| !fits(open))
+        {
             sealed = self.seal(kind);
         }
         if self.open[kind as usize].is_none() {
@@ -468,7 +487,9 @@ impl State {
 
     /// True while a pack write begun before `sequence` is in flight.
     pub fn writes_before(&self, sequence: u64) -> bool {
-        self.in_flight.first().is_some_and(|&first| first < sequence)
+        self.in_flight
+            .first()
+            .is_some_and(|&first| first < sequence)
     }
 
     /// A flush begins: the open packs' new bytes become tail writes (their
@@ -543,7 +564,10 @@ impl State {
 
     /// Packs in use (open, being written or on the device).
     pub fn used_packs(&self) -> u64 {
-        self.pack_state.iter().filter(|state| **state != PackState::Free).count() as u64
+        self.pack_state
+            .iter()
+            .filter(|state| **state != PackState::Free)
+            .count() as u64
     }
 
     /// Physical bytes held: packs in use, open ones only to their fill.
@@ -654,7 +678,9 @@ mod tests {
     #[test]
     fn dedup_and_compression_tallies_follow_the_map() {
         let mut state = state();
-        let (fragment, _) = state.append(PackKind::Compressed, &[9u8; 1000], false).unwrap();
+        let (fragment, _) = state
+            .append(PackKind::Compressed, &[9u8; 1000], false)
+            .unwrap();
         state.install(0, fragment.encode());
         state.install(1, fragment.encode());
         state.install(2, fragment.encode());

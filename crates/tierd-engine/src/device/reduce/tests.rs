@@ -136,9 +136,13 @@ fn two_to_one_compressible_and_duplicate_data_reduces_four_to_one() {
     .unwrap();
     let mut rng = SeededRng::new(11);
     let blocks = (32 * MIB / 4096) as usize;
-    let unique: Vec<Vec<u8>> = (0..blocks / 2).map(|_| half_compressible(&mut rng, 4096)).collect();
+    let unique: Vec<Vec<u8>> = (0..blocks / 2)
+        .map(|_| half_compressible(&mut rng, 4096))
+        .collect();
     for lbn in 0..blocks {
-        device.write_at(lbn as u64 * 4096, &unique[lbn / 2]).unwrap();
+        device
+            .write_at(lbn as u64 * 4096, &unique[lbn / 2])
+            .unwrap();
     }
     device.flush().unwrap();
     let status = device.status();
@@ -204,7 +208,11 @@ fn flushed_writes_survive_a_crash_and_unflushed_ones_are_old_or_new() {
                 let mut back = vec![0u8; 4096];
                 device.read_at(lbn * 4096, &mut back).unwrap();
                 let old = &durable[(lbn * 4096) as usize..][..4096];
-                let candidates: Vec<&Vec<u8>> = unflushed.iter().filter(|(at, _)| *at == lbn).map(|(_, data)| data).collect();
+                let candidates: Vec<&Vec<u8>> = unflushed
+                    .iter()
+                    .filter(|(at, _)| *at == lbn)
+                    .map(|(_, data)| data)
+                    .collect();
                 assert!(
                     back == old || candidates.iter().any(|data| **data == back),
                     "round {round}: block {lbn} reads neither its flushed nor an unflushed version"
@@ -309,12 +317,24 @@ fn other_settings_on_a_formatted_tier_are_refused_by_name() {
     )
     .err()
     .unwrap();
-    assert!(error.contains("logical size (bytes): formatted 4194304, configured 2097152"), "{error}");
+    assert!(
+        error.contains("logical size (bytes): formatted 4194304, configured 2097152"),
+        "{error}"
+    );
     // The mode may change: it is not geometry.
-    assert!(ReducedDevice::open("ssd", inner.clone(), options(ModeSetting::Post, 0).with_logical(4 * MIB), clock(), false).is_ok());
+    assert!(ReducedDevice::open(
+        "ssd",
+        inner.clone(),
+        options(ModeSetting::Post, 0).with_logical(4 * MIB),
+        clock(),
+        false
+    )
+    .is_ok());
     // An unformatted device is not formatted unless allowed.
     let blank: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new("ssd", 8 * MIB));
-    let error = ReducedDevice::open("ssd", blank, base, clock(), false).err().unwrap();
+    let error = ReducedDevice::open("ssd", blank, base, clock(), false)
+        .err()
+        .unwrap();
     assert!(error.contains("holds no reduced tier"), "{error}");
 }
 
@@ -352,7 +372,11 @@ fn a_damaged_fragment_is_an_error_not_wrong_data() {
     .unwrap();
     let mut back = vec![0u8; 4096];
     let error = device.read_at(0, &mut back).unwrap_err();
-    assert!(error.message.contains("damaged on disk"), "{}", error.message);
+    assert!(
+        error.message.contains("damaged on disk"),
+        "{}",
+        error.message
+    );
 }
 
 impl ReduceOptions {
@@ -440,8 +464,11 @@ fn a_death_at_any_device_operation_loses_no_flushed_write() {
             pack_bytes: 16 << 10,
             ..options(setting, 0)
         };
-        let device = ReducedDevice::open("ssd", dying.clone(), opts.clone(), clock(), true).unwrap();
-        dying.left.store(death as i64, std::sync::atomic::Ordering::SeqCst);
+        let device =
+            ReducedDevice::open("ssd", dying.clone(), opts.clone(), clock(), true).unwrap();
+        dying
+            .left
+            .store(death as i64, std::sync::atomic::Ordering::SeqCst);
         // What each block held at its last completed flush, and everything
         // written to it since.
         let mut flushed = vec![vec![0u8; 4096]; blocks as usize];
@@ -475,14 +502,18 @@ fn a_death_at_any_device_operation_loses_no_flushed_write() {
         }
         drop(device);
         disk.crash(&mut rng);
-        let device = ReducedDevice::open("ssd", disk.clone(), opts, clock(), false)
-            .unwrap_or_else(|error| panic!("death after {death} operations: reopen failed: {error}"));
+        let device = ReducedDevice::open("ssd", disk.clone(), opts, clock(), false).unwrap_or_else(
+            |error| panic!("death after {death} operations: reopen failed: {error}"),
+        );
         device.reduce_staged(usize::MAX).unwrap();
         for lbn in 0..blocks {
             let mut back = vec![0u8; 4096];
             device.read_at(lbn * 4096, &mut back).unwrap();
             let ok = back == flushed[lbn as usize] || since[lbn as usize].contains(&back);
-            assert!(ok, "death after {death} operations: block {lbn} lost its flushed data");
+            assert!(
+                ok,
+                "death after {death} operations: block {lbn} lost its flushed data"
+            );
         }
     }
 }
