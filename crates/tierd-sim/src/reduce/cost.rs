@@ -67,8 +67,8 @@ pub struct ReductionCosts {
 /// shared with other builds) by `tierd sim --experiment reduce-calibrate`
 /// (release build): the fastest of 25 interleaved rounds per step, fitted
 /// through 4 KiB and 8 KiB blocks. lz4 compression of an 8 KiB block took
-/// 5.1 µs in most processes and 8.0–8.8 µs in some (stable within one;
-/// every other step repeats within 5 %); these are a 5.1 µs run's figures.
+/// 5.1 µs in 4 of 9 processes and 8.0–8.8 µs in the others (stable within
+/// one; every other step repeats within 5 %); these are a 5.1 µs run's.
 /// See `docs/devices/processor.md`.
 pub const MEASURED: ReductionCosts = ReductionCosts {
     hash: Cost::new(25.0, 53.9),
