@@ -4,6 +4,7 @@
 mod dst;
 mod matrix;
 mod progress;
+mod reduce;
 mod replay;
 mod serve;
 mod sim;

@@ -33,8 +33,41 @@ pub struct SimArgs {
         "sequential_cutoff", "seed",
     ])]
     matrix: Option<PathBuf>,
+    /// Run a built-in experiment instead of a replay (docs/sim.md,
+    /// "Experiments"): `reduce-fig5` is paper 004 Fig. 5 in kind (response
+    /// stability of inline, post-process, one and two thresholds on the
+    /// reduction workers' model), `reduce-calibrate` measures this
+    /// machine's reduction costs (the live tier's codec) that the model
+    /// takes. --json, --out DIR and --seed apply, and for reduce-fig5
+    /// --measurements, --loads, --queue-order and --calibrate; every other
+    /// flag is refused.
+    #[arg(long, value_name = "NAME", value_enum, conflicts_with_all = [
+        "matrix", "trace", "synth", "hours", "tiers", "policy", "policy_config", "segment_bytes",
+        "volume_bytes", "speed", "from_min", "to_min", "max_outstanding", "queue_depth",
+        "period", "fast_bytes", "cache_bytes", "cache_block", "cache_mode", "admission",
+        "sequential_cutoff", "report", "jobs",
+    ])]
+    experiment: Option<crate::reduce::Experiment>,
+    /// With --experiment reduce-fig5: measurements per load (default 15, the paper's).
+    #[arg(long, value_name = "N", requires = "experiment")]
+    measurements: Option<u32>,
+    /// With --experiment reduce-fig5: loads in % of inline's maximum IOPS,
+    /// comma-separated (default 10,25,45,60,70,80,90, the paper's).
+    #[arg(long, value_name = "LIST", requires = "experiment")]
+    loads: Option<String>,
+    /// With --experiment reduce-fig5: measure this machine's reduction
+    /// costs first (as reduce-calibrate does) and simulate with them instead
+    /// of the recorded defaults (the run then depends on the machine).
+    #[arg(long, requires = "experiment")]
+    calibrate: bool,
+    /// With --experiment reduce-fig5: the workers' queue, foreground-first
+    /// (default: what a user waits for before staged reductions, the
+    /// reduced tier's rule) or fifo (arrival order, for comparison).
+    #[arg(long, value_name = "ORDER", requires = "experiment", value_parser = queue_order)]
+    queue_order: Option<tierd_sim::reduce::QueueOrder>,
     /// With --matrix: write matrix.json (every run's full result) into DIR.
-    #[arg(long, value_name = "DIR", requires = "matrix")]
+    /// With --experiment: write its table, CSV, SVG and JSON into DIR.
+    #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Trace file in any format tierd reads (.gz/.bz2/.xz/.zst transparently).
     /// Without it, a generated spike workload is replayed (see --synth).
@@ -160,6 +193,14 @@ fn cache_block(text: &str) -> Result<u64, String> {
         format!("{value} bytes: a cache block is a power of two from 4KiB to 1MiB (4KiB, 8KiB, ..., 1MiB)")
     })?;
     Ok(value)
+}
+
+fn queue_order(text: &str) -> Result<tierd_sim::reduce::QueueOrder, String> {
+    use tierd_sim::reduce::QueueOrder;
+    [QueueOrder::ForegroundFirst, QueueOrder::Fifo]
+        .into_iter()
+        .find(|order| order.name() == text)
+        .ok_or_else(|| format!("{text:?}: expected foreground-first or fifo"))
 }
 
 fn cache_mode(text: &str) -> Result<tierd_sim::stack::CacheMode, String> {
@@ -307,6 +348,25 @@ pub fn untimed_warning(trace: &str, requests: Option<u64>, command: &str) -> Str
 }
 
 pub fn run(args: SimArgs) -> Result<(), CliError> {
+    if let Some(experiment) = args.experiment {
+        return crate::reduce::run(
+            experiment,
+            crate::reduce::Options {
+                json: args.json,
+                out: args.out.clone(),
+                seed: args.seed,
+                measurements: args.measurements,
+                loads: args.loads.clone(),
+                calibrate: args.calibrate,
+                queue_order: args.queue_order,
+            },
+        );
+    }
+    if args.out.is_some() && args.matrix.is_none() {
+        return Err(CliError(
+            "--out DIR goes with --matrix FILE.toml or --experiment NAME; for a replay's files use --report DIR".to_string(),
+        ));
+    }
     if let Some(grid) = &args.matrix {
         return crate::matrix::run(
             grid,

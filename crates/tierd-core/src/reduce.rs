@@ -349,6 +349,143 @@ impl Staging {
     }
 }
 
+/// Whose time a piece of reduction work is on, which orders the workers'
+/// queue ([`WorkQueue`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
+pub enum Urgency {
+    /// A user waits for it: an inline reduction, or storing a block in the
+    /// stage before a post-process write is acknowledged.
+    Foreground,
+    /// Nobody waits: reducing a staged block.
+    Background,
+}
+
+impl Urgency {
+    /// The urgency of reducing a block that [`Staging::admit`] gave `mode`:
+    /// inline's reduction is before the acknowledgement, post's after it
+    /// (storing the block in the stage is foreground: the user waits).
+    pub fn of_reduction(mode: Mode) -> Urgency {
+        match mode {
+            Mode::Inline => Urgency::Foreground,
+            Mode::Post => Urgency::Background,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Urgency::Foreground => "foreground",
+            Urgency::Background => "background",
+        }
+    }
+}
+
+/// How the reduction workers' queue orders work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
+pub enum QueueOrder {
+    /// Work a user waits for before staged reductions (the reduced tier's).
+    #[default]
+    ForegroundFirst,
+    /// Arrival order whatever the urgency, for comparison: a staged
+    /// reduction delays the writes queued behind it, as on a processor
+    /// without priorities.
+    Fifo,
+}
+
+impl QueueOrder {
+    pub fn name(self) -> &'static str {
+        match self {
+            QueueOrder::ForegroundFirst => "foreground-first",
+            QueueOrder::Fifo => "fifo",
+        }
+    }
+}
+
+/// The reduction workers' queue. In [`QueueOrder::ForegroundFirst`] (the
+/// default) work a user waits for (inline reductions, stage stores) goes
+/// before work nobody waits for (reducing staged blocks), first in first
+/// out within each; a worker that frees takes [`WorkQueue::pop`]. Not
+/// preemptive: background work already running finishes first. Background
+/// work thus runs only in the workers' idle time, so post-process keeps its
+/// short response while the backlog waits (bounded by [`Staging`]), and the
+/// backlog drains when writes pause.
+#[derive(Clone, Debug)]
+pub struct WorkQueue<T> {
+    order: QueueOrder,
+    /// Foreground work; in FIFO order, all work.
+    first: std::collections::VecDeque<(Urgency, T)>,
+    /// Background work (foreground-first order only).
+    second: std::collections::VecDeque<(Urgency, T)>,
+    background_waiting: usize,
+}
+
+impl<T> Default for WorkQueue<T> {
+    fn default() -> Self {
+        WorkQueue::with_order(QueueOrder::default())
+    }
+}
+
+impl<T> WorkQueue<T> {
+    /// A foreground-first queue.
+    pub fn new() -> WorkQueue<T> {
+        WorkQueue::default()
+    }
+
+    pub fn with_order(order: QueueOrder) -> WorkQueue<T> {
+        WorkQueue {
+            order,
+            first: std::collections::VecDeque::new(),
+            second: std::collections::VecDeque::new(),
+            background_waiting: 0,
+        }
+    }
+
+    pub fn order(&self) -> QueueOrder {
+        self.order
+    }
+
+    pub fn push(&mut self, urgency: Urgency, job: T) {
+        if urgency == Urgency::Background {
+            self.background_waiting += 1;
+        }
+        match (self.order, urgency) {
+            (QueueOrder::ForegroundFirst, Urgency::Background) => {
+                self.second.push_back((urgency, job))
+            }
+            _ => self.first.push_back((urgency, job)),
+        }
+    }
+
+    /// The next job a free worker takes: foreground-first, the oldest
+    /// foreground job, else the oldest background one; FIFO, the oldest.
+    pub fn pop(&mut self) -> Option<(Urgency, T)> {
+        let next = self.first.pop_front().or_else(|| self.second.pop_front());
+        if let Some((Urgency::Background, _)) = next {
+            self.background_waiting -= 1;
+        }
+        next
+    }
+
+    /// Jobs waiting (not running) of `urgency`.
+    pub fn waiting(&self, urgency: Urgency) -> usize {
+        match urgency {
+            Urgency::Foreground => self.len() - self.background_waiting,
+            Urgency::Background => self.background_waiting,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.first.len() + self.second.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.first.is_empty() && self.second.is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -465,5 +602,43 @@ mod tests {
         assert_eq!(staging.admit(Mode::Post), Mode::Post);
         assert_eq!(staging.admit(Mode::Inline), Mode::Inline);
         assert_eq!(staging.staged_blocks, 2);
+    }
+
+    #[test]
+    fn foreground_work_goes_before_background_work() {
+        let mut queue = WorkQueue::new();
+        queue.push(Urgency::of_reduction(Mode::Post), "reduce staged 1");
+        queue.push(Urgency::Foreground, "stage 2");
+        queue.push(Urgency::of_reduction(Mode::Post), "reduce staged 2");
+        queue.push(Urgency::of_reduction(Mode::Inline), "inline 3");
+        assert_eq!(queue.len(), 4);
+        assert_eq!(queue.waiting(Urgency::Background), 2);
+        let order: Vec<(Urgency, &str)> = std::iter::from_fn(|| queue.pop()).collect();
+        assert_eq!(
+            order,
+            [
+                (Urgency::Foreground, "stage 2"),
+                (Urgency::Foreground, "inline 3"),
+                (Urgency::Background, "reduce staged 1"),
+                (Urgency::Background, "reduce staged 2"),
+            ]
+        );
+        assert!(queue.is_empty());
+    }
+
+    #[test]
+    fn a_fifo_queue_keeps_arrival_order() {
+        let mut queue = WorkQueue::with_order(QueueOrder::Fifo);
+        queue.push(Urgency::Background, 1);
+        queue.push(Urgency::Foreground, 2);
+        queue.push(Urgency::Background, 3);
+        assert_eq!(queue.waiting(Urgency::Foreground), 1);
+        assert_eq!(queue.waiting(Urgency::Background), 2);
+        assert_eq!(queue.pop(), Some((Urgency::Background, 1)));
+        assert_eq!(queue.pop(), Some((Urgency::Foreground, 2)));
+        assert_eq!(queue.waiting(Urgency::Background), 1);
+        assert_eq!(queue.pop(), Some((Urgency::Background, 3)));
+        assert_eq!(queue.pop(), None);
+        assert_eq!(queue.order(), QueueOrder::Fifo);
     }
 }

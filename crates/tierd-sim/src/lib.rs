@@ -20,6 +20,7 @@ pub mod devices;
 pub mod engine;
 pub mod error;
 pub mod matrix;
+pub mod reduce;
 pub mod report;
 pub mod result;
 pub mod runner;
