@@ -28,7 +28,9 @@ use std::thread::JoinHandle;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use serde::Serialize;
 use tierd_common::clock::Clock;
-use tierd_core::reduce::{Mode, ModeSetting, Switch, SwitchConfig, SwitchEvent, SwitchRule};
+use tierd_core::reduce::{
+    Mode, ModeSetting, Switch, SwitchConfig, SwitchEvent, SwitchRule, Urgency, WorkQueue,
+};
 
 use super::{check_range, BlockDevice, DeviceError, DeviceErrorKind, DeviceResult};
 use layout::{Fragment, Geometry, Record, Superblock, UNMAPPED, ZERO};
@@ -125,10 +127,17 @@ struct Done {
     cond: Condvar,
 }
 
-struct InlineJob {
-    lbn: u64,
-    data: Vec<u8>,
-    done: Arc<Done>,
+/// Work for the reduction workers, ordered by `tierd_core::reduce::WorkQueue`
+/// (a write waiting inline before staged blocks).
+enum Job {
+    /// A block of a write that waits for it.
+    Inline {
+        lbn: u64,
+        data: Vec<u8>,
+        done: Arc<Done>,
+    },
+    /// A staged block: reduce it if `lbn` still maps to `entry`.
+    Staged { lbn: u64, entry: u64 },
 }
 
 struct Shared {
@@ -142,7 +151,7 @@ struct Shared {
     journal: Mutex<Journal>,
     stripes: Box<[Mutex<()>]>,
     switch: Mutex<Switch>,
-    jobs: Mutex<std::collections::VecDeque<InlineJob>>,
+    jobs: Mutex<WorkQueue<Job>>,
     jobs_ready: Condvar,
     clock: Arc<dyn Clock>,
     stop: AtomicBool,
@@ -267,7 +276,7 @@ impl ReducedDevice {
             journal: Mutex::new(journal),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             switch: Mutex::new(switch),
-            jobs: Mutex::new(std::collections::VecDeque::new()),
+            jobs: Mutex::new(WorkQueue::new()),
             jobs_ready: Condvar::new(),
             clock,
             stop: AtomicBool::new(false),
@@ -281,7 +290,14 @@ impl ReducedDevice {
                 )
             })?;
         }
-        let staged = shared.state.lock().queue.len();
+        let recovered = std::mem::take(&mut shared.state.lock().recovered_staged);
+        let staged = recovered.len();
+        {
+            let mut jobs = shared.jobs.lock();
+            for (lbn, entry) in recovered {
+                jobs.push(Urgency::Background, Job::Staged { lbn, entry });
+            }
+        }
         tracing::info!(
             tier = %shared.name,
             logical_bytes = geometry.logical_blocks * geometry.block_bytes,
@@ -311,7 +327,7 @@ impl ReducedDevice {
     /// workers = 0); returns how many it took off the stage.
     pub fn reduce_staged(&self, blocks: usize) -> DeviceResult<usize> {
         let mut done = 0;
-        while done < blocks && self.shared.reduce_one_staged()? {
+        while done < blocks && self.shared.run_one_job()? {
             done += 1;
         }
         Ok(done)
@@ -589,36 +605,30 @@ impl Shared {
                     if self.stop.load(Ordering::SeqCst) {
                         return;
                     }
-                    if let Some(job) = jobs.pop_front() {
-                        break Some(job);
+                    if let Some((_, job)) = jobs.pop() {
+                        break job;
                     }
-                    if !self.state.lock().queue.is_empty() {
-                        break None;
-                    }
-                    // Post work is queued under the state lock and
-                    // signalled under this one; the timeout is a backstop.
-                    self.jobs_ready
-                        .wait_for(&mut jobs, std::time::Duration::from_millis(50));
+                    self.jobs_ready.wait(&mut jobs);
                 }
             };
             match job {
-                Some(job) => {
+                Job::Inline { lbn, data, done } => {
                     let started = self.clock.now_ns();
-                    let result = self.store_block(job.lbn, &job.data, None);
+                    let result = self.store_block(lbn, &data, None);
                     self.record_work(Mode::Inline, started);
-                    let mut done = job.done.state.lock();
-                    done.0 -= 1;
+                    let mut state = done.state.lock();
+                    state.0 -= 1;
                     if let Err(error) = result {
-                        done.1.get_or_insert(error);
+                        state.1.get_or_insert(error);
                     }
-                    if done.0 == 0 {
-                        job.done.cond.notify_all();
+                    if state.0 == 0 {
+                        done.cond.notify_all();
                     }
                 }
-                None => {
-                    if let Err(error) = self.reduce_one_staged() {
+                Job::Staged { lbn, entry } => {
+                    if let Err(error) = self.reduce_staged_block(lbn, entry) {
                         tracing::warn!(tier = %self.name, %error, "post-process reduction failed; the block stays staged");
-                        // Keep the worker alive, but do not spin on a failing device.
+                        // Do not spin on a failing device.
                         let mut jobs = self.jobs.lock();
                         self.jobs_ready
                             .wait_for(&mut jobs, std::time::Duration::from_millis(100));
@@ -628,39 +638,55 @@ impl Shared {
         }
     }
 
-    /// Takes one staged block and reduces it; false when none waits.
-    fn reduce_one_staged(&self) -> DeviceResult<bool> {
+    /// Takes one job off the queue and runs it on this thread; false when
+    /// none waits (workers = 0: tests drive post-process reduction).
+    fn run_one_job(&self) -> DeviceResult<bool> {
+        let Some((_, job)) = self.jobs.lock().pop() else {
+            return Ok(false);
+        };
+        match job {
+            Job::Staged { lbn, entry } => self.reduce_staged_block(lbn, entry)?,
+            Job::Inline { lbn, data, done } => {
+                let result = self.store_block(lbn, &data, None);
+                let mut state = done.state.lock();
+                state.0 -= 1;
+                if let Err(error) = result {
+                    state.1.get_or_insert(error);
+                }
+                done.cond.notify_all();
+            }
+        }
+        Ok(true)
+    }
+
+    fn queue_staged(&self, lbn: u64, entry: u64) {
+        let mut jobs = self.jobs.lock();
+        jobs.push(Urgency::Background, Job::Staged { lbn, entry });
+        self.jobs_ready.notify_one();
+    }
+
+    /// Reduces one staged block (unless overwritten since); on failure it
+    /// stays staged and queued.
+    fn reduce_staged_block(&self, lbn: u64, entry: u64) -> DeviceResult<()> {
         let started = self.clock.now_ns();
-        let (lbn, entry, located) = {
+        let located = {
             let mut state = self.state.lock();
-            let Some((lbn, entry)) = state.queue.pop_front() else {
-                return Ok(false);
-            };
             if !state.maps(lbn, entry) {
                 // Overwritten (or trimmed) since it was staged.
                 state.staging.reduced();
-                return Ok(true);
+                return Ok(());
             }
-            let fragment = Fragment::decode(entry).expect("staged entries are fragments");
-            let located = {
-                let (_, located) = state.locate(lbn);
-                located
-            };
-            let _ = fragment;
-            (lbn, entry, located)
+            state.locate(lbn).1
         };
         let mut block = vec![0u8; self.geometry.block_bytes as usize];
-        if let Err(error) = self.read_located(lbn, located, &mut block) {
-            let mut state = self.state.lock();
-            state.queue.push_back((lbn, entry));
-            return Err(error);
-        }
-        let result = self.store_block(lbn, &block, Some(entry));
-        if result.is_err() {
-            self.state.lock().queue.push_back((lbn, entry));
-        }
+        let result = self
+            .read_located(lbn, located, &mut block)
+            .and_then(|()| self.store_block(lbn, &block, Some(entry)));
         self.record_work(Mode::Post, started);
-        result.map(|()| true)
+        if result.is_err() {
+            self.queue_staged(lbn, entry);
+        }
+        result
     }
 
     // ---- the block path ---------------------------------------------------
@@ -865,12 +891,8 @@ impl Shared {
                 Ok((fragment, sealed)) => {
                     let entry = fragment.encode();
                     state.install(lbn, entry);
-                    state.queue.push_back((lbn, entry));
                     drop(state);
-                    {
-                        let _jobs = self.jobs.lock();
-                        self.jobs_ready.notify_one();
-                    }
+                    self.queue_staged(lbn, entry);
                     if let Some(write) = sealed {
                         self.write_pack(write);
                     }
@@ -1006,11 +1028,14 @@ impl Shared {
         {
             let mut jobs = self.jobs.lock();
             for (lbn, data) in blocks {
-                jobs.push_back(InlineJob {
-                    lbn,
-                    data,
-                    done: done.clone(),
-                });
+                jobs.push(
+                    Urgency::of_reduction(Mode::Inline),
+                    Job::Inline {
+                        lbn,
+                        data,
+                        done: done.clone(),
+                    },
+                );
             }
             self.jobs_ready.notify_all();
         }

@@ -193,8 +193,8 @@ pub struct State {
     failed: Vec<PackWrite>,
     pub records: Vec<Record>,
     pub tallies: Tallies,
-    /// Staged blocks waiting for post-process reduction: (lbn, entry).
-    pub queue: VecDeque<(u64, u64)>,
+    /// Staged blocks found by recovery, for the device to queue: (lbn, entry).
+    pub recovered_staged: Vec<(u64, u64)>,
     pub staging: Staging,
 }
 
@@ -224,7 +224,7 @@ impl State {
             failed: Vec::new(),
             records: Vec::new(),
             tallies: Tallies::default(),
-            queue: VecDeque::new(),
+            recovered_staged: Vec::new(),
             staging: Staging::new(stage_limit_blocks),
         };
         for (lbn, &entry) in map.iter().enumerate() {
@@ -232,7 +232,7 @@ impl State {
             if let Some(fragment) = Fragment::decode(entry) {
                 state.pack_state[fragment.pack as usize] = PackState::Sealed;
                 if fragment.staged {
-                    state.queue.push_back((lbn as u64, entry));
+                    state.recovered_staged.push((lbn as u64, entry));
                     state.staging.staged_blocks += 1;
                 }
             }
