@@ -40,6 +40,15 @@
 //! block must read allowed data (never home's stale copy of a lost dirty
 //! block).
 //!
+//! A third of the seeds (their own stream) put the fast tiers (and in half
+//! of those home too) on reduced tiers ([`DstReduceConfig`]): compression
+//! and dedup over the crash disk and its faults, inline, post-process or
+//! auto with forced switches, staged blocks reduced at random points, and
+//! in some seeds a physical device smaller than the logical one (writes
+//! then fail with ENOSPC when it fills). Their sectors repeat every 4 KiB
+//! within one write, so multi-block writes deduplicate, and are half
+//! zeroes, so they compress.
+//!
 //! Same seed, same run: [`run_seed`] returns a digest of the final state.
 //! Fault kinds and check counts go to [`DstReport::faults`].
 
@@ -57,6 +66,7 @@ use tierd_policy::{PolicyConfig, PolicyKind, TierId};
 use crate::device::crash::{CrashDisk, SECTOR_BYTES};
 use crate::device::fault::{FaultConfig, FaultDevice};
 use crate::device::memory::MemoryDevice;
+use crate::device::reduce::{ReduceOptions, ReducedDevice};
 use crate::device::BlockDevice;
 use crate::meta::{AppendFault, CheckpointFault, MetaStore};
 use crate::volume::{
@@ -100,6 +110,24 @@ pub struct DstConfig {
     /// as a block cache over home (`tiers` is then `[cache tier, home]` and
     /// the policy `none`); `None`: a tiered volume.
     pub cache: Option<DstCacheConfig>,
+    /// Reduced tiers (a third of the seeds); `None`: none.
+    pub reduce: Option<DstReduceConfig>,
+}
+
+/// What a reduce seed derived.
+#[derive(Clone, Debug, Serialize)]
+pub struct DstReduceConfig {
+    /// `inline`, `post` or `auto`.
+    pub mode: String,
+    /// Home is reduced too.
+    pub home: bool,
+    /// Physical bytes per logical byte of each reduced tier's device
+    /// (below 1: overcommitted, writes may find it full).
+    pub physical_per_logical: f64,
+    /// Per workload step: reduce a few staged blocks.
+    pub reduce_probability: f64,
+    /// Per workload step: force a switch decision (auto).
+    pub switch_probability: f64,
 }
 
 /// What a cache seed derived: a small cache, so eviction, orphans,
@@ -166,7 +194,10 @@ fn sector_bytes(id: u64, sector: u64, out: &mut [u8]) {
     out[0..8].copy_from_slice(&id.to_le_bytes());
     out[8..16].copy_from_slice(&sector.to_le_bytes());
     let mut state = id.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ sector;
-    for byte in &mut out[16..] {
+    // Half random, half zeroes: compressible about 2:1 on reduced tiers.
+    let half = out.len() / 2;
+    out[half..].fill(0);
+    for byte in &mut out[16..half] {
         state = state
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(1);
@@ -199,11 +230,22 @@ struct Tier {
     disk: Option<Arc<CrashDisk>>,
     memory: Option<Arc<MemoryDevice>>,
     faults: Arc<FaultDevice>,
+    /// A reduced tier's options (its device is the reduction over `faults`).
+    reduce: Option<ReduceOptions>,
+    /// The open reduced device (dropped with the volume at a crash) and
+    /// whether this tier's device was formatted yet.
+    reduced: parking_lot::Mutex<(Option<Arc<ReducedDevice>>, bool)>,
 }
+
+/// Sector contents repeat with this period (in sectors) within one write on
+/// reduce seeds, so blocks of one write are identical (deduplicated).
+const REDUCE_SECTOR_PERIOD: u64 = 8;
 
 struct Run {
     config: DstConfig,
     rng: SeededRng,
+    /// Draws for reduce seeds' own work (staged reductions, switches).
+    reduce_rng: SeededRng,
     /// Draws for the faults added after the first recorded campaigns
     /// (metadata faults, lost-tier sweeps): a separate stream, so the
     /// workload `rng` draws stays what it was for seeds without them.
@@ -271,7 +313,19 @@ pub fn derive_config(seed: u64, steps: u32) -> DstConfig {
         // Drawn after every field above, for the same reason.
         checkpoint_fault_probability: if rng.below(3) == 0 { 0.25 } else { 0.0 },
         cache: None,
+        reduce: None,
     };
+    // Reduce seeds draw from their own stream too.
+    let mut reduce_rng = SeededRng::new(seed).derive(11);
+    if reduce_rng.below(3) == 0 {
+        config.reduce = Some(DstReduceConfig {
+            mode: ["inline", "post", "auto"][reduce_rng.below(3) as usize].to_string(),
+            home: reduce_rng.below(2) == 0,
+            physical_per_logical: if reduce_rng.below(4) == 0 { 0.6 } else { 2.0 },
+            reduce_probability: 0.05 + reduce_rng.next_f64() * 0.2,
+            switch_probability: if reduce_rng.below(2) == 0 { 0.05 } else { 0.0 },
+        });
+    }
     // Cache seeds draw from their own stream (and only override), so a
     // tiered seed derives what it derived before cache seeds existed.
     let mut cache_rng = SeededRng::new(seed).derive(7);
@@ -332,7 +386,81 @@ fn policy_config(name: &str) -> PolicyConfig {
     }
 }
 
+/// A reduce seed's options for a tier of `logical_bytes`: small packs and
+/// journal so seals, reuse and checkpoints happen often; no worker threads
+/// (the run reduces staged blocks itself, deterministically).
+fn dst_reduce_options(reduce: &DstReduceConfig, logical_bytes: u64) -> ReduceOptions {
+    use tierd_core::reduce::{ModeSetting, SwitchConfig};
+    ReduceOptions {
+        logical_bytes: Some(logical_bytes),
+        pack_bytes: 16 << 10,
+        index_entries: 1 << 12,
+        stage_bytes: Some(logical_bytes / 4),
+        switch: SwitchConfig {
+            setting: match reduce.mode.as_str() {
+                "inline" => ModeSetting::Inline,
+                "post" => ModeSetting::Post,
+                _ => ModeSetting::Auto,
+            },
+            ..SwitchConfig::default()
+        },
+        workers: 0,
+        ..ReduceOptions::default()
+    }
+}
+
 impl Run {
+    /// What a sector's contents are keyed by: its number, or on reduce
+    /// seeds its place in a 4 KiB block (so a write's blocks are identical).
+    fn sector_key(&self, sector: u64) -> u64 {
+        if self.config.reduce.is_some() {
+            sector % REDUCE_SECTOR_PERIOD
+        } else {
+            sector
+        }
+    }
+
+    /// Reduce seeds: reduce some staged blocks, force a mode switch.
+    fn reduce_work(&mut self) {
+        let Some(reduce) = self.config.reduce.clone() else {
+            return;
+        };
+        for index in 0..self.tiers.len() {
+            let Some(device) = self.tiers[index].reduced.lock().0.clone() else {
+                continue;
+            };
+            if self.reduce_rng.next_f64() < reduce.reduce_probability {
+                match device.reduce_staged(1 + self.reduce_rng.below(16) as usize) {
+                    Ok(done) => *self.report.faults.entry("reduce_staged_blocks".into()).or_insert(0) += done as u64,
+                    Err(_) => self.count("reduce_staged_errors"),
+                }
+            }
+            if self.reduce_rng.next_f64() < reduce.switch_probability
+                && device.decide(self.reduce_rng.next_f64()).is_some()
+            {
+                self.count("reduce_mode_switches");
+            }
+        }
+    }
+
+    /// Tallies what the reduced tiers did (before a crash drops them).
+    fn count_reduction(&mut self) {
+        for index in 0..self.tiers.len() {
+            let Some(device) = self.tiers[index].reduced.lock().0.clone() else {
+                continue;
+            };
+            let status = device.status();
+            for (key, value) in [
+                ("reduce_dedup_hits", status.dedup_hits),
+                ("reduce_zero_bytes", status.zero_bytes),
+                ("reduce_compress_saved_bytes", status.compress_saved_bytes),
+                ("reduce_stage_overflows", status.stage_overflows),
+            ] {
+                *self.report.faults.entry(key.into()).or_insert(0) += value;
+            }
+        }
+    }
+
     fn new(config: DstConfig, meta_dir: PathBuf) -> Run {
         let rng = SeededRng::new(config.seed).derive(2);
         let clock = Arc::new(ManualClock::new(0));
@@ -353,12 +481,26 @@ impl Run {
                     Some(cache) if index == 0 => u64::from(cache.slots) * cache.block_bytes,
                     _ => u64::from(*segments) * config.segment_bytes,
                 };
+                let is_home = index + 1 == config.tiers.len();
+                let reduce = config
+                    .reduce
+                    .as_ref()
+                    .filter(|reduce| !is_home || reduce.home)
+                    .map(|reduce| dst_reduce_options(reduce, size));
+                // A reduced tier's device holds its metadata besides the
+                // packs (about 300 KiB here plus the block map twice).
+                let device_size = match (&reduce, &config.reduce) {
+                    (Some(_), Some(derived)) => {
+                        ((size as f64 * derived.physical_per_logical) as u64 + (1 << 20)) / 4096 * 4096
+                    }
+                    _ => size,
+                };
                 let (disk, memory, inner): (_, _, Arc<dyn BlockDevice>) =
                     if name.starts_with("memory") {
-                        let memory = Arc::new(MemoryDevice::new(name.clone(), size));
+                        let memory = Arc::new(MemoryDevice::new(name.clone(), device_size));
                         (None, Some(memory.clone()), memory)
                     } else {
-                        let disk = Arc::new(CrashDisk::new(name.clone(), size));
+                        let disk = Arc::new(CrashDisk::new(name.clone(), device_size));
                         (Some(disk.clone()), None, disk)
                     };
                 let faults = Arc::new(FaultDevice::new(
@@ -372,6 +514,8 @@ impl Run {
                     disk,
                     memory,
                     faults,
+                    reduce,
+                    reduced: parking_lot::Mutex::new((None, false)),
                 }
             })
             .collect();
@@ -381,6 +525,7 @@ impl Run {
             fault_rng: SeededRng::new(config.seed).derive(3),
             hold_rng: SeededRng::new(config.seed).derive(5),
             promote_rng: SeededRng::new(config.seed).derive(10),
+            reduce_rng: SeededRng::new(config.seed).derive(12),
             held: None,
             durable_placement: Vec::new(),
             clock,
@@ -411,16 +556,39 @@ impl Run {
 
     /// Opens the volume (faults off for recovery); returns its recovery notes.
     fn open(&self) -> Result<(Volume, Vec<String>), String> {
-        let specs = self
-            .tiers
-            .iter()
-            .map(|tier| TierSpec {
+        // Recovery reads must not see injected faults.
+        self.set_faults(false);
+        let mut specs = Vec::new();
+        for tier in &self.tiers {
+            let device: Arc<dyn BlockDevice> = match &tier.reduce {
+                None => tier.faults.clone(),
+                Some(options) => {
+                    let mut reduced = tier.reduced.lock();
+                    // A memory tier starts empty at every open.
+                    let format = !reduced.1 || tier.memory.is_some();
+                    let device = ReducedDevice::open(
+                        tier.name.clone(),
+                        tier.faults.clone(),
+                        options.clone(),
+                        self.clock.clone(),
+                        format,
+                    )
+                    .map_err(|error| {
+                        self.set_faults(true);
+                        format!("reduced tier {}: {error}", tier.name)
+                    })?;
+                    let device = Arc::new(device);
+                    *reduced = (Some(device.clone()), true);
+                    device
+                }
+            };
+            specs.push(TierSpec {
                 name: tier.name.clone(),
-                device: tier.faults.clone(),
+                device,
                 volatile: tier.memory.is_some(),
                 unsafe_volatile: false,
-            })
-            .collect();
+            });
+        }
         let options = VolumeOptions {
             name: "dst".to_string(),
             size_bytes: u64::from(self.config.segments) * self.config.segment_bytes,
@@ -432,8 +600,6 @@ impl Run {
             migration: MigrationOptions::default(),
         };
         let clock: Arc<dyn Clock> = self.clock.clone();
-        // Recovery reads must not see injected faults.
-        self.set_faults(false);
         let opened =
             Volume::open_with_cache(options, specs, &self.meta_dir, clock, self.cache_options());
         self.set_faults(true);
@@ -504,7 +670,7 @@ impl Run {
     fn check_sectors(&self, offset: u64, buffer: &[u8]) -> Result<(), String> {
         for (index, bytes) in buffer.chunks(SECTOR_BYTES as usize).enumerate() {
             let sector = offset / SECTOR_BYTES + index as u64;
-            let id = decode_sector(sector, bytes)?;
+            let id = decode_sector(self.sector_key(sector), bytes)?;
             let allowed = &self.sectors[sector as usize].now;
             if !allowed.contains(&id) {
                 return Err(format!(
@@ -790,7 +956,7 @@ impl Run {
             _ => {
                 let mut data = vec![0u8; length as usize];
                 for (index, chunk) in data.chunks_mut(SECTOR_BYTES as usize).enumerate() {
-                    sector_bytes(id, first + index as u64, chunk);
+                    sector_bytes(id, self.sector_key(first + index as u64), chunk);
                 }
                 volume.write(offset, &data, fua)
             }
@@ -840,7 +1006,11 @@ impl Run {
             ));
         }
         self.count_cache(&volume);
+        self.count_reduction();
         drop(volume);
+        for tier in &self.tiers {
+            tier.reduced.lock().0 = None;
+        }
         self.count("crashes");
         for tier in &self.tiers {
             if let Some(disk) = &tier.disk {
@@ -937,7 +1107,7 @@ impl Run {
     fn accept_after_crash(&mut self, offset: u64, data: &[u8]) -> Result<(), String> {
         for (index, bytes) in data.chunks(SECTOR_BYTES as usize).enumerate() {
             let sector = offset / SECTOR_BYTES + index as u64;
-            let id = decode_sector(sector, bytes)?;
+            let id = decode_sector(self.sector_key(sector), bytes)?;
             let state = &mut self.sectors[sector as usize];
             if !state.crash.contains(&id) {
                 return Err(format!(
@@ -1283,6 +1453,7 @@ impl Run {
                     }
                 }
             }
+            self.reduce_work();
             let tier_gone = self.tiers.iter().any(|tier| tier.faults.is_gone());
             if tier_gone && self.fault_rng.below(16) == 0 {
                 self.check_lost_tiers(&volume)?;
