@@ -431,7 +431,13 @@ impl Run {
             };
             if self.reduce_rng.next_f64() < reduce.reduce_probability {
                 match device.reduce_staged(1 + self.reduce_rng.below(16) as usize) {
-                    Ok(done) => *self.report.faults.entry("reduce_staged_blocks".into()).or_insert(0) += done as u64,
+                    Ok(done) => {
+                        *self
+                            .report
+                            .faults
+                            .entry("reduce_staged_blocks".into())
+                            .or_insert(0) += done as u64
+                    }
                     Err(_) => self.count("reduce_staged_errors"),
                 }
             }
@@ -491,7 +497,8 @@ impl Run {
                 // packs (about 300 KiB here plus the block map twice).
                 let device_size = match (&reduce, &config.reduce) {
                     (Some(_), Some(derived)) => {
-                        ((size as f64 * derived.physical_per_logical) as u64 + (1 << 20)) / 4096 * 4096
+                        ((size as f64 * derived.physical_per_logical) as u64 + (1 << 20)) / 4096
+                            * 4096
                     }
                     _ => size,
                 };

@@ -246,7 +246,16 @@ impl BlockDevice for FaultDevice {
         self.inner.release_cache(offset_bytes, length_bytes);
     }
 
+    /// A device made to disappear has stopped serving, as a removed
+    /// backing has: layers above that may answer from memory (a reduced
+    /// tier) ask this before they do.
     fn failure(&self) -> Option<String> {
+        if self.is_gone() {
+            return Some(format!(
+                "device {} is gone (injected fault)",
+                self.inner.name()
+            ));
+        }
         self.inner.failure()
     }
 

@@ -956,6 +956,7 @@ impl Shared {
         fill: u64,
     ) -> DeviceResult<()> {
         check_range(&self.name, op, offset, length, self.logical_bytes())?;
+        self.check_alive(op, offset, length)?;
         if length == 0 {
             return Ok(());
         }
@@ -1049,6 +1050,23 @@ impl Shared {
         }
     }
 
+    /// Fails when the device under the tier has stopped serving: blocks a
+    /// reduced tier could answer from memory (zeroes, open packs) are not
+    /// served from a tier whose device is gone, so the tier fails as one.
+    fn check_alive(&self, op: &'static str, offset: u64, length: u64) -> DeviceResult<()> {
+        match self.inner.failure() {
+            None => Ok(()),
+            Some(reason) => Err(DeviceError {
+                device: self.name.clone(),
+                op,
+                offset_bytes: offset,
+                length_bytes: length,
+                kind: DeviceErrorKind::Gone,
+                message: reason,
+            }),
+        }
+    }
+
     fn logical_bytes(&self) -> u64 {
         self.geometry.logical_blocks * self.geometry.block_bytes
     }
@@ -1061,6 +1079,7 @@ impl Shared {
             buf.len() as u64,
             self.logical_bytes(),
         )?;
+        self.check_alive("read", offset, buf.len() as u64)?;
         let block = self.geometry.block_bytes;
         let mut scratch = vec![0u8; block as usize];
         let mut at = 0usize;

@@ -66,6 +66,8 @@ pub struct PackWrite {
     pub to: u64,
     /// The pack stays open (a flush's tail write), or was sealed.
     pub tail: bool,
+    /// A write done again after it failed or was deferred.
+    pub retry: bool,
 }
 
 /// Where a block's bytes are to be read from.
@@ -188,9 +190,15 @@ pub struct State {
     /// Pack writes begun and not completed, by sequence.
     in_flight: BTreeSet<u64>,
     next_write: u64,
-    /// Pack writes that failed: kept in memory (reads come from them) and
-    /// written again by the next flush.
+    /// Pack writes that failed (or were deferred): written again by the
+    /// next flush. Their packs are read from memory until they land.
     failed: Vec<PackWrite>,
+    /// Per pack: writes in `failed` (or retried and in flight) not yet on
+    /// the device. Such a pack stays in `writing` (read from memory) even
+    /// after its seal write lands.
+    unwritten: FastMap<u32, u32>,
+    /// Packs whose seal write is in flight.
+    sealing: FastMap<u32, ()>,
     pub records: Vec<Record>,
     pub tallies: Tallies,
     /// Staged blocks found by recovery, for the device to queue: (lbn, entry).
@@ -222,6 +230,8 @@ impl State {
             in_flight: BTreeSet::new(),
             next_write: 0,
             failed: Vec::new(),
+            unwritten: FastMap::default(),
+            sealing: FastMap::default(),
             records: Vec::new(),
             tallies: Tallies::default(),
             recovered_staged: Vec::new(),
@@ -405,7 +415,8 @@ impl State {
                 // The sealed pack's write must still happen.
                 if let Some(write) = sealed {
                     self.in_flight.remove(&write.sequence);
-                    self.failed.push(write);
+                    self.sealing.remove(&write.pack);
+                    self.defer(write);
                 }
                 return Err(if self.pending_free.is_empty() {
                     NoRoom::Full
@@ -440,13 +451,14 @@ impl State {
         let pack = open.pack;
         let to = open.fill.next_multiple_of(4096).min(open.buf.len() as u64);
         let buf = Arc::new(open.buf);
-        if to <= open.durable {
-            // Nothing new since the last flush wrote its tail.
-            self.sealed(pack);
-            return None;
-        }
         self.pack_state[pack as usize] = PackState::Writing;
         self.writing.insert(pack, buf.clone());
+        if to <= open.durable {
+            // Nothing new since the last flush wrote its tail.
+            self.settle(pack);
+            return None;
+        }
+        self.sealing.insert(pack, ());
         let sequence = self.begin_write();
         Some(PackWrite {
             pack,
@@ -455,7 +467,27 @@ impl State {
             from: open.durable,
             to,
             tail: false,
+            retry: false,
         })
+    }
+
+    /// A write that must be done again by the next flush.
+    fn defer(&mut self, write: PackWrite) {
+        *self.unwritten.entry(write.pack).or_insert(0) += 1;
+        self.failed.push(write);
+    }
+
+    /// A sealed pack in `writing` goes to the device's care once its seal
+    /// write landed and no failed write of it is outstanding.
+    fn settle(&mut self, pack: u32) {
+        if self.pack_state[pack as usize] != PackState::Writing
+            || self.sealing.contains_key(&pack)
+            || self.unwritten.contains_key(&pack)
+        {
+            return;
+        }
+        self.writing.remove(&pack);
+        self.sealed(pack);
     }
 
     fn begin_write(&mut self) -> u64 {
@@ -475,14 +507,26 @@ impl State {
     /// A pack write finished (`ok`: it reached the device).
     pub fn write_done(&mut self, write: PackWrite, ok: bool) {
         self.in_flight.remove(&write.sequence);
+        let pack = write.pack;
+        if !write.tail {
+            self.sealing.remove(&pack);
+        }
+        if write.retry {
+            if let Some(count) = self.unwritten.get_mut(&pack) {
+                *count -= 1;
+                if *count == 0 {
+                    self.unwritten.remove(&pack);
+                }
+            }
+        }
         if !ok {
-            self.failed.push(write);
+            self.defer(PackWrite {
+                retry: false,
+                ..write
+            });
             return;
         }
-        if !write.tail {
-            self.writing.remove(&write.pack);
-            self.sealed(write.pack);
-        }
+        self.settle(pack);
     }
 
     /// True while a pack write begun before `sequence` is in flight.
@@ -502,6 +546,10 @@ impl State {
             .into_iter()
             .map(|mut write| {
                 write.sequence = self.begin_write();
+                write.retry = true;
+                if !write.tail {
+                    self.sealing.insert(write.pack, ());
+                }
                 write
             })
             .collect();
@@ -526,6 +574,7 @@ impl State {
                 from,
                 to,
                 tail: true,
+                retry: false,
             });
         }
         FlushPlan {
@@ -716,6 +765,50 @@ mod tests {
         };
         // Overwrites freed earlier packs: a flush makes them reusable.
         assert_eq!(error, NoRoom::AfterFlush);
+    }
+
+    /// Regression (DST seeds 432, 534, 685): a flush's tail write failed,
+    /// then the pack filled and its seal write (of the bytes after the
+    /// tail) landed; the pack was read from the device, where the failed
+    /// range never arrived. It must be read from memory until the retry
+    /// lands.
+    #[test]
+    fn a_pack_with_a_failed_write_is_read_from_memory_until_the_retry_lands() {
+        let mut state = state();
+        let block = vec![5u8; 4096];
+        let (first, _) = state.append(PackKind::Raw, &block, false).unwrap();
+        state.install(0, first.encode());
+        let plan = state.begin_flush();
+        assert_eq!(plan.writes.len(), 1, "the open pack's tail");
+        for write in plan.writes {
+            state.write_done(write, false);
+        }
+        // Fill the pack: the seal writes only what follows the tail.
+        let mut seal = None;
+        for lbn in 1..17 {
+            let (fragment, sealed) = state.append(PackKind::Raw, &block, false).unwrap();
+            state.install(lbn, fragment.encode());
+            seal = seal.or(sealed);
+        }
+        let seal = seal.expect("the pack filled");
+        assert_eq!(seal.from, 4096);
+        state.write_done(seal, true);
+        assert!(
+            matches!(state.locate(0).1, Located::Shared { .. }),
+            "the failed tail is not on the device yet"
+        );
+        let plan = state.begin_flush();
+        let retry: Vec<_> = plan
+            .writes
+            .into_iter()
+            .filter(|write| write.pack == first.pack)
+            .collect();
+        assert_eq!(retry.len(), 1);
+        assert_eq!((retry[0].from, retry[0].to), (0, 4096));
+        for write in retry {
+            state.write_done(write, true);
+        }
+        assert!(matches!(state.locate(0).1, Located::Device { .. }));
     }
 
     #[test]

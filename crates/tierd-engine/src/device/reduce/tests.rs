@@ -517,3 +517,97 @@ fn a_death_at_any_device_operation_loses_no_flushed_write() {
         }
     }
 }
+
+/// Four writer threads (each owning every fourth block, writing shared
+/// duplicate contents so their blocks deduplicate against each other's),
+/// two reduction workers, flushes and trims from every thread: each thread
+/// reads back its own blocks as it goes, and all are checked at the end.
+#[test]
+fn concurrent_writers_readers_and_workers_keep_every_block() {
+    for setting in [ModeSetting::Post, ModeSetting::Auto, ModeSetting::Inline] {
+        let inner = Arc::new(MemoryDevice::new("ssd", 24 * MIB));
+        let device = Arc::new(
+            ReducedDevice::open(
+                "ssd",
+                inner,
+                ReduceOptions {
+                    logical_bytes: Some(4 * MIB),
+                    pack_bytes: 16 << 10,
+                    stage_bytes: Some(256 << 10),
+                    ..options(setting, 2)
+                },
+                Arc::new(tierd_common::clock::SystemClock::new()),
+                true,
+            )
+            .unwrap(),
+        );
+        let blocks = 4 * MIB / 4096;
+        let mut shared_rng = SeededRng::new(99);
+        let shared: Arc<Vec<Vec<u8>>> = Arc::new(
+            (0..16)
+                .map(|_| half_compressible(&mut shared_rng, 4096))
+                .collect(),
+        );
+        let threads: Vec<_> = (0..4u64)
+            .map(|thread| {
+                let device = device.clone();
+                let shared = shared.clone();
+                std::thread::spawn(move || {
+                    let mut rng = SeededRng::new(1000 + thread);
+                    let mut mine: Vec<Vec<u8>> = vec![vec![0u8; 4096]; (blocks / 4) as usize];
+                    for step in 0..1500 {
+                        let slot = rng.below(blocks / 4);
+                        let lbn = slot * 4 + thread;
+                        let data = match rng.below(4) {
+                            0 => random(&mut rng, 4096),
+                            1 => half_compressible(&mut rng, 4096),
+                            _ => shared[rng.below(16) as usize].clone(),
+                        };
+                        match rng.below(20) {
+                            0 => {
+                                device.discard(lbn * 4096, 4096).unwrap();
+                                mine[slot as usize].fill(0);
+                            }
+                            1 => device.flush().unwrap(),
+                            _ => {
+                                device.write_at(lbn * 4096, &data).unwrap();
+                                mine[slot as usize] = data;
+                            }
+                        }
+                        let check = rng.below(blocks / 4);
+                        let mut back = vec![0u8; 4096];
+                        device
+                            .read_at((check * 4 + thread) * 4096, &mut back)
+                            .unwrap();
+                        assert!(
+                            back == mine[check as usize],
+                            "thread {thread} step {step}: block {} changed under it",
+                            check * 4 + thread
+                        );
+                    }
+                    mine
+                })
+            })
+            .collect();
+        let results: Vec<Vec<Vec<u8>>> = threads
+            .into_iter()
+            .map(|thread| thread.join().unwrap())
+            .collect();
+        device.flush().unwrap();
+        for (thread, mine) in results.iter().enumerate() {
+            for (slot, expected) in mine.iter().enumerate() {
+                let mut back = vec![0u8; 4096];
+                device
+                    .read_at((slot as u64 * 4 + thread as u64) * 4096, &mut back)
+                    .unwrap();
+                assert!(
+                    back == *expected,
+                    "{setting:?}: block {} at the end",
+                    slot * 4 + thread
+                );
+            }
+        }
+        let status = device.status();
+        assert!(status.dedup_hits > 100, "{setting:?}: {status:?}");
+    }
+}
