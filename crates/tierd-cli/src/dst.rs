@@ -88,9 +88,14 @@ pub fn run(args: DstArgs) -> Result<(), CliError> {
     let mut failures = Vec::new();
     // Cache volumes by the mode they started in.
     let mut cache_seeds: BTreeMap<String, u64> = BTreeMap::new();
+    // Seeds on reduced tiers by their reduction mode.
+    let mut reduce_seeds: BTreeMap<String, u64> = BTreeMap::new();
     for (seed, config, report) in &reports {
         if let Some(mode) = &report.cache_mode {
             *cache_seeds.entry(mode.clone()).or_insert(0) += 1;
+        }
+        if let Some(mode) = &report.reduce_mode {
+            *reduce_seeds.entry(mode.clone()).or_insert(0) += 1;
         }
         operations += report.operations;
         moves += report.moves_completed;
@@ -117,6 +122,8 @@ pub fn run(args: DstArgs) -> Result<(), CliError> {
             "moves_completed": moves,
             "cache_volumes": cache_seeds.values().sum::<u64>(),
             "cache_volumes_by_mode": cache_seeds,
+            "reduced_seeds": reduce_seeds.values().sum::<u64>(),
+            "reduced_seeds_by_mode": reduce_seeds,
             "faults": faults,
             "failed_seeds": failures,
         });
@@ -139,12 +146,18 @@ pub fn run(args: DstArgs) -> Result<(), CliError> {
             .iter()
             .map(|(mode, count)| format!("{mode} {count}"))
             .collect();
+        let reduce_modes: Vec<String> = reduce_seeds
+            .iter()
+            .map(|(mode, count)| format!("{mode} {count}"))
+            .collect();
         println!(
-            "seeds run {}, failures {}, operations {operations}, moves completed {moves}, cache volumes {} ({}), faults injected by kind: {}",
+            "seeds run {}, failures {}, operations {operations}, moves completed {moves}, cache volumes {} ({}), reduced tiers {} ({}), faults injected by kind: {}",
             reports.len(),
             failures.len(),
             cache_seeds.values().sum::<u64>(),
             modes.join(", "),
+            reduce_seeds.values().sum::<u64>(),
+            reduce_modes.join(", "),
             kinds.join(" ")
         );
     }

@@ -168,6 +168,8 @@ pub struct DstReport {
     pub failure: Option<String>,
     /// The cache mode a cache seed started in (`None`: a tiered volume).
     pub cache_mode: Option<String>,
+    /// The reduction mode of a reduce seed's tiers (`None`: unreduced).
+    pub reduce_mode: Option<String>,
     /// Hash of the final placement and contents (same seed → same digest).
     pub digest: u64,
 }
@@ -549,6 +551,7 @@ impl Run {
             report: DstReport {
                 seed: config.seed,
                 cache_mode: config.cache.as_ref().map(|cache| cache.mode.clone()),
+                reduce_mode: config.reduce.as_ref().map(|reduce| reduce.mode.clone()),
                 ..DstReport::default()
             },
             fault_config,
@@ -986,7 +989,11 @@ impl Run {
                 }
             }
         }
-        if result.is_err() {
+        if let Err(error) = &result {
+            if error.to_string().contains("is full") {
+                // An overcommitted reduced tier (ENOSPC): nothing changed.
+                self.count("reduce_writes_refused_full");
+            }
             self.count("write_errors_surfaced");
         }
     }
