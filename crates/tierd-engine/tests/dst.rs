@@ -136,6 +136,23 @@ fn cache_seeds_32_33_49_51_88() {
     }
 }
 
+/// Regression (reduced tiers): seeds 432, 534 and 685 read data older than
+/// the last write: a flush's tail write of an open pack failed (an injected
+/// EIO), the pack then filled and its seal write landed, and the pack was
+/// read from the device, where the failed range never arrived (fixed: a
+/// pack stays in memory until every failed write of it lands). Seeds 356,
+/// 444, 682, 685 and 842 served reads from memory while the reduced tier's
+/// device was gone (fixed: a reduced tier whose device is gone fails).
+#[test]
+fn reduce_seeds_356_432_444_534_682_685_842() {
+    let scratch = tempfile::tempdir().unwrap();
+    for seed in [356, 432, 444, 534, 682, 685, 842] {
+        let (config, report) = run_seed(seed, STEPS, scratch.path());
+        assert!(config.reduce.is_some(), "seed {seed} has reduced tiers");
+        assert_eq!(report.failure, None, "seed {seed}");
+    }
+}
+
 /// FUA at the volume: a FUA write that spans a segment on home and one on a
 /// fast tier is durable on both without flushing either device, so it
 /// survives every crash; the sectors of a plain write that was never flushed
