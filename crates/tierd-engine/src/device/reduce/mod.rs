@@ -887,7 +887,7 @@ impl Shared {
         let mut flushed = false;
         loop {
             let mut state = self.state.lock();
-            match state.append(PackKind::Raw, data, true) {
+            match state.append(PackKind::Staged, data, true) {
                 Ok((fragment, sealed)) => {
                     let entry = fragment.encode();
                     state.install(lbn, entry);
