@@ -5,6 +5,10 @@
 //!   segments between the memory tier and the file home, and the server is
 //!   `kill -9`ed at a random moment, restarted and checked — placement and
 //!   every block against a checksum map — many times over.
+//! - `kill_9_loop_on_a_reduced_tier_*`: the same loop on a volume of one
+//!   reduced tier (compression + dedup, issue 15) in `inline`, `post` and
+//!   `auto` mode: flushed writes read back after every kill -9, and blocks
+//!   staged for post-process reduction are reduced after the restart.
 //! - `lost_fast_tier_*`: the fault drill (`tierd fault --gone`) takes a
 //!   non-volatile fast tier away while serving.
 //! - `missing_fast_tier_file_*`: the fast tier's file is deleted while
@@ -94,6 +98,30 @@ fn adaptive_cache_config() -> String {
             cache: "block = \"8KiB\", mode = \"writeback\", policy = \"adaptive\", commit_interval = \"5ms\", writeback_idle = \"5ms\", dirty_high_percent = 25, dirty_low_percent = 5",
         },
         "",
+    )
+}
+
+/// A volume of one reduced tier `flash` (a 96 MiB file presenting 64 MiB,
+/// reduced in 4 KiB blocks in `mode`, 64 KiB packs, a 4 MiB stage so post
+/// mode also overflows to inline), deciding `auto`'s switch every 100 ms.
+fn reduced_config(mode: &str) -> String {
+    format!(
+        r#"data_dir = "data"
+
+[[tier]]
+name = "flash"
+backend = "file"
+path = "flash.img"
+size = "96MiB"
+reduce = {{ block = "4KiB", mode = "{mode}", logical = "64MiB", pack = "64KiB", stage = "4MiB", window = "100ms" }}
+
+[[volume]]
+name = "vol0"
+size = "64MiB"
+segment = "1MiB"
+tiers = ["flash"]
+period = "200ms"
+"#
     )
 }
 
@@ -238,11 +266,15 @@ fn fill_block(seq: u64, block: u32, out: &mut [u8]) {
     out[..8].copy_from_slice(MAGIC);
     out[8..16].copy_from_slice(&seq.to_le_bytes());
     out[16..24].copy_from_slice(&u64::from(block).to_le_bytes());
+    // Random words to the middle, then one word repeated: 2:1
+    // compressible, for the reduced tiers' loops.
     let mut word = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(block);
-    for chunk in out[24..].chunks_exact_mut(8) {
-        word ^= word << 13;
-        word ^= word >> 7;
-        word ^= word << 17;
+    for (index, chunk) in out[24..].chunks_exact_mut(8).enumerate() {
+        if index < (BLOCK_BYTES / 2 - 24) / 8 {
+            word ^= word << 13;
+            word ^= word >> 7;
+            word ^= word << 17;
+        }
         chunk.copy_from_slice(&word.to_le_bytes());
     }
 }
@@ -448,7 +480,8 @@ struct MoverOutcome {
     /// The last status showed a move copying or queued.
     busy_at_last_status: bool,
     moves_requested: u64,
-    /// Cache volumes: the `cache` object of the last status answered.
+    /// Cache volumes: the `cache` object of the last status answered;
+    /// reduced tiers: the tier's `reduction` object.
     cache: Option<Value>,
     /// Cache volumes: `tierd cache --mode` switches the server accepted.
     mode_switches: u64,
@@ -601,6 +634,24 @@ fn run_cache_driver(admin_path: &Path, rng: &mut SeededRng) -> MoverOutcome {
     }
 }
 
+/// For a reduced tier (nothing moves): polls status every 2–20 ms, keeping
+/// the tier's `reduction` object, until the server stops answering.
+fn run_reduce_driver(admin_path: &Path, rng: &mut SeededRng) -> MoverOutcome {
+    let mut outcome = MoverOutcome::default();
+    loop {
+        let Some(reply) = admin(admin_path, &json!({"cmd": "status"})) else {
+            return outcome;
+        };
+        let status = &reply["volumes"][0];
+        let Some(placement) = status["placement"].as_str() else {
+            return outcome;
+        };
+        outcome.placement = Some(placement.to_string());
+        outcome.cache = Some(status["tiers"][0]["reduction"].clone());
+        sleep_ms(rng.range(2, 21));
+    }
+}
+
 // ---------------------------------------------------------------- crash loop
 
 fn env_number(name: &str, default: u64) -> u64 {
@@ -635,6 +686,11 @@ struct Totals {
     mode_switches: u64,
     /// Cache volumes: restarts that came back with blocks cached (warm).
     warm_restarts: u64,
+    /// Reduced tiers: restarts that found staged blocks (then reduced).
+    restarts_with_staged: u64,
+    staged_bytes_at_restarts: u64,
+    /// Reduced tiers: the last status's figures before each kill, summed.
+    reduction_at_kills: BTreeMap<&'static str, u64>,
 }
 
 /// What the loop runs against.
@@ -644,6 +700,8 @@ enum Stack {
     Tiered,
     /// `cache_config`: a writeback cache volume, mode switches now and then.
     Cache,
+    /// `reduced_config`: one reduced tier; nothing moves.
+    Reduced,
 }
 
 /// The cache counters the loop sums and reports.
@@ -719,6 +777,42 @@ fn kill_9_loop_on_an_adaptive_cache_volume_keeps_flushed_writes() {
     );
 }
 
+/// The loop on a volume of one reduced tier, in `mode`.
+fn reduced_loop(mode: &str, default_seed: u64) -> Totals {
+    let seed = env_number("TIERD_SEED", default_seed);
+    let iterations = env_number("TIERD_CRASH_ITERATIONS", 8);
+    let totals = crash_loop(Stack::Reduced, &reduced_config(mode), seed, iterations);
+    assert!(totals.writes_acked > 0 && totals.flushes > 0);
+    assert!(
+        totals.reduction_at_kills.get("logical_bytes") > Some(&0),
+        "the reduced tier held nothing: {:?}",
+        totals.reduction_at_kills
+    );
+    totals
+}
+
+#[test]
+fn kill_9_loop_on_a_reduced_tier_inline() {
+    reduced_loop("inline", 0x0052_ED01);
+}
+
+/// Post-process: kills land with blocks staged; a restart finds them
+/// (journaled by the writer's FLUSHes) and reduces them.
+#[test]
+fn kill_9_loop_on_a_reduced_tier_post() {
+    let totals = reduced_loop("post", 0x0052_ED02);
+    assert!(
+        totals.restarts_with_staged > 0,
+        "no restart found staged blocks: {:?}",
+        totals.reduction_at_kills
+    );
+}
+
+#[test]
+fn kill_9_loop_on_a_reduced_tier_auto() {
+    reduced_loop("auto", 0x0052_ED03);
+}
+
 /// Runs `iterations` kill -9s of a server on `config`; panics on the first
 /// wrong placement or block. Returns what it did.
 fn crash_loop(stack: Stack, config: &str, seed: u64, iterations: u64) -> Totals {
@@ -751,6 +845,7 @@ fn crash_loop(stack: Stack, config: &str, seed: u64, iterations: u64) -> Totals 
         let mover = std::thread::spawn(move || match stack {
             Stack::Tiered => run_mover(&server_dir, &admin_path, &mut mover_rng),
             Stack::Cache => run_cache_driver(&admin_path, &mut mover_rng),
+            Stack::Reduced => run_reduce_driver(&admin_path, &mut mover_rng),
         });
         // kill -9 at a random moment.
         sleep_ms(rng.range(50, 900));
@@ -872,7 +967,9 @@ fn crash_loop(stack: Stack, config: &str, seed: u64, iterations: u64) -> Totals 
                 .filter(|seq| *seq > acked)
                 .collect();
             let kept_acked = got == acked || in_flight.contains(&got);
-            if stack == Stack::Cache && !kept_acked {
+            // Likewise on a reduced tier: its block map is journaled at a
+            // FLUSH, so an unflushed write may be undone by a kill.
+            if stack != Stack::Tiered && !kept_acked {
                 totals.acked_unflushed_reverted += 1;
                 continue;
             }
@@ -887,6 +984,60 @@ fn crash_loop(stack: Stack, config: &str, seed: u64, iterations: u64) -> Totals 
                 } else {
                     totals.unflushed_blocks_kept_new += 1;
                 }
+            }
+        }
+        if stack == Stack::Reduced {
+            let before = moves.cache.as_ref().unwrap_or(&Value::Null);
+            for name in [
+                "logical_bytes",
+                "staged_bytes",
+                "switches",
+                "stage_overflows",
+            ] {
+                *totals.reduction_at_kills.entry(name).or_default() +=
+                    before[name].as_u64().unwrap_or(0);
+            }
+            // Staged blocks found at the restart (its "reduced tier opened"
+            // line: the workers start on them at once) are reduced, and
+            // read the same.
+            let opened = server.process.stderr();
+            let staged = opened
+                .lines()
+                .rev()
+                .find(|line| line.contains("msg=\"reduced tier opened\""))
+                .and_then(|line| line.split(" staged_blocks=").nth(1))
+                .and_then(|rest| rest.split(' ').next())
+                .and_then(|count| count.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("no staged_blocks in the log:\n{opened}"))
+                * BLOCK_BYTES as u64;
+            if staged > 0 {
+                totals.restarts_with_staged += 1;
+                totals.staged_bytes_at_restarts += staged;
+                let clock = SystemClock::new();
+                let start = clock.now_ns();
+                loop {
+                    let reduction = server.status()["tiers"][0]["reduction"].clone();
+                    if reduction["staged_bytes"] == 0 {
+                        break;
+                    }
+                    assert!(
+                        clock.now_ns() - start < DEADLINE_NS,
+                        "iteration {iteration} (seed {seed}): staged blocks never reduced after the restart: {reduction}\n{}",
+                        server.log()
+                    );
+                    sleep_ms(10);
+                }
+                let mut client = Client::connect_uri(&server.uri).unwrap();
+                let again = read_all(&mut client).unwrap_or_else(|error| {
+                    panic!(
+                        "iteration {iteration} (seed {seed}), once reduced: {error}\n{}",
+                        server.log()
+                    )
+                });
+                assert!(
+                    again == stamps,
+                    "iteration {iteration} (seed {seed}): blocks changed when their staged copies were reduced"
+                );
             }
         }
         totals.blocks_checked += u64::from(BLOCKS);
@@ -926,6 +1077,15 @@ fn crash_loop(stack: Stack, config: &str, seed: u64, iterations: u64) -> Totals 
         totals.unflushed_blocks_kept_old,
         totals.blocks_checked
     );
+    if stack == Stack::Reduced {
+        eprintln!(
+            "reduced: {} restarts found {} staged bytes (reduced after); {} acknowledged unflushed writes undone by a kill; figures at the kills summed: {:?}",
+            totals.restarts_with_staged,
+            totals.staged_bytes_at_restarts,
+            totals.acked_unflushed_reverted,
+            totals.reduction_at_kills
+        );
+    }
     if stack == Stack::Cache {
         eprintln!(
             "cache: {} mode switches, {} warm restarts, {} acknowledged unflushed writes undone by a kill; counters summed over the processes (last status before each kill): {:?}",

@@ -125,3 +125,4 @@ pub fn on_a_terminal(command: &[&str]) -> Option<String> {
 }
 
 pub mod serve;
+pub mod tools;

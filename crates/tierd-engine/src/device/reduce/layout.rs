@@ -148,20 +148,28 @@ impl Geometry {
                 ));
             }
         };
-        check("block (bytes)", self.block_bytes, configured.block_bytes);
         check(
-            "logical size (bytes)",
+            "reduce.block (bytes)",
+            self.block_bytes,
+            configured.block_bytes,
+        );
+        check(
+            "reduce.logical (bytes)",
             self.logical_blocks * self.block_bytes,
             configured.logical_blocks * configured.block_bytes,
         );
-        check("pack (bytes)", self.pack_bytes, configured.pack_bytes);
         check(
-            "index entries",
+            "reduce.pack (bytes)",
+            self.pack_bytes,
+            configured.pack_bytes,
+        );
+        check(
+            "reduce.index_memory (index entries)",
             self.index_capacity,
             configured.index_capacity,
         );
         check(
-            "device size (bytes)",
+            "the tier's size (bytes)",
             self.device_bytes,
             configured.device_bytes,
         );
@@ -547,10 +555,7 @@ mod tests {
             staged: true,
             ..fragment
         };
-        assert_eq!(
-            Fragment::decode(staged.encode()).unwrap().settled().staged,
-            false
-        );
+        assert!(!Fragment::decode(staged.encode()).unwrap().settled().staged);
         assert!(!entry_is_valid(
             Fragment {
                 pack: g.pack_count as u32,

@@ -203,7 +203,7 @@ impl ReducedDevice {
         }
         if options.pack_bytes < options.block_bytes
             || options.pack_bytes > layout::MAX_PACK_BYTES
-            || options.pack_bytes % 4096 != 0
+            || !options.pack_bytes.is_multiple_of(4096)
         {
             return Err(format!(
                 "reduce pack = {} must be a multiple of 4KiB from the block size to 1MiB",
@@ -887,7 +887,7 @@ impl Shared {
         let mut flushed = false;
         loop {
             let mut state = self.state.lock();
-            match state.append(PackKind::Raw, data, true) {
+            match state.append(PackKind::Staged, data, true) {
                 Ok((fragment, sealed)) => {
                     let entry = fragment.encode();
                     state.install(lbn, entry);

@@ -31,11 +31,15 @@ use super::codec::Fingerprint;
 use super::layout::{Fragment, Geometry, Record, UNMAPPED, ZERO};
 
 /// Which open pack a fragment goes to: raw blocks stay aligned together,
-/// compressed fragments are packed byte by byte.
+/// compressed fragments are packed byte by byte, and staged (not yet
+/// reduced) blocks have packs of their own: they all die once reduced, so
+/// their packs come free whole (packs are never compacted; staged blocks
+/// among stored raw ones would keep their space for good).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PackKind {
     Raw = 0,
     Compressed = 1,
+    Staged = 2,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,7 +189,7 @@ pub struct State {
     readers: FastMap<u32, u32>,
     fragment_refs: FastMap<u64, u32>,
     pub index: Index,
-    open: [Option<OpenPack>; 2],
+    open: [Option<OpenPack>; 3],
     writing: FastMap<u32, Arc<Vec<u8>>>,
     /// Pack writes begun and not completed, by sequence.
     in_flight: BTreeSet<u64>,
@@ -225,7 +229,7 @@ impl State {
             readers: FastMap::default(),
             fragment_refs: FastMap::default(),
             index: Index::new(geometry.index_capacity as usize),
-            open: [None, None],
+            open: [None, None, None],
             writing: FastMap::default(),
             in_flight: BTreeSet::new(),
             next_write: 0,
@@ -553,7 +557,7 @@ impl State {
                 write
             })
             .collect();
-        for kind in [PackKind::Raw, PackKind::Compressed] {
+        for kind in [PackKind::Raw, PackKind::Compressed, PackKind::Staged] {
             let Some(open) = self.open[kind as usize].as_mut() else {
                 continue;
             };
@@ -695,6 +699,37 @@ mod tests {
         assert_eq!(state.free_packs(), free_before + 1);
         assert_eq!(state.tallies.zero_blocks, 16);
         assert_eq!(state.tallies.mapped_blocks, 1);
+    }
+
+    #[test]
+    fn reduced_staged_blocks_give_their_packs_back_whole() {
+        // Post-process: each block staged raw, then stored raw (it did not
+        // compress). The staged copies' packs must come free once every
+        // block is reduced, leaving the stored data in its own size.
+        let mut state = state();
+        let mut writes = Vec::new();
+        for lbn in 0..32u64 {
+            let block = vec![lbn as u8 + 1; 4096];
+            let (staged, sealed) = state.append(PackKind::Staged, &block, true).unwrap();
+            state.install(lbn, staged.encode());
+            writes.extend(sealed);
+            let (stored, sealed) = state.append(PackKind::Raw, &block, false).unwrap();
+            state.install(lbn, stored.encode());
+            writes.extend(sealed);
+        }
+        for write in writes.drain(..) {
+            state.write_done(write, true);
+        }
+        let plan = state.begin_flush();
+        for write in plan.writes {
+            state.write_done(write, true);
+        }
+        state.end_flush(plan.pending);
+        // 16 blocks a 64 KiB pack: the stored blocks' two packs (the second
+        // still open) and the staged pack still open; the first staged pack
+        // is free. (Sharing packs, all four stayed in use.)
+        assert_eq!(state.used_packs(), 3);
+        assert_eq!(state.physical_bytes(), 3 * (64 << 10));
     }
 
     #[test]

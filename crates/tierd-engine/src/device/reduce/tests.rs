@@ -318,7 +318,7 @@ fn other_settings_on_a_formatted_tier_are_refused_by_name() {
     .err()
     .unwrap();
     assert!(
-        error.contains("logical size (bytes): formatted 4194304, configured 2097152"),
+        error.contains("reduce.logical (bytes): formatted 4194304, configured 2097152"),
         "{error}"
     );
     // The mode may change: it is not geometry.
