@@ -201,8 +201,13 @@ pub struct State {
     /// the device. Such a pack stays in `writing` (read from memory) even
     /// after its seal write lands.
     unwritten: FastMap<u32, u32>,
-    /// Packs whose seal write is in flight.
-    sealing: FastMap<u32, ()>,
+    /// Per pack: writes in flight (seal, a flush's tail, retries). A sealed
+    /// pack is read from the device only when none is: a tail write still
+    /// in flight when the seal write lands would leave fragments whose bytes
+    /// are not there yet (a post-process worker reading a staged block back
+    /// then reduced stale bytes: the reduced kill -9 loop's "block holds
+    /// another block's stamp").
+    writes_of: FastMap<u32, u32>,
     pub records: Vec<Record>,
     pub tallies: Tallies,
     /// Staged blocks found by recovery, for the device to queue: (lbn, entry).
@@ -235,7 +240,7 @@ impl State {
             next_write: 0,
             failed: Vec::new(),
             unwritten: FastMap::default(),
-            sealing: FastMap::default(),
+            writes_of: FastMap::default(),
             records: Vec::new(),
             tallies: Tallies::default(),
             recovered_staged: Vec::new(),
@@ -418,8 +423,7 @@ impl State {
             let Some(pack) = self.free.pop() else {
                 // The sealed pack's write must still happen.
                 if let Some(write) = sealed {
-                    self.in_flight.remove(&write.sequence);
-                    self.sealing.remove(&write.pack);
+                    self.end_write(&write);
                     self.defer(write);
                 }
                 return Err(if self.pending_free.is_empty() {
@@ -462,8 +466,7 @@ impl State {
             self.settle(pack);
             return None;
         }
-        self.sealing.insert(pack, ());
-        let sequence = self.begin_write();
+        let sequence = self.begin_write(pack);
         Some(PackWrite {
             pack,
             sequence,
@@ -485,7 +488,7 @@ impl State {
     /// write landed and no failed write of it is outstanding.
     fn settle(&mut self, pack: u32) {
         if self.pack_state[pack as usize] != PackState::Writing
-            || self.sealing.contains_key(&pack)
+            || self.writes_of.contains_key(&pack)
             || self.unwritten.contains_key(&pack)
         {
             return;
@@ -494,11 +497,22 @@ impl State {
         self.sealed(pack);
     }
 
-    fn begin_write(&mut self) -> u64 {
+    fn begin_write(&mut self, pack: u32) -> u64 {
         let sequence = self.next_write;
         self.next_write += 1;
         self.in_flight.insert(sequence);
+        *self.writes_of.entry(pack).or_insert(0) += 1;
         sequence
+    }
+
+    fn end_write(&mut self, write: &PackWrite) {
+        self.in_flight.remove(&write.sequence);
+        if let Some(count) = self.writes_of.get_mut(&write.pack) {
+            *count -= 1;
+            if *count == 0 {
+                self.writes_of.remove(&write.pack);
+            }
+        }
     }
 
     fn sealed(&mut self, pack: u32) {
@@ -510,11 +524,8 @@ impl State {
 
     /// A pack write finished (`ok`: it reached the device).
     pub fn write_done(&mut self, write: PackWrite, ok: bool) {
-        self.in_flight.remove(&write.sequence);
+        self.end_write(&write);
         let pack = write.pack;
-        if !write.tail {
-            self.sealing.remove(&pack);
-        }
         if write.retry {
             if let Some(count) = self.unwritten.get_mut(&pack) {
                 *count -= 1;
@@ -549,11 +560,8 @@ impl State {
         let mut writes: Vec<PackWrite> = std::mem::take(&mut self.failed)
             .into_iter()
             .map(|mut write| {
-                write.sequence = self.begin_write();
+                write.sequence = self.begin_write(write.pack);
                 write.retry = true;
-                if !write.tail {
-                    self.sealing.insert(write.pack, ());
-                }
                 write
             })
             .collect();
@@ -570,7 +578,7 @@ impl State {
             open.fill = to;
             let buf = Arc::new(open.buf[..to as usize].to_vec());
             let pack = open.pack;
-            let sequence = self.begin_write();
+            let sequence = self.begin_write(pack);
             writes.push(PackWrite {
                 pack,
                 sequence,
@@ -843,6 +851,37 @@ mod tests {
         for write in retry {
             state.write_done(write, true);
         }
+        assert!(matches!(state.locate(0).1, Located::Device { .. }));
+    }
+
+    /// Regression (the reduced kill -9 loop, post mode): a flush's tail
+    /// write still in flight when the pack filled and its seal write landed
+    /// made the pack readable from the device before the tail's bytes were
+    /// there; a worker reading a staged block back reduced stale bytes.
+    #[test]
+    fn a_sealed_pack_waits_for_its_tail_write_in_flight() {
+        let mut state = state();
+        let block = vec![6u8; 4096];
+        let (first, _) = state.append(PackKind::Raw, &block, false).unwrap();
+        state.install(0, first.encode());
+        let plan = state.begin_flush();
+        let tail = plan
+            .writes
+            .into_iter()
+            .next()
+            .expect("the open pack's tail");
+        let mut seal = None;
+        for lbn in 1..17 {
+            let (fragment, sealed) = state.append(PackKind::Raw, &block, false).unwrap();
+            state.install(lbn, fragment.encode());
+            seal = seal.or(sealed);
+        }
+        state.write_done(seal.expect("the pack filled"), true);
+        assert!(
+            matches!(state.locate(0).1, Located::Shared { .. }),
+            "the tail write has not landed"
+        );
+        state.write_done(tail, true);
         assert!(matches!(state.locate(0).1, Located::Device { .. }));
     }
 
