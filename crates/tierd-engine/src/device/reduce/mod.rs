@@ -110,6 +110,11 @@ pub struct ReductionStatus {
     /// Post writes reduced inline because the stage was full.
     pub stage_overflows: u64,
     pub last_switch: Option<SwitchEvent>,
+    /// Post-process's measured worker time per write over inline's (once
+    /// both ran), and the largest the thresholds tolerate (paper 004's
+    /// inequality, `t1 / t2`): above it the two thresholds can oscillate.
+    pub post_work_ratio: Option<f64>,
+    pub max_post_work_ratio: f64,
 }
 
 struct Journal {
@@ -155,6 +160,9 @@ struct Shared {
     jobs_ready: Condvar,
     clock: Arc<dyn Clock>,
     stop: AtomicBool,
+    /// The measured post/inline work ratio broke the thresholds' inequality
+    /// (warned once).
+    ratio_warned: AtomicBool,
 }
 
 /// See the module docs.
@@ -280,6 +288,7 @@ impl ReducedDevice {
             jobs_ready: Condvar::new(),
             clock,
             stop: AtomicBool::new(false),
+            ratio_warned: AtomicBool::new(false),
         });
         if replayed > 0 {
             // Start the journal afresh so its use is known exactly.
@@ -582,12 +591,29 @@ impl Shared {
     fn mode_now(&self) -> Mode {
         let now = self.clock.now_ns();
         let mut switch = self.switch.lock();
-        if let Some(event) = switch.tick(now, self.options.workers.max(1)) {
-            drop(switch);
+        let event = switch.tick(now, self.options.workers.max(1));
+        let mode = switch.mode();
+        let ratio = switch.measured_post_work_ratio();
+        let limit = switch.config().max_post_work_ratio();
+        let double = switch.config().rule == SwitchRule::Double
+            && switch.config().setting == ModeSetting::Auto;
+        drop(switch);
+        if let Some(event) = event {
             self.log_switch(event);
-            return event.to;
         }
-        switch.mode()
+        if let Some(ratio) = ratio.filter(|ratio| double && *ratio >= limit) {
+            if !self.ratio_warned.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    tier = %self.name,
+                    post_work_ratio = format!("{ratio:.2}"),
+                    limit = format!("{limit:.2}"),
+                    "post-process measures more than t1/t2 times inline's work per write: paper 004's \
+                     T2 + (util_post - util_inline) < T1 no longer holds and the two thresholds can \
+                     oscillate; lower reduce.t2"
+                );
+            }
+        }
+        mode
     }
 
     fn record_work(&self, mode: Mode, started_ns: u64) {
@@ -1222,6 +1248,8 @@ impl Shared {
         );
         let setting = config.setting;
         let rule = config.rule;
+        let post_work_ratio = switch.measured_post_work_ratio();
+        let max_post_work_ratio = config.max_post_work_ratio();
         drop(switch);
         let state = self.state.lock();
         let block = self.geometry.block_bytes;
@@ -1258,6 +1286,8 @@ impl Shared {
             dedup_mismatches: state.tallies.dedup_mismatches,
             stage_overflows: state.staging.overflows,
             last_switch,
+            post_work_ratio,
+            max_post_work_ratio,
         }
     }
 }
