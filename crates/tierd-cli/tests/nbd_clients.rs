@@ -16,109 +16,25 @@ mod common;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use common::serve::ServeProcess;
-use tierd_common::clock::{Clock, SystemClock};
+use common::tools::*;
 
 const VOLUME_BYTES: u64 = 64 << 20;
 const SEGMENT_BYTES: u64 = 1 << 20;
 const SEGMENTS: u64 = VOLUME_BYTES / SEGMENT_BYTES;
-/// How long any one tool may take before the test gives up on it.
-const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
 
 // ---------------------------------------------------------------- tools
-
-fn in_ci() -> bool {
-    std::env::var("CI").as_deref() == Ok("true")
-}
-
-/// Skips (prints the reason, returns false) or, under `CI=true`, fails.
-fn missing(what: &str) -> bool {
-    let message =
-        format!("skipping: {what} not installed (run ../shared/tools/install-nbd-clients.sh)");
-    if in_ci() {
-        panic!("{message}; CI=true requires it");
-    }
-    eprintln!("{message}");
-    false
-}
-
-fn tool_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var("PATH").unwrap_or_default();
-    let found = path
-        .split(':')
-        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"])
-        .filter(|directory| !directory.is_empty())
-        .map(|directory| Path::new(directory).join(name))
-        .find(|candidate| {
-            use std::os::unix::fs::PermissionsExt;
-            candidate.metadata().is_ok_and(|metadata| {
-                metadata.is_file() && metadata.permissions().mode() & 0o111 != 0
-            })
-        });
-    found
-}
-
-/// True when `name` is an executable in PATH (or the sbin directories).
-fn require_tool(name: &str) -> bool {
-    tool_path(name).is_some() || missing(name)
-}
-
-/// The full path of a tool `require_tool` accepted (sbin may be off PATH).
-fn tool(name: &str) -> Command {
-    Command::new(tool_path(name).unwrap_or_else(|| PathBuf::from(name)))
-}
 
 /// nbdsh is `python3 -m nbd`; Debian's python3 has the module, a pyenv
 /// python3 earlier in PATH may not.
 fn debian_first_path() -> String {
     format!("/usr/bin:{}", std::env::var("PATH").unwrap_or_default())
-}
-
-/// Runs `command` to completion (killed after `TOOL_TIMEOUT`), returning its
-/// output whatever the exit status.
-fn run_unchecked(command: &mut Command) -> Output {
-    let description = format!("{command:?}");
-    let child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|error| panic!("cannot start {description}: {error}"));
-    let pid = child.id() as libc::pid_t;
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = sender.send(child.wait_with_output());
-    });
-    match receiver.recv_timeout(TOOL_TIMEOUT) {
-        Ok(output) => output.unwrap_or_else(|error| panic!("{description}: {error}")),
-        Err(_) => {
-            // SAFETY: kill(2) on the pid of our own child, which has not been reaped.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("{description} did not finish in {TOOL_TIMEOUT:?}; killed");
-        }
-    }
-}
-
-fn describe(command: &Command, output: &Output) -> String {
-    format!(
-        "{command:?}\nstatus: {}\nstdout:\n{}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-/// Runs `command` and fails the test (with its output) unless it succeeds.
-fn run(command: &mut Command) -> Output {
-    let output = run_unchecked(command);
-    assert!(output.status.success(), "{}", describe(command, &output));
-    output
 }
 
 /// Deterministic bytes (xorshift64*), so expected contents need not be stored.
@@ -133,29 +49,6 @@ fn pattern(seed: u64, length: usize) -> Vec<u8> {
     }
     bytes.truncate(length);
     bytes
-}
-
-/// A real-time limit on waiting for an outside process (never a measurement:
-/// the tests assert no timing).
-struct Deadline {
-    clock: SystemClock,
-    end_ns: u64,
-}
-
-impl Deadline {
-    fn after(duration: Duration) -> Deadline {
-        let clock = SystemClock::new();
-        let end_ns = clock.now_ns() + duration.as_nanos() as u64;
-        Deadline { clock, end_ns }
-    }
-
-    fn passed(&self) -> bool {
-        self.clock.now_ns() >= self.end_ns
-    }
-}
-
-fn pause_ms(milliseconds: u64) {
-    SystemClock::new().sleep_ns(milliseconds * 1_000_000);
 }
 
 // ---------------------------------------------------------------- server
@@ -636,15 +529,6 @@ fn check_qemu_img_converts_in_and_out_and_compares(stack: Stack) {
     mover.finish(&server, 3);
 }
 
-fn sha256_of(path: &Path) -> String {
-    let output = run(tool("sha256sum").arg(path));
-    String::from_utf8_lossy(&output.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_string()
-}
-
 #[test]
 fn nbdcopy_round_trip_keeps_the_checksum() {
     check_nbdcopy_round_trip_keeps_the_checksum(Stack::Tiered);
@@ -784,133 +668,6 @@ fn check_fio_randwrite_verifies_with_crc32c(stack: Stack) {
 
 // ---------------------------------------------------------------- ext4
 
-/// Cleanup steps run in reverse order on drop, so a failing test leaves no
-/// mount, loop device or FUSE mount behind.
-#[derive(Default)]
-struct Cleanup {
-    steps: Vec<(String, Box<dyn FnOnce()>)>,
-}
-
-impl Cleanup {
-    fn push(&mut self, name: String, step: impl FnOnce() + 'static) {
-        self.steps.push((name, Box::new(step)));
-    }
-
-    /// Runs the newest step now (the normal, checked path does its own work
-    /// first and then calls this only to drop the step).
-    fn forget_last(&mut self) {
-        self.steps.pop();
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        while let Some((name, step)) = self.steps.pop() {
-            eprintln!("cleanup: {name}");
-            step();
-        }
-    }
-}
-
-/// Runs a cleanup command quietly, ignoring failure.
-fn quietly(program: &'static str, args: Vec<String>) -> impl FnOnce() {
-    move || {
-        let _ = tool(program)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
-/// The volume as a block device: nbdfuse exposes it as a file, losetup
-/// makes a loop device of that file.
-struct Attached {
-    fuse_dir: PathBuf,
-    fuse: Option<Child>,
-    device: String,
-}
-
-fn attach(server: &Tierd, name: &str, cleanup: &mut Cleanup) -> Attached {
-    let fuse_dir = server.path(name);
-    std::fs::create_dir_all(&fuse_dir).unwrap();
-    let file = fuse_dir.join("disk");
-    let pid_file = server.path(&format!("{name}.pid"));
-    let _ = std::fs::remove_file(&pid_file);
-    let fuse = tool("nbdfuse")
-        .arg("-P")
-        .arg(&pid_file)
-        .arg(&file)
-        .arg(&server.uri)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start nbdfuse");
-    let fuse_pid = fuse.id() as libc::pid_t;
-    let dir_text = fuse_dir.display().to_string();
-    cleanup.push(format!("unmount {dir_text}"), {
-        let dir_text = dir_text.clone();
-        move || {
-            quietly("fusermount3", vec!["-u".into(), dir_text])();
-            // SAFETY: kill(2) on our own nbdfuse child's pid.
-            unsafe { libc::kill(fuse_pid, libc::SIGTERM) };
-        }
-    });
-    // nbdfuse writes the pid file once the file system is mounted.
-    let deadline = Deadline::after(Duration::from_secs(30));
-    while !pid_file.exists() || file.metadata().map(|m| m.len()).unwrap_or(0) != VOLUME_BYTES {
-        assert!(!deadline.passed(), "nbdfuse did not expose {file:?}");
-        pause_ms(20);
-    }
-    let output = run(tool("losetup").args(["-f", "--show"]).arg(&file));
-    let device = String::from_utf8_lossy(&output.stdout).trim().to_string();
-    assert!(
-        device.starts_with("/dev/loop"),
-        "losetup printed {device:?}"
-    );
-    cleanup.push(
-        format!("losetup -d {device}"),
-        quietly("losetup", vec!["-d".into(), device.clone()]),
-    );
-    Attached {
-        fuse_dir,
-        fuse: Some(fuse),
-        device,
-    }
-}
-
-/// Detaches the loop device and unmounts nbdfuse, checking each step.
-fn detach(mut attached: Attached, cleanup: &mut Cleanup) {
-    run(tool("losetup").arg("-d").arg(&attached.device));
-    cleanup.forget_last();
-    let fusermount = if tool_path("fusermount3").is_some() {
-        "fusermount3"
-    } else {
-        "fusermount"
-    };
-    run(tool(fusermount).arg("-u").arg(&attached.fuse_dir));
-    let mut fuse = attached.fuse.take().unwrap();
-    let deadline = Deadline::after(Duration::from_secs(30));
-    while fuse.try_wait().unwrap().is_none() {
-        assert!(!deadline.passed(), "nbdfuse did not exit after unmount");
-        pause_ms(20);
-    }
-    cleanup.forget_last();
-}
-
-fn mount(device: &str, point: &Path, cleanup: &mut Cleanup) {
-    std::fs::create_dir_all(point).unwrap();
-    run(tool("mount").arg(device).arg(point));
-    cleanup.push(
-        format!("umount {}", point.display()),
-        quietly("umount", vec!["-l".into(), point.display().to_string()]),
-    );
-}
-
-fn unmount(point: &Path, cleanup: &mut Cleanup) {
-    run(tool("umount").arg(point));
-    cleanup.forget_last();
-}
-
 fn file_contents(index: u64) -> Vec<u8> {
     // 100 KiB to about 3 MiB, odd sizes.
     pattern(
@@ -958,7 +715,13 @@ fn check_ext4_over_nbdfuse_and_loop_survives_a_restart(stack: Stack) {
     let mut cleanup = Cleanup::default();
     let point = server.path("mnt");
 
-    let attached = attach(&server, "fuse", &mut cleanup);
+    let attached = attach(
+        &server.path(""),
+        &server.uri,
+        VOLUME_BYTES,
+        "fuse",
+        &mut cleanup,
+    );
     run(tool("mkfs.ext4")
         .args(["-q", "-F", "-L", "tierd"])
         .arg(&attached.device));
@@ -1006,7 +769,13 @@ fn check_ext4_over_nbdfuse_and_loop_survives_a_restart(stack: Stack) {
     }
 
     let mover = Mover::start(&server);
-    let attached = attach(&server, "fuse2", &mut cleanup);
+    let attached = attach(
+        &server.path(""),
+        &server.uri,
+        VOLUME_BYTES,
+        "fuse2",
+        &mut cleanup,
+    );
     mount(&attached.device, &point, &mut cleanup);
     for index in 0..FILES {
         let path = point.join(format!("dir/file{index}"));

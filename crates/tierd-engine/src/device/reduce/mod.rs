@@ -852,28 +852,48 @@ impl Shared {
             } else {
                 (PackKind::Raw, data)
             };
+        self.place(lbn, kind, bytes, false, still, |state, entry| {
+            if let Some(fingerprint) = fingerprint {
+                state.index.insert(fingerprint, entry);
+                state.records.push(Record::Index { fingerprint, entry });
+            }
+            if expect.is_some() {
+                state.staging.reduced();
+            }
+        })
+        .map(|_| ())
+    }
+
+    /// Appends `bytes` as `lbn`'s new fragment and maps it, with `placed`
+    /// in the same critical section; `proceed` is asked first, under the
+    /// lock (false: nothing is done, `Ok(None)`). A tier whose free packs
+    /// wait for a flush is flushed once and tried again; a full one fails
+    /// with ENOSPC and nothing changed. Returns the new entry.
+    fn place(
+        &self,
+        lbn: u64,
+        kind: PackKind,
+        bytes: &[u8],
+        staged: bool,
+        mut proceed: impl FnMut(&mut MutexGuard<'_, State>) -> bool,
+        mut placed: impl FnMut(&mut MutexGuard<'_, State>, u64),
+    ) -> DeviceResult<Option<u64>> {
         let mut flushed = false;
         loop {
             let mut state = self.state.lock();
-            if !still(&mut state) {
-                return Ok(());
+            if !proceed(&mut state) {
+                return Ok(None);
             }
-            match state.append(kind, bytes, false) {
+            match state.append(kind, bytes, staged) {
                 Ok((fragment, sealed)) => {
                     let entry = fragment.encode();
                     state.install(lbn, entry);
-                    if let Some(fingerprint) = fingerprint {
-                        state.index.insert(fingerprint, entry);
-                        state.records.push(Record::Index { fingerprint, entry });
-                    }
-                    if expect.is_some() {
-                        state.staging.reduced();
-                    }
+                    placed(&mut state, entry);
                     drop(state);
                     if let Some(write) = sealed {
                         self.write_pack(write);
                     }
-                    return Ok(());
+                    return Ok(Some(entry));
                 }
                 Err(NoRoom::AfterFlush) if !flushed => {
                     drop(state);
@@ -910,30 +930,16 @@ impl Shared {
 
     /// Stages `data` raw for post-process reduction.
     fn stage_block(&self, lbn: u64, data: &[u8]) -> DeviceResult<()> {
-        let mut flushed = false;
-        loop {
-            let mut state = self.state.lock();
-            match state.append(PackKind::Staged, data, true) {
-                Ok((fragment, sealed)) => {
-                    let entry = fragment.encode();
-                    state.install(lbn, entry);
-                    drop(state);
+        match self.place(lbn, PackKind::Staged, data, true, |_| true, |_, _| {}) {
+            Ok(entry) => {
+                if let Some(entry) = entry {
                     self.queue_staged(lbn, entry);
-                    if let Some(write) = sealed {
-                        self.write_pack(write);
-                    }
-                    return Ok(());
                 }
-                Err(NoRoom::AfterFlush) if !flushed => {
-                    drop(state);
-                    self.flush()?;
-                    flushed = true;
-                }
-                Err(_) => {
-                    state.staging.reduced();
-                    drop(state);
-                    return Err(self.full_error(lbn));
-                }
+                Ok(())
+            }
+            Err(error) => {
+                self.state.lock().staging.reduced();
+                Err(error)
             }
         }
     }

@@ -388,14 +388,30 @@ impl ReduceOptions {
     }
 }
 
-/// A disk that dies (every operation fails) after a number of writes and
-/// flushes: a crash at every point of a flush, a checkpoint or a pack write.
-struct DyingDisk {
-    inner: Arc<CrashDisk>,
+/// A device whose process dies (kill -9): after `left` more writes and
+/// flushes every write and flush fails, but what was written stays (the
+/// page cache, or a `CrashDisk`'s cache until its own crash). Writes may
+/// take `write_ns` of real time, so other threads run meanwhile.
+struct Mortal {
+    inner: Arc<dyn BlockDevice>,
     left: std::sync::atomic::AtomicI64,
+    write_ns: u64,
 }
 
-impl DyingDisk {
+impl Mortal {
+    fn new(inner: Arc<dyn BlockDevice>, write_ns: u64) -> Mortal {
+        Mortal {
+            inner,
+            left: std::sync::atomic::AtomicI64::new(i64::MAX),
+            write_ns,
+        }
+    }
+
+    fn die_after(&self, operations: i64) {
+        self.left
+            .store(operations, std::sync::atomic::Ordering::SeqCst);
+    }
+
     fn tick(&self) -> DeviceResult<()> {
         if self.left.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) <= 0 {
             return Err(DeviceError {
@@ -411,7 +427,7 @@ impl DyingDisk {
     }
 }
 
-impl BlockDevice for DyingDisk {
+impl BlockDevice for Mortal {
     fn name(&self) -> &str {
         "ssd"
     }
@@ -426,6 +442,9 @@ impl BlockDevice for DyingDisk {
     }
     fn write_at(&self, offset_bytes: u64, data: &[u8]) -> DeviceResult<()> {
         self.tick()?;
+        if self.write_ns > 0 {
+            tierd_common::clock::SystemClock::new().sleep_ns(self.write_ns);
+        }
         self.inner.write_at(offset_bytes, data)
     }
     fn flush(&self) -> DeviceResult<()> {
@@ -453,10 +472,7 @@ fn a_death_at_any_device_operation_loses_no_flushed_write() {
     let mut rng = SeededRng::new(21);
     for death in (1..600).step_by(2) {
         let disk = Arc::new(CrashDisk::new("ssd", 12 * MIB));
-        let dying = Arc::new(DyingDisk {
-            inner: disk.clone(),
-            left: std::sync::atomic::AtomicI64::new(i64::MAX),
-        });
+        let dying = Arc::new(Mortal::new(disk.clone(), 0));
         let setting = [ModeSetting::Inline, ModeSetting::Post][death % 2];
         // Small packs: seals (and reuse of freed packs) between flushes.
         let opts = ReduceOptions {
@@ -612,63 +628,6 @@ fn concurrent_writers_readers_and_workers_keep_every_block() {
     }
 }
 
-/// A device whose process "dies" (kill -9): from then on no write or
-/// flush reaches the backing, but everything written before stays (the
-/// page cache survives a killed process).
-struct Killable {
-    inner: Arc<MemoryDevice>,
-    dead: std::sync::atomic::AtomicBool,
-}
-
-impl Killable {
-    fn check(&self) -> DeviceResult<()> {
-        if self.dead.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(DeviceError {
-                device: "ssd".into(),
-                op: "write",
-                offset_bytes: 0,
-                length_bytes: 0,
-                kind: DeviceErrorKind::Gone,
-                message: "killed".into(),
-            });
-        }
-        Ok(())
-    }
-}
-
-impl BlockDevice for Killable {
-    fn name(&self) -> &str {
-        "ssd"
-    }
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn is_volatile(&self) -> bool {
-        false
-    }
-    fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> DeviceResult<()> {
-        self.inner.read_at(offset_bytes, buf)
-    }
-    fn write_at(&self, offset_bytes: u64, data: &[u8]) -> DeviceResult<()> {
-        self.check()?;
-        // A device write takes time: other threads run meanwhile (the
-        // window in which a pack was read before its tail write landed).
-        tierd_common::clock::SystemClock::new().sleep_ns(50_000);
-        self.inner.write_at(offset_bytes, data)
-    }
-    fn flush(&self) -> DeviceResult<()> {
-        self.check()
-    }
-    fn discard(&self, offset_bytes: u64, length_bytes: u64) -> DeviceResult<()> {
-        self.check()?;
-        self.inner.discard(offset_bytes, length_bytes)
-    }
-    fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> DeviceResult<()> {
-        self.check()?;
-        self.inner.write_zeroes(offset_bytes, length_bytes)
-    }
-}
-
 /// kill -9 under load in every mode: writer threads (each owning every
 /// fourth block) write, trim and flush while two workers reduce staged
 /// blocks; the process dies at a random moment; after reopening, each
@@ -679,10 +638,9 @@ fn a_kill_under_concurrent_load_loses_no_flushed_write() {
         let setting =
             [ModeSetting::Post, ModeSetting::Auto, ModeSetting::Inline][round as usize % 3];
         let memory = Arc::new(MemoryDevice::new("ssd", 24 * MIB));
-        let killable = Arc::new(Killable {
-            inner: memory.clone(),
-            dead: std::sync::atomic::AtomicBool::new(false),
-        });
+        // A device write takes 50 µs: the window in which a pack was once
+        // read before its tail write landed.
+        let killable = Arc::new(Mortal::new(memory.clone(), 50_000));
         let opts = ReduceOptions {
             logical_bytes: Some(4 * MIB),
             pack_bytes: 16 << 10,
@@ -744,9 +702,7 @@ fn a_kill_under_concurrent_load_loses_no_flushed_write() {
             .collect();
         let mut rng = SeededRng::new(round);
         tierd_common::clock::SystemClock::new().sleep_ns((20 + rng.below(200)) * 1_000_000);
-        killable
-            .dead
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        killable.die_after(0);
         let results: Vec<_> = threads
             .into_iter()
             .map(|thread| thread.join().unwrap())
