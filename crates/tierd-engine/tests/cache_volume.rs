@@ -914,6 +914,79 @@ fn a_failed_write_over_a_lost_block_leaves_it_lost() {
     assert_eq!(read_block(&volume, 0), block_of(3));
 }
 
+/// A lost block rewritten whole becomes current again in its new slot; if
+/// the cache tier is lost again before a commit journals that rewrite, the
+/// block is lost again and the rewrite must not be journaled after the new
+/// `cache-lost` record: it once was (by the next commit, even a FLUSH of the
+/// bypassed cache), so the restart took the block for current and served
+/// home's older copy in place of a flushed write (DST seeds 1172, 1442).
+#[test]
+fn a_rewritten_lost_block_lost_again_stays_lost_after_a_crash() {
+    use tierd_engine::device::fault::{FaultConfig, FaultDevice};
+    let dir = tempfile::tempdir().unwrap();
+    let stack = Stack::new(64, SEGMENT);
+    let clock = Arc::new(ManualClock::new(0));
+    let fast = Arc::new(FaultDevice::new(
+        stack.fast.clone(),
+        FaultConfig::default(),
+        1,
+        clock.clone(),
+    ));
+    let specs = || two_tiers(fast.clone(), stack.home.clone());
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let open = || {
+        Volume::open_with_cache(
+            options(stack.volume_bytes),
+            specs(),
+            dir.path(),
+            dyn_clock.clone(),
+            Some(cache_options(CacheMode::Writeback)),
+        )
+        .unwrap()
+        .0
+    };
+    let volume = open();
+    // Home holds 1 (durable); the cache tier holds 2, dirty, when it is lost.
+    volume.write(0, &block_of(1), false).unwrap();
+    write_back_all(&volume, &clock);
+    volume.write(0, &block_of(2), false).unwrap();
+    volume.flush().unwrap();
+    fast.set_gone(true);
+    assert!(volume.set_tier_unavailable("ssd", true));
+    let mut data = vec![0u8; BLOCK as usize];
+    assert!(volume.read(0, &mut data).is_err(), "block 0 was dirty");
+    drop(volume);
+    stack.crash(1);
+    // Back after a restart: the cache works again, block 0 is still lost.
+    fast.set_gone(false);
+    let volume = open();
+    assert!(volume.read(0, &mut data).is_err(), "still lost");
+    // Rewritten whole: current again, dirty in a slot; the rewrite waits
+    // for the next commit.
+    volume.write(0, &block_of(3), false).unwrap();
+    assert_eq!(read_block(&volume, 0), block_of(3));
+    // The tier is lost again with block 0 dirty on it, then a FLUSH commits.
+    fast.set_gone(true);
+    assert!(volume.set_tier_unavailable("ssd", true));
+    assert!(volume.read(0, &mut data).is_err(), "lost again");
+    volume.flush().unwrap();
+    drop(volume);
+    stack.crash(2);
+    fast.set_gone(false);
+    let volume = open();
+    match volume.read(0, &mut data) {
+        Err(_) => {}
+        Ok(()) => panic!(
+            "block 0 was lost with the tier but reads (home's older copy: {})",
+            data == block_of(1)
+        ),
+    }
+    assert!(
+        !volume.unavailable_ranges().is_empty(),
+        "the lost block is reported"
+    );
+}
+
 /// `adaptive` promotes segments whose heat lasts: the writeback thread's
 /// step copies their blocks in while no user IO is in flight, and the
 /// reads that follow hit. The copies race user writes on another thread

@@ -136,6 +136,33 @@ fn cache_seeds_32_33_49_51_88() {
     }
 }
 
+/// Regression (cache volumes): seeds 1172 and 1442 read home's older copy
+/// of a block after a crash, in place of a flushed write. The block had
+/// been lost with the cache tier once, was rewritten whole after a restart
+/// (current again, in a slot, its `cache-rewritten` waiting for the next
+/// commit), and was dirty when the tier was lost again; that commit then
+/// journaled the rewrite after the new `cache-lost` record, so the restart
+/// took the block for current and read home. Fixed in
+/// `Volume::cache_tier_failed` (blocks lost again leave the pending
+/// rewrites).
+#[test]
+fn cache_seeds_1172_1442() {
+    let scratch = tempfile::tempdir().unwrap();
+    for seed in [1172, 1442] {
+        let (config, report) = run_seed(seed, STEPS, scratch.path());
+        assert!(config.cache.is_some(), "seed {seed} is a cache volume");
+        assert!(
+            report
+                .faults
+                .get("cache_tier_lost")
+                .is_some_and(|count| *count > 1),
+            "seed {seed} loses its cache tier more than once: {:?}",
+            report.faults
+        );
+        assert_eq!(report.failure, None, "seed {seed}");
+    }
+}
+
 /// Regression (reduced tiers): seeds 432, 534 and 685 read data older than
 /// the last write: a flush's tail write of an open pack failed (an injected
 /// EIO), the pack then filled and its seal write landed, and the pack was
