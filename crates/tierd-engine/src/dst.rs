@@ -323,7 +323,7 @@ pub fn derive_config(seed: u64, steps: u32) -> DstConfig {
         config.reduce = Some(DstReduceConfig {
             mode: ["inline", "post", "auto"][reduce_rng.below(3) as usize].to_string(),
             home: reduce_rng.below(2) == 0,
-            physical_per_logical: if reduce_rng.below(4) == 0 { 0.6 } else { 2.0 },
+            physical_per_logical: if reduce_rng.below(4) == 0 { 0.25 } else { 2.0 },
             reduce_probability: 0.05 + reduce_rng.next_f64() * 0.2,
             switch_probability: if reduce_rng.below(2) == 0 { 0.05 } else { 0.0 },
         });
