@@ -49,6 +49,8 @@
 #          OUT (default /tmp/tierd-reduce-fig5.<date>: reduce-fig5-live.txt,
 #          .csv, -measurements.csv, .svg, raw fio JSON and latency logs,
 #          status polls)  TIERD (a tierd binary; default: build release)
+#          QUIET_LOAD (unset; e.g. 1.5: wait until the 1-minute load average
+#          is below it before measuring, at most QUIET_WAIT_S = 1800 s)
 #          QUICK=1: a check of the script in about two minutes (LOADS "25 70",
 #          MEASUREMENTS 5, WARMUP_S 1, MAX_RUNTIME 3, SIZE 1GiB, DEVICE 1GiB).
 # Full run: about 5 × 7 × (WARMUP_S + MEASUREMENTS × MEASURE_S + 1.5) s
@@ -101,6 +103,7 @@ cleanup() {
 }
 trap cleanup EXIT
 build_tierd
+wait_quiet
 
 reduce_table() { # VARIANT
   local mode switch=double

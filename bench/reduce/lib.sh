@@ -30,6 +30,22 @@ build_tierd() {
   [ -x "$tierd" ] || die "no tierd binary at $tierd"
 }
 
+# wait_quiet: with QUIET_LOAD set (e.g. 1.5), wait until the 1-minute load
+# average is below it, checking every 30 s for at most QUIET_WAIT_S s
+# (default 1800), before measuring; the machine is shared
+wait_quiet() {
+  [ -n "${QUIET_LOAD:-}" ] || return 0
+  local waited=0 load
+  while :; do
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    awk -v l="$load" -v q="$QUIET_LOAD" 'BEGIN { exit !(l < q) }' && return 0
+    [ $waited -lt "${QUIET_WAIT_S:-1800}" ] || die "load average still $load (QUIET_LOAD=$QUIET_LOAD) after ${QUIET_WAIT_S:-1800} s"
+    echo "$me: load average $load, waiting for < $QUIET_LOAD" >&2
+    sleep 30
+    waited=$((waited + 30))
+  done
+}
+
 machine_line() {
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); nproc $(nproc); $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); kernel $(uname -r); load $(cut -d' ' -f1-3 /proc/loadavg); tierd $(cd "$repo" && git rev-parse --short HEAD)$(cd "$repo" && git diff --quiet HEAD -- crates || echo '+changes'); $(fio --version)"
 }

@@ -54,6 +54,8 @@
 #          default: build release into CARGO_TARGET_DIR)
 #          RESULTS (default /tmp/tierd-reduce-bench.<date>: configs, fio
 #          JSON, status JSON, server logs)
+#          QUIET_LOAD (unset; e.g. 1.5: wait until the 1-minute load average
+#          is below it before measuring, at most QUIET_WAIT_S = 1800 s)
 #          QUICK=1: a check of the script in about two minutes (ROUNDS 1,
 #          RUNTIME 1, RAMP 0, SIZE 256MiB, DEVICE 1GiB, RATIO_SIZE 64MiB,
 #          MEM_SIZE 128MiB, fewer workloads); its numbers mean little.
@@ -97,6 +99,7 @@ work=$(mktemp -d /tmp/tierd-reduce-work.XXXXXX)
 cleanup() { stop_all_servers; rm -rf "$work"; }
 trap cleanup EXIT
 build_tierd
+wait_quiet
 
 reduce_table() { # MODE LOGICAL [EXTRA]
   echo "block = \"$BLOCK\", compress = \"lz4\", dedup = true, mode = \"$1\", logical = \"$2\", window = \"$WINDOW\"${3:+, $3}"
