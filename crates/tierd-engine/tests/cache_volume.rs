@@ -57,6 +57,43 @@ fn two_tiers(fast: Arc<dyn BlockDevice>, home: Arc<dyn BlockDevice>) -> Vec<Tier
     vec![tier("ssd", fast), tier("hdd", home)]
 }
 
+/// A writeback cache volume over `specs`, opened (or reopened) in `dir`.
+fn open_writeback(
+    volume_bytes: u64,
+    specs: Vec<TierSpec>,
+    dir: &std::path::Path,
+    clock: &Arc<dyn Clock>,
+) -> Volume {
+    Volume::open_with_cache(
+        options(volume_bytes),
+        specs,
+        dir,
+        clock.clone(),
+        Some(cache_options(CacheMode::Writeback)),
+    )
+    .unwrap()
+    .0
+}
+
+/// Home holds 1 (durable); the cache tier holds 2, dirty, when it is lost
+/// (`fast` gone and marked unavailable): block 0 no longer reads. Returns a
+/// block-sized buffer.
+fn lose_dirty_block_zero(
+    volume: &Volume,
+    fast: &tierd_engine::device::fault::FaultDevice,
+    clock: &Arc<ManualClock>,
+) -> Vec<u8> {
+    volume.write(0, &block_of(1), false).unwrap();
+    write_back_all(volume, clock);
+    volume.write(0, &block_of(2), false).unwrap();
+    volume.flush().unwrap();
+    fast.set_gone(true);
+    assert!(volume.set_tier_unavailable("ssd", true));
+    let mut data = vec![0u8; BLOCK as usize];
+    assert!(volume.read(0, &mut data).is_err(), "block 0 was dirty");
+    data
+}
+
 fn options(volume_bytes: u64) -> VolumeOptions {
     VolumeOptions {
         name: "c".into(),
@@ -869,27 +906,9 @@ fn a_failed_write_over_a_lost_block_leaves_it_lost() {
     ));
     let specs = || two_tiers(fast.clone(), home.clone());
     let dyn_clock: Arc<dyn Clock> = clock.clone();
-    let open = || {
-        Volume::open_with_cache(
-            options(stack.volume_bytes),
-            specs(),
-            dir.path(),
-            dyn_clock.clone(),
-            Some(cache_options(CacheMode::Writeback)),
-        )
-        .unwrap()
-        .0
-    };
+    let open = || open_writeback(stack.volume_bytes, specs(), dir.path(), &dyn_clock);
     let volume = open();
-    // Home holds 1; the cache tier holds 2, dirty, when the tier is lost.
-    volume.write(0, &block_of(1), false).unwrap();
-    write_back_all(&volume, &clock);
-    volume.write(0, &block_of(2), false).unwrap();
-    volume.flush().unwrap();
-    fast.set_gone(true);
-    assert!(volume.set_tier_unavailable("ssd", true));
-    let mut data = vec![0u8; BLOCK as usize];
-    assert!(volume.read(0, &mut data).is_err(), "block 0 was dirty");
+    let mut data = lose_dirty_block_zero(&volume, &fast, &clock);
     volume.checkpoint().unwrap();
     drop(volume);
     // Back after a restart, the block still lost; a discard over it fails.
@@ -934,27 +953,9 @@ fn a_rewritten_lost_block_lost_again_stays_lost_after_a_crash() {
     ));
     let specs = || two_tiers(fast.clone(), stack.home.clone());
     let dyn_clock: Arc<dyn Clock> = clock.clone();
-    let open = || {
-        Volume::open_with_cache(
-            options(stack.volume_bytes),
-            specs(),
-            dir.path(),
-            dyn_clock.clone(),
-            Some(cache_options(CacheMode::Writeback)),
-        )
-        .unwrap()
-        .0
-    };
+    let open = || open_writeback(stack.volume_bytes, specs(), dir.path(), &dyn_clock);
     let volume = open();
-    // Home holds 1 (durable); the cache tier holds 2, dirty, when it is lost.
-    volume.write(0, &block_of(1), false).unwrap();
-    write_back_all(&volume, &clock);
-    volume.write(0, &block_of(2), false).unwrap();
-    volume.flush().unwrap();
-    fast.set_gone(true);
-    assert!(volume.set_tier_unavailable("ssd", true));
-    let mut data = vec![0u8; BLOCK as usize];
-    assert!(volume.read(0, &mut data).is_err(), "block 0 was dirty");
+    let mut data = lose_dirty_block_zero(&volume, &fast, &clock);
     drop(volume);
     stack.crash(1);
     // Back after a restart: the cache works again, block 0 is still lost.
