@@ -200,24 +200,6 @@ impl ReducedDevice {
         format: bool,
     ) -> Result<ReducedDevice, String> {
         let name = name.into();
-        if !options.block_bytes.is_power_of_two()
-            || options.block_bytes < 4096
-            || options.block_bytes > layout::MAX_BLOCK_BYTES
-        {
-            return Err(format!(
-                "reduce.block = {} must be a power of two from 4KiB to 64KiB",
-                options.block_bytes
-            ));
-        }
-        if options.pack_bytes < options.block_bytes
-            || options.pack_bytes > layout::MAX_PACK_BYTES
-            || !options.pack_bytes.is_multiple_of(4096)
-        {
-            return Err(format!(
-                "reduce pack = {} must be a multiple of 4KiB from the block size to 1MiB",
-                options.pack_bytes
-            ));
-        }
         options
             .switch
             .validate(tierd_core::reduce::DEFAULT_POST_WORK_RATIO)
@@ -375,6 +357,24 @@ impl Drop for ReducedDevice {
 /// The geometry `options` give a device of `device_bytes` (its logical size
 /// when `logical_bytes` is unset), or why it does not fit.
 pub fn plan_geometry(device_bytes: u64, options: &ReduceOptions) -> Result<Geometry, String> {
+    if !options.block_bytes.is_power_of_two()
+        || options.block_bytes < 4096
+        || options.block_bytes > layout::MAX_BLOCK_BYTES
+    {
+        return Err(format!(
+            "reduce.block = {} must be a power of two from 4KiB to 64KiB",
+            options.block_bytes
+        ));
+    }
+    if options.pack_bytes < options.block_bytes
+        || options.pack_bytes > layout::MAX_PACK_BYTES
+        || !options.pack_bytes.is_multiple_of(4096)
+    {
+        return Err(format!(
+            "reduce.pack = {} must be a multiple of 4KiB from the block size to 1MiB",
+            options.pack_bytes
+        ));
+    }
     let physical_blocks = device_bytes / options.block_bytes;
     // A checkpoint holds the index: more entries than fragments can ever
     // exist would only waste space.
@@ -1113,7 +1113,8 @@ impl Shared {
         )?;
         self.check_alive("read", offset, buf.len() as u64)?;
         let block = self.geometry.block_bytes;
-        let mut scratch = vec![0u8; block as usize];
+        // Only a read of part of a block needs a whole one to decode into.
+        let mut scratch = Vec::new();
         let mut at = 0usize;
         while at < buf.len() {
             let position = offset + at as u64;
@@ -1123,6 +1124,7 @@ impl Shared {
             if within == 0 && take == block as usize {
                 self.read_block(lbn, &mut buf[at..at + take])?;
             } else {
+                scratch.resize(block as usize, 0);
                 self.read_block(lbn, &mut scratch)?;
                 buf[at..at + take].copy_from_slice(&scratch[within..within + take]);
             }
