@@ -49,7 +49,8 @@ pub struct Geometry {
     pub logical_blocks: u64,
     pub pack_bytes: u64,
     pub pack_count: u64,
-    /// Fingerprint index entries a checkpoint holds (the index's capacity).
+    /// Fingerprint index entries a checkpoint has room for (fixed when the
+    /// tier is formatted; memory may keep more or fewer).
     pub index_capacity: u64,
     pub journal_bytes: u64,
 }
@@ -162,11 +163,6 @@ impl Geometry {
             "reduce.pack (bytes)",
             self.pack_bytes,
             configured.pack_bytes,
-        );
-        check(
-            "reduce.index_memory (index entries)",
-            self.index_capacity,
-            configured.index_capacity,
         );
         check(
             "the tier's size (bytes)",

@@ -205,7 +205,8 @@ impl ReducedDevice {
             .validate(tierd_core::reduce::DEFAULT_POST_WORK_RATIO)
             .map_err(|error| format!("reduce: {error}"))?;
         let device_bytes = inner.size_bytes();
-        let configured = plan_geometry(device_bytes, &options)?;
+        let index_kept = index_entries_kept(device_bytes, &options);
+        let new_geometry = plan_geometry(device_bytes, &options)?;
         let mut a = vec![0u8; layout::SUPERBLOCK_BYTES as usize];
         let mut b = vec![0u8; layout::SUPERBLOCK_BYTES as usize];
         let read_error =
@@ -237,8 +238,22 @@ impl ReducedDevice {
                      or give the tier a new file"
                 ));
             }
-            None => format_device(&*inner, configured)?,
+            None => format_device(&*inner, new_geometry)?,
         };
+        // The index's room in a checkpoint was fixed when the tier was
+        // formatted; `index_memory` may change since (memory holds more or
+        // fewer entries, a checkpoint keeps the newest that fit).
+        let formatted_index = superblock.geometry.index_capacity;
+        let configured = plan_geometry_with_index(device_bytes, &options, formatted_index)?;
+        if index_kept != formatted_index {
+            tracing::info!(
+                tier = %name,
+                memory_entries = index_kept,
+                checkpoint_entries = formatted_index,
+                "reduce.index_memory differs from the formatted tier's: memory keeps the configured \
+                 entries, a checkpoint keeps the newest entries that fit its room"
+            );
+        }
         let differences = superblock.geometry.differences(&configured);
         if !differences.is_empty() {
             return Err(format!(
@@ -248,12 +263,12 @@ impl ReducedDevice {
             ));
         }
         let geometry = superblock.geometry;
-        let (map, index, journal, replayed) = recover(&*inner, &superblock)?;
+        let (map, index, journal, replayed) = recover(&*inner, &superblock, index_kept)?;
         let stage_blocks = options
             .stage_bytes
             .unwrap_or_else(|| (geometry.packs_bytes() / 8).min(1 << 30))
             / geometry.block_bytes;
-        let state = State::new(geometry, map, index, stage_blocks);
+        let state = State::new(geometry, map, index, index_kept, stage_blocks);
         let switch = Switch::new(options.switch, clock.now_ns());
         let workers = options.workers;
         let shared = Arc::new(Shared {
@@ -354,9 +369,36 @@ impl Drop for ReducedDevice {
     }
 }
 
-/// The geometry `options` give a device of `device_bytes` (its logical size
-/// when `logical_bytes` is unset), or why it does not fit.
+/// The fingerprint index entries kept in memory: the configured budget, none
+/// without dedup, never more than fragments can exist on the device.
+pub fn index_entries_kept(device_bytes: u64, options: &ReduceOptions) -> u64 {
+    if options.dedup {
+        options
+            .index_entries
+            .min(device_bytes / options.block_bytes.max(1) * 2)
+    } else {
+        0
+    }
+}
+
+/// The geometry `options` give a new device of `device_bytes` (its logical
+/// size when `logical_bytes` is unset), or why it does not fit. Its
+/// checkpoints hold as many index entries as memory does.
 pub fn plan_geometry(device_bytes: u64, options: &ReduceOptions) -> Result<Geometry, String> {
+    plan_geometry_with_index(
+        device_bytes,
+        options,
+        index_entries_kept(device_bytes, options),
+    )
+}
+
+/// The geometry with checkpoints that hold `index_capacity` entries: a
+/// formatted tier keeps its own whatever `index_memory` says now.
+fn plan_geometry_with_index(
+    device_bytes: u64,
+    options: &ReduceOptions,
+    index_capacity: u64,
+) -> Result<Geometry, String> {
     if !options.block_bytes.is_power_of_two()
         || options.block_bytes < 4096
         || options.block_bytes > layout::MAX_BLOCK_BYTES
@@ -375,14 +417,6 @@ pub fn plan_geometry(device_bytes: u64, options: &ReduceOptions) -> Result<Geome
             options.pack_bytes
         ));
     }
-    let physical_blocks = device_bytes / options.block_bytes;
-    // A checkpoint holds the index: more entries than fragments can ever
-    // exist would only waste space.
-    let index_capacity = if options.dedup {
-        options.index_entries.min(physical_blocks * 2)
-    } else {
-        0
-    };
     let logical = match options.logical_bytes {
         Some(bytes) => bytes,
         None => {
@@ -459,6 +493,7 @@ fn format_device(inner: &dyn BlockDevice, geometry: Geometry) -> Result<Superblo
 fn recover(
     inner: &dyn BlockDevice,
     superblock: &Superblock,
+    index_kept: u64,
 ) -> Result<(Vec<u64>, Vec<(codec::Fingerprint, u64)>, Journal, u64), String> {
     let geometry = &superblock.geometry;
     let slot_offset = geometry.checkpoint_offset(superblock.checkpoint_slot);
@@ -547,8 +582,8 @@ fn recover(
         replayed += 1;
     }
     // Index records replayed in order: keep the newest per fingerprint, at
-    // most the capacity.
-    let capacity = geometry.index_capacity as usize;
+    // most what memory keeps.
+    let capacity = index_kept as usize;
     if index.len() > capacity {
         index.drain(..index.len() - capacity);
     }
@@ -1211,6 +1246,10 @@ impl Shared {
         index: &[(codec::Fingerprint, u64)],
     ) -> DeviceResult<()> {
         let slot = 1 - journal.checkpoint_slot;
+        // The newest entries that fit the checkpoint's room (memory may keep
+        // more when `index_memory` grew after formatting).
+        let room = self.geometry.index_capacity as usize;
+        let index = &index[index.len().saturating_sub(room)..];
         let bytes = layout::encode_checkpoint(map, index);
         self.inner
             .write_at(self.geometry.checkpoint_offset(slot), &bytes)?;
@@ -1289,7 +1328,7 @@ impl Shared {
             capacity_bytes: self.geometry.packs_bytes(),
             free_bytes: state.free_packs() * self.geometry.pack_bytes,
             index_entries: state.index.len() as u64,
-            index_capacity: self.geometry.index_capacity,
+            index_capacity: state.index.capacity() as u64,
             dedup_hits: state.tallies.dedup_hits,
             dedup_mismatches: state.tallies.dedup_mismatches,
             stage_overflows: state.staging.overflows,

@@ -143,6 +143,10 @@ impl Index {
         self.map.len()
     }
 
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
@@ -222,6 +226,7 @@ impl State {
         geometry: Geometry,
         map: Vec<u64>,
         index: Vec<(Fingerprint, u64)>,
+        index_capacity: u64,
         stage_limit_blocks: u64,
     ) -> State {
         let mut state = State {
@@ -233,7 +238,7 @@ impl State {
             pending_free: Vec::new(),
             readers: FastMap::default(),
             fragment_refs: FastMap::default(),
-            index: Index::new(geometry.index_capacity as usize),
+            index: Index::new(index_capacity as usize),
             open: [None, None, None],
             writing: FastMap::default(),
             in_flight: BTreeSet::new(),
@@ -671,7 +676,7 @@ mod tests {
     fn state() -> State {
         let geometry = Geometry::plan(8 << 20, 4096, 4 << 20, 64 << 10, 1024).unwrap();
         let map = vec![UNMAPPED; geometry.logical_blocks as usize];
-        State::new(geometry, map, Vec::new(), 64)
+        State::new(geometry, map, Vec::new(), geometry.index_capacity, 64)
     }
 
     #[test]
@@ -791,7 +796,7 @@ mod tests {
     fn a_full_tier_says_whether_a_flush_would_help() {
         let geometry = Geometry::plan(3 << 20, 4096, 1 << 20, 64 << 10, 16).unwrap();
         let map = vec![UNMAPPED; geometry.logical_blocks as usize];
-        let mut state = State::new(geometry, map, Vec::new(), 0);
+        let mut state = State::new(geometry, map, Vec::new(), geometry.index_capacity, 0);
         let block = vec![3u8; 4096];
         let mut lbn = 0;
         let error = loop {

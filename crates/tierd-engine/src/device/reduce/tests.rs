@@ -339,6 +339,80 @@ fn other_settings_on_a_formatted_tier_are_refused_by_name() {
 }
 
 #[test]
+fn index_memory_may_change_on_a_formatted_tier() {
+    let inner: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new("ssd", 16 * MIB));
+    let with_index = |entries: u64| ReduceOptions {
+        logical_bytes: Some(8 * MIB),
+        index_entries: entries,
+        ..options(ModeSetting::Inline, 0)
+    };
+    let mut rng = SeededRng::new(11);
+    let blocks: Vec<Vec<u8>> = (0..300).map(|_| random(&mut rng, 4096)).collect();
+    let mut model = vec![0u8; (8 * MIB) as usize];
+    let write = |device: &ReducedDevice, model: &mut [u8], lbn: u64, block: &[u8]| {
+        device.write_at(lbn * 4096, block).unwrap();
+        model[(lbn * 4096) as usize..(lbn * 4096 + 4096) as usize].copy_from_slice(block);
+    };
+    // Formatted with room for 100 checkpointed entries.
+    let device = ReducedDevice::open("ssd", inner.clone(), with_index(100), clock(), true).unwrap();
+    for (lbn, block) in blocks.iter().enumerate().take(50) {
+        write(&device, &mut model, lbn as u64, block);
+    }
+    device.flush().unwrap();
+    drop(device);
+    // More memory: all 300 are remembered while running; the checkpoint
+    // keeps the newest 100.
+    let device =
+        ReducedDevice::open("ssd", inner.clone(), with_index(1000), clock(), false).unwrap();
+    assert_eq!(device.status().index_capacity, 1000);
+    for (lbn, block) in blocks.iter().enumerate().skip(50) {
+        write(&device, &mut model, lbn as u64, block);
+    }
+    assert_eq!(device.status().index_entries, 300);
+    let hits = device.status().dedup_hits;
+    write(&device, &mut model, 1000, &blocks[0]);
+    assert_eq!(
+        device.status().dedup_hits,
+        hits + 1,
+        "the oldest is still in memory"
+    );
+    device.flush().unwrap();
+    check_all(&device, &model);
+    drop(device);
+    // Reopened: the journal's entries replay into memory (all 300 fit) and
+    // the checkpoint written after the replay keeps the newest 100 of them.
+    let device =
+        ReducedDevice::open("ssd", inner.clone(), with_index(1000), clock(), false).unwrap();
+    assert_eq!(device.status().index_entries, 300);
+    drop(device);
+    let device =
+        ReducedDevice::open("ssd", inner.clone(), with_index(1000), clock(), false).unwrap();
+    check_all(&device, &model);
+    assert_eq!(device.status().index_entries, 100);
+    let hits = device.status().dedup_hits;
+    write(&device, &mut model, 1001, &blocks[299]);
+    assert_eq!(
+        device.status().dedup_hits,
+        hits + 1,
+        "the newest entry survived the checkpoint"
+    );
+    write(&device, &mut model, 1002, &blocks[60]);
+    assert_eq!(
+        device.status().dedup_hits,
+        hits + 1,
+        "an old entry did not fit the checkpoint"
+    );
+    device.flush().unwrap();
+    drop(device);
+    // Less memory: the newest 10 are kept, and the tier opens.
+    let device = ReducedDevice::open("ssd", inner, with_index(10), clock(), false).unwrap();
+    assert_eq!(device.status().index_capacity, 10);
+    assert!(device.status().index_entries <= 10);
+    check_all(&device, &model);
+    device.flush().unwrap();
+}
+
+#[test]
 fn a_damaged_fragment_is_an_error_not_wrong_data() {
     let inner = Arc::new(MemoryDevice::new("ssd", 8 * MIB));
     let device = ReducedDevice::open(
