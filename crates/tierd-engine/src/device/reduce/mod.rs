@@ -37,6 +37,10 @@ use layout::{Fragment, Geometry, Record, Superblock, UNMAPPED, ZERO};
 use state::{Located, NoRoom, PackKind, PackWrite, State};
 
 /// Stripes of the per-block write locks.
+/// Blocks a read locates at once (bounds the pins and the lock hold).
+const READ_CHUNK_BLOCKS: u64 = 256;
+/// Largest single device read of adjacent fragments.
+const READ_RUN_BYTES: u64 = 1 << 20;
 const STRIPES: usize = 256;
 
 /// Settings of a reduced tier (`reduce = { ... }` on a tier).
@@ -752,44 +756,49 @@ impl Shared {
 
     // ---- the block path ---------------------------------------------------
 
+    /// Decodes a block's fragment into `out` (exactly one block): a raw
+    /// fragment is copied, a compressed one decompressed.
+    fn decode(&self, lbn: u64, fragment: &[u8], out: &mut [u8]) -> DeviceResult<()> {
+        let block = self.geometry.block_bytes;
+        if fragment.len() as u64 == block {
+            out.copy_from_slice(fragment);
+            Ok(())
+        } else {
+            codec::decompress(fragment, out).map_err(|message| {
+                self.error(
+                    "read",
+                    lbn * block,
+                    block,
+                    libc::EIO,
+                    format!(
+                        "block {lbn}: {message} (the tier's data was changed or damaged on disk)"
+                    ),
+                )
+            })
+        }
+    }
+
     /// Reads a located block into `out` (exactly one block), unpinning a
     /// device-located pack.
     fn read_located(&self, lbn: u64, located: Located, out: &mut [u8]) -> DeviceResult<()> {
-        let block = self.geometry.block_bytes;
-        let decode = |fragment: &[u8], out: &mut [u8]| -> DeviceResult<()> {
-            if fragment.len() as u64 == block {
-                out.copy_from_slice(fragment);
-                Ok(())
-            } else {
-                codec::decompress(fragment, out).map_err(|message| {
-                    self.error(
-                        "read",
-                        lbn * block,
-                        block,
-                        libc::EIO,
-                        format!("block {lbn}: {message} (the tier's data was changed or damaged on disk)"),
-                    )
-                })
-            }
-        };
         match located {
             Located::Zeroes => {
                 out.fill(0);
                 Ok(())
             }
-            Located::Bytes(bytes) => decode(&bytes, out),
+            Located::Bytes(bytes) => self.decode(lbn, &bytes, out),
             Located::Shared { buf, offset, len } => {
-                decode(&buf[offset as usize..(offset + len) as usize], out)
+                self.decode(lbn, &buf[offset as usize..(offset + len) as usize], out)
             }
             Located::Device { pack, offset, len } => {
                 let at = self.geometry.pack_offset(pack) + offset;
-                let result = if len == block {
+                let result = if len == self.geometry.block_bytes {
                     self.inner.read_at(at, out)
                 } else {
                     let mut fragment = vec![0u8; len as usize];
                     self.inner
                         .read_at(at, &mut fragment)
-                        .and_then(|()| decode(&fragment, out))
+                        .and_then(|()| self.decode(lbn, &fragment, out))
                 };
                 self.state.lock().unpin(pack);
                 result
@@ -1148,22 +1157,126 @@ impl Shared {
         )?;
         self.check_alive("read", offset, buf.len() as u64)?;
         let block = self.geometry.block_bytes;
-        // Only a read of part of a block needs a whole one to decode into.
-        let mut scratch = Vec::new();
-        let mut at = 0usize;
-        while at < buf.len() {
-            let position = offset + at as u64;
-            let lbn = position / block;
-            let within = (position % block) as usize;
-            let take = (block as usize - within).min(buf.len() - at);
-            if within == 0 && take == block as usize {
-                self.read_block(lbn, &mut buf[at..at + take])?;
-            } else {
-                scratch.resize(block as usize, 0);
-                self.read_block(lbn, &mut scratch)?;
-                buf[at..at + take].copy_from_slice(&scratch[within..within + take]);
+        let first = offset / block;
+        let end = (offset + buf.len() as u64).div_ceil(block);
+        let mut lbn = first;
+        while lbn < end {
+            let count = (end - lbn).min(READ_CHUNK_BLOCKS);
+            // Located together (one lock), so fragments laid out one after
+            // another on the device are read with one request.
+            let located: Vec<Located> = {
+                let mut state = self.state.lock();
+                (lbn..lbn + count).map(|at| state.locate(at).1).collect()
+            };
+            let result = self.read_located_run(offset, buf, lbn, &located);
+            let pinned: Vec<u32> = located
+                .iter()
+                .filter_map(|located| match located {
+                    Located::Device { pack, .. } => Some(*pack),
+                    _ => None,
+                })
+                .collect();
+            if !pinned.is_empty() {
+                let mut state = self.state.lock();
+                for pack in pinned {
+                    state.unpin(pack);
+                }
             }
-            at += take;
+            result?;
+            lbn += count;
+        }
+        Ok(())
+    }
+
+    /// Fills the part of `buf` (a read at `offset`) that blocks `first..`
+    /// cover from their locations; device fragments adjacent on the device
+    /// are read with one request. Leaves the packs pinned.
+    fn read_located_run(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        first: u64,
+        located: &[Located],
+    ) -> DeviceResult<()> {
+        let block = self.geometry.block_bytes;
+        // Where block `lbn`'s bytes go in `buf`, and from where in the block.
+        let read_end = offset + buf.len() as u64;
+        let span = |lbn: u64| {
+            let start = (lbn * block).max(offset);
+            let stop = ((lbn + 1) * block).min(read_end);
+            (
+                (start - offset) as usize..(stop - offset) as usize,
+                (start - lbn * block) as usize,
+            )
+        };
+        let mut scratch = Vec::new();
+        let mut run = Vec::new();
+        let mut index = 0;
+        while index < located.len() {
+            let lbn = first + index as u64;
+            let Located::Device {
+                pack,
+                offset: at,
+                len,
+            } = located[index]
+            else {
+                let (target, within) = span(lbn);
+                let whole = target.len() == block as usize;
+                let out = if whole {
+                    &mut buf[target.clone()]
+                } else {
+                    scratch.resize(block as usize, 0);
+                    &mut scratch[..]
+                };
+                match &located[index] {
+                    Located::Zeroes => out.fill(0),
+                    Located::Bytes(bytes) => self.decode(lbn, bytes, out)?,
+                    Located::Shared { buf, offset, len } => {
+                        self.decode(lbn, &buf[*offset as usize..(*offset + *len) as usize], out)?
+                    }
+                    Located::Device { .. } => unreachable!("handled below"),
+                }
+                if !whole {
+                    buf[target.clone()].copy_from_slice(&scratch[within..within + target.len()]);
+                }
+                index += 1;
+                continue;
+            };
+            // The run of fragments that follow this one on the device.
+            let start = self.geometry.pack_offset(pack) + at;
+            let mut stop = start + len;
+            let mut next = index + 1;
+            while next < located.len() && stop - start < READ_RUN_BYTES {
+                match located[next] {
+                    Located::Device { pack, offset, len }
+                        if self.geometry.pack_offset(pack) + offset == stop =>
+                    {
+                        stop += len;
+                        next += 1;
+                    }
+                    _ => break,
+                }
+            }
+            run.resize((stop - start) as usize, 0);
+            self.inner.read_at(start, &mut run)?;
+            let mut from = 0usize;
+            for (position, located) in located.iter().enumerate().take(next).skip(index) {
+                let Located::Device { len, .. } = located else {
+                    unreachable!("a run holds device fragments only")
+                };
+                let fragment = &run[from..from + *len as usize];
+                from += *len as usize;
+                let lbn = first + position as u64;
+                let (target, within) = span(lbn);
+                if target.len() == block as usize {
+                    self.decode(lbn, fragment, &mut buf[target])?;
+                } else {
+                    scratch.resize(block as usize, 0);
+                    self.decode(lbn, fragment, &mut scratch)?;
+                    buf[target.clone()].copy_from_slice(&scratch[within..within + target.len()]);
+                }
+            }
+            index = next;
         }
         Ok(())
     }

@@ -413,6 +413,47 @@ fn index_memory_may_change_on_a_formatted_tier() {
 }
 
 #[test]
+fn a_sequential_read_takes_one_request_per_run_of_adjacent_fragments() {
+    let stats = Arc::new(crate::device::stats::StatsDevice::new(
+        Arc::new(MemoryDevice::new("ssd", 16 * MIB)),
+        clock(),
+    ));
+    let inner: Arc<dyn BlockDevice> = stats.clone();
+    let options = ReduceOptions {
+        logical_bytes: Some(8 * MIB),
+        ..options(ModeSetting::Inline, 0)
+    };
+    let device = ReducedDevice::open("ssd", inner, options, clock(), true).unwrap();
+    let mut rng = SeededRng::new(5);
+    let mut model = vec![0u8; (8 * MIB) as usize];
+    // 1 MiB of half-compressible blocks, then 1 MiB of incompressible ones,
+    // written in order: their fragments lie one after another in packs.
+    let compressible = half_compressible(&mut rng, MIB as usize);
+    let raw = random(&mut rng, MIB as usize);
+    model[..MIB as usize].copy_from_slice(&compressible);
+    model[MIB as usize..2 * MIB as usize].copy_from_slice(&raw);
+    device.write_at(0, &compressible).unwrap();
+    device.write_at(MIB, &raw).unwrap();
+    device.flush().unwrap();
+    let packs_touched = 2 * MIB / (64 << 10) + 16;
+    let before = stats.snapshot().reads;
+    // Unaligned at both ends: the partial first and last blocks too.
+    let (from, to) = (1000, 2 * MIB as usize - 3000);
+    let mut back = vec![0u8; to - from];
+    device.read_at(from as u64, &mut back).unwrap();
+    let reads = stats.snapshot().reads - before;
+    assert!(
+        back == model[from..to],
+        "the read differs from what was written"
+    );
+    assert!(
+        reads <= packs_touched,
+        "{reads} device reads for 512 blocks in at most {packs_touched} packs"
+    );
+    check_all(&device, &model);
+}
+
+#[test]
 fn a_damaged_fragment_is_an_error_not_wrong_data() {
     let inner = Arc::new(MemoryDevice::new("ssd", 8 * MIB));
     let device = ReducedDevice::open(
