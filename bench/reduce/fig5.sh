@@ -49,6 +49,9 @@
 #          OUT (default /tmp/tierd-reduce-fig5.<date>: reduce-fig5-live.txt,
 #          .csv, -measurements.csv, .svg, raw fio JSON and latency logs,
 #          status polls)  TIERD (a tierd binary; default: build release)
+#          SERVER_CPUS / CLIENT_CPUS (unset; e.g. 1 and 0: `taskset -c` for
+#          tierd and for fio, so the load generator does not share a core
+#          with the server's background work, as hosts and an array do not)
 #          QUIET_LOAD (unset; e.g. 1.5: wait until the 1-minute load average
 #          is below it before measuring, at most QUIET_WAIT_S = 1800 s)
 #          QUICK=1: a check of the script in about two minutes (LOADS "25 70",

@@ -47,7 +47,7 @@ wait_quiet() {
 }
 
 machine_line() {
-  echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); nproc $(nproc); $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); kernel $(uname -r); load $(cut -d' ' -f1-3 /proc/loadavg); tierd $(cd "$repo" && git rev-parse --short HEAD)$(cd "$repo" && git diff --quiet HEAD -- crates || echo '+changes'); $(fio --version)"
+  echo "cpus: server ${SERVER_CPUS:-any}, fio ${CLIENT_CPUS:-any}; date: $(date -u '+%Y-%m-%d %H:%M UTC'); nproc $(nproc); $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); kernel $(uname -r); load $(cut -d' ' -f1-3 /proc/loadavg); tierd $(cd "$repo" && git rev-parse --short HEAD)$(cd "$repo" && git diff --quiet HEAD -- crates || echo '+changes'); $(fio --version)"
 }
 
 # tier_config NAME SIZE DIRECT REDUCE: a single-tier volume on one file tier.
@@ -102,7 +102,7 @@ start_server() {
   rm -rf "${work:?}/$name"
   mkdir -p "$work/$name"
   printf '%s\n' "$text" > "$work/$name.toml"
-  "$tierd" serve --config "$work/$name.toml" > "$work/$name.out" 2> "$RESULTS/$name.serve.log" &
+  ${SERVER_CPUS:+taskset -c "$SERVER_CPUS"} "$tierd" serve --config "$work/$name.toml" > "$work/$name.out" 2> "$RESULTS/$name.serve.log" &
   pid_of[$name]=$!
   server_names+=("$name")
   until uri=$(sed -n 's/^tierd: volume vol0 at //p' "$work/$name.out" | head -1) && [ -n "$uri" ] && [ -S "$work/$name/tierd-admin.sock" ]; do
@@ -180,7 +180,7 @@ next_seed() { seed_counter=$((seed_counter + 1)); }
 fio_run() {
   local out=$1 target=$2; shift 2
   next_seed
-  fio --name=job --ioengine=nbd --uri="$target" --randseed="$seed_counter" \
+  ${CLIENT_CPUS:+taskset -c "$CLIENT_CPUS"} fio --name=job --ioengine=nbd --uri="$target" --randseed="$seed_counter" \
     --output-format=json --output="$out" "$@" > /dev/null 2> "$out.err" ||
     { echo "$me: fio failed ($out): $(cat "$out.err")" >&2; return 1; }
   jq -e '.jobs[0].error == 0' "$out" > /dev/null ||

@@ -41,7 +41,8 @@
 #           from after start to after the writes, FLUSH and drain. Index
 #           bytes per entry measured = (growth with dedup − growth without)
 #           / index_entries; per TiB of unique data = that × 2^40 / BLOCK,
-#           beside the configured INDEX_BYTES_PER_ENTRY (64) figure.
+#           beside the index's own figure (index_bytes: 32 bytes a slot,
+#           allocated at start).
 #
 # Usage:   bench/reduce/run.sh [speed] [ratio] [memory]
 # Env:     MODES ("inline post auto")  ROUNDS (2)  RUNTIME (8)  RAMP (1)
@@ -54,6 +55,9 @@
 #          default: build release into CARGO_TARGET_DIR)
 #          RESULTS (default /tmp/tierd-reduce-bench.<date>: configs, fio
 #          JSON, status JSON, server logs)
+#          SERVER_CPUS / CLIENT_CPUS (unset; e.g. 1 and 0: `taskset -c` for
+#          tierd and for fio, so the load generator does not share a core
+#          with the server's background work, as hosts and an array do not)
 #          QUIET_LOAD (unset; e.g. 1.5: wait until the 1-minute load average
 #          is below it before measuring, at most QUIET_WAIT_S = 1800 s)
 #          QUICK=1: a check of the script in about two minutes (ROUNDS 1,
@@ -359,7 +363,7 @@ part_memory() {
   # index_memory: room for every block written, twice over
   local mem_bytes index_memory
   mem_bytes=$(bytes_of "$MEM_SIZE")
-  index_memory=$(( mem_bytes / 4096 * 64 * 2 ))
+  index_memory=$(( mem_bytes / 4096 * 32 * 2 ))
   for dedup in true false; do
     name="memory-dedup-$dedup"
     echo "$(date -u +%H:%M:%S) memory: dedup = $dedup" >&2
@@ -399,7 +403,10 @@ per_tib_entries = 2**40 / block
 if entries:
     per_entry = growth / entries
     print(f"- measured: (growth with dedup − growth without) / index_entries = {per_entry:.1f} bytes per entry → {per_entry * per_tib_entries / 2**30:.1f} GiB of index per TiB of unique data at {block // 1024} KiB blocks")
-print(f"- configured: 64 bytes per entry (INDEX_BYTES_PER_ENTRY, what index_memory is divided by) → {64 * per_tib_entries / 2**30:.1f} GiB per TiB of unique data; the default index_memory (64 MiB) remembers {64 * 2**20 // 64} blocks, {64 * 2**20 // 64 * block / 2**30:.0f} GiB of unique data")
+s = rows["true"][2]
+if s.get("index_capacity"):
+    slot = s.get("index_bytes", 0) / s["index_capacity"]
+    print(f"- the index's own figure: index_bytes {s.get('index_bytes', 0) / 2**20:.1f} MiB for {s['index_capacity']} slots = {slot:.0f} bytes a slot (INDEX_BYTES_PER_ENTRY, what index_memory is divided by) → {slot * per_tib_entries / 2**30:.1f} GiB per TiB of unique data; the default index_memory (64 MiB) remembers {64 * 2**20 // 32} blocks, {64 * 2**20 // 32 * block / 2**30:.0f} GiB of unique data")
 print(f"- besides the index: the block map, 8 bytes per logical block in memory → {8 * per_tib_entries / 2**30:.1f} GiB per TiB of logical space")
 PY
   echo

@@ -463,8 +463,8 @@ pub struct ReduceConfig {
     /// Reduction worker threads (1 – 64).
     #[serde(default = "default_reduce_workers")]
     pub workers: u32,
-    /// Memory for the fingerprint index (about 170 bytes per unique block
-    /// remembered; the oldest are forgotten beyond).
+    /// Memory for the fingerprint index (32 bytes per unique block
+    /// remembered, allocated at start; the oldest are forgotten beyond).
     #[serde(default = "default_reduce_index_memory")]
     pub index_memory: Bytes,
     /// Raw bytes that may wait for post-process reduction (default: an
@@ -510,11 +510,10 @@ fn default_reduce_pack() -> Bytes {
     Bytes(128 << 10)
 }
 
-/// Memory the fingerprint index takes per entry (map entry, eviction
-/// order, the fragment's reference count, hash-table slack), for
-/// `index_memory`: measured 170 bytes (RSS growth over 262,144 unique
-/// blocks, dedup on minus off; BENCHMARKS.md "Reduced tiers").
-pub const INDEX_BYTES_PER_ENTRY: u64 = 170;
+/// Memory the fingerprint index takes per entry, for `index_memory`: a
+/// fixed table of 32-byte slots allocated at start (see
+/// `device::reduce::state::Index`).
+pub const INDEX_BYTES_PER_ENTRY: u64 = crate::device::reduce::INDEX_BYTES_PER_ENTRY;
 
 impl ReduceConfig {
     /// The reduced tier's options, or what is wrong (naming the key).

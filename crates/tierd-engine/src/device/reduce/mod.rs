@@ -21,6 +21,8 @@ pub mod codec;
 pub mod layout;
 pub mod state;
 
+pub use state::INDEX_BYTES_PER_ENTRY;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -109,6 +111,9 @@ pub struct ReductionStatus {
     pub free_bytes: u64,
     pub index_entries: u64,
     pub index_capacity: u64,
+    /// Memory the fingerprint index takes (allocated at start).
+    #[serde(default)]
+    pub index_bytes: u64,
     pub dedup_hits: u64,
     pub dedup_mismatches: u64,
     /// Post writes reduced inline because the stage was full.
@@ -972,19 +977,30 @@ impl Shared {
         )
     }
 
-    /// Stages `data` raw for post-process reduction.
-    fn stage_block(&self, lbn: u64, data: &[u8]) -> DeviceResult<()> {
-        match self.place(lbn, PackKind::Staged, data, true, |_| true, |_, _| {}) {
-            Ok(entry) => {
-                if let Some(entry) = entry {
-                    self.queue_staged(lbn, entry);
-                }
-                Ok(())
-            }
-            Err(error) => {
-                self.state.lock().staging.reduced();
-                Err(error)
-            }
+    /// Stages `data` raw for post-process reduction; the staged entry for
+    /// the caller to queue (once the whole write is staged).
+    fn stage_block(&self, lbn: u64, data: &[u8]) -> DeviceResult<Option<u64>> {
+        self.place(lbn, PackKind::Staged, data, true, |_| true, |_, _| {})
+            .inspect_err(|_| self.state.lock().staging.reduced())
+    }
+
+    /// Queues the staged blocks of one write with one lock and one wake-up:
+    /// waking a worker per block mid-write would let the reduction of the
+    /// first block compete for the CPU with staging the rest (on a small
+    /// machine, the write's own response).
+    fn queue_staged_blocks(&self, staged: Vec<(u64, u64)>) {
+        if staged.is_empty() {
+            return;
+        }
+        let mut jobs = self.jobs.lock();
+        let count = staged.len();
+        for (lbn, entry) in staged {
+            jobs.push(Urgency::Background, Job::Staged { lbn, entry });
+        }
+        if count == 1 {
+            self.jobs_ready.notify_one();
+        } else {
+            self.jobs_ready.notify_all();
         }
     }
 
@@ -1046,6 +1062,28 @@ impl Shared {
             Mode::Inline
         };
         let mut inline: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut staged: Vec<(u64, u64)> = Vec::new();
+        let result =
+            self.write_blocks((offset, length, data, fill), mode, &mut inline, &mut staged);
+        let result = result.and_then(|()| self.run_inline(inline));
+        // Staged even when a later block failed: they are mapped as staged.
+        self.queue_staged_blocks(staged);
+        result
+    }
+
+    /// The per-block part of [`Shared::write`]: whole zero-fills installed
+    /// here, staged blocks staged (their entries into `staged`), the rest
+    /// into `inline` for [`Shared::run_inline`].
+    fn write_blocks(
+        &self,
+        (offset, length, data, fill): (u64, u64, Option<&[u8]>, u64),
+        mode: Mode,
+        inline: &mut Vec<(u64, Vec<u8>)>,
+        staged: &mut Vec<(u64, u64)>,
+    ) -> DeviceResult<()> {
+        let block = self.geometry.block_bytes;
+        let first = offset / block;
+        let last = (offset + length - 1) / block;
         let mut scratch = vec![0u8; block as usize];
         for lbn in first..=last {
             let start = lbn * block;
@@ -1076,11 +1114,15 @@ impl Shared {
                 Mode::Inline
             };
             match taken {
-                Mode::Post => self.stage_block(lbn, &bytes)?,
+                Mode::Post => {
+                    if let Some(entry) = self.stage_block(lbn, &bytes)? {
+                        staged.push((lbn, entry));
+                    }
+                }
                 Mode::Inline => inline.push((lbn, bytes)),
             }
         }
-        self.run_inline(inline)
+        Ok(())
     }
 
     /// Reduces blocks before the write returns: on the workers, or here
@@ -1442,6 +1484,7 @@ impl Shared {
             free_bytes: state.free_packs() * self.geometry.pack_bytes,
             index_entries: state.index.len() as u64,
             index_capacity: state.index.capacity() as u64,
+            index_bytes: state.index.allocated_bytes(),
             dedup_hits: state.tallies.dedup_hits,
             dedup_mismatches: state.tallies.dedup_mismatches,
             stage_overflows: state.staging.overflows,

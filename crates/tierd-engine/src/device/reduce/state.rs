@@ -21,7 +21,7 @@
 //!    bytes are read back and equal the new block's, and only while its pack
 //!    is not free.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use tierd_common::hash::FastMap;
@@ -100,66 +100,142 @@ pub enum NoRoom {
 }
 
 /// The fingerprint index: a bounded map, oldest insertion dropped first.
+/// The fingerprint index: fingerprint → the map entry of a fragment stored
+/// with it (a hint, confirmed by comparing bytes).
+///
+/// A set-associative table allocated whole at start, as a CPU cache or
+/// VDO's sparse index: a fingerprint belongs to one set of [`INDEX_WAYS`]
+/// slots (by its low bits); a new one takes a free slot of its set or
+/// replaces the set's oldest. So the index never grows, never rehashes
+/// (no pause, no transient doubling) and takes exactly
+/// [`INDEX_BYTES_PER_ENTRY`] per slot; eviction is oldest-first per set,
+/// approximately oldest-first overall (a set can fill before the table
+/// does: a lost dedup, never wrong data).
 pub struct Index {
-    map: FastMap<Fingerprint, u64>,
-    order: VecDeque<Fingerprint>,
-    capacity: usize,
+    /// Per slot: the fingerprint's two halves (`[0, 0]` with entry 0 is
+    /// free; no stored fragment's entry is 0), its entry, and the insertion
+    /// stamp that orders it (oldest first, for eviction and checkpoints).
+    keys: Vec<[u64; 2]>,
+    entries: Vec<u64>,
+    stamps: Vec<u64>,
+    ways: usize,
+    sets: usize,
+    next_stamp: u64,
+    len: usize,
     pub dropped: u64,
 }
 
+/// Slots per set of the fingerprint index.
+pub const INDEX_WAYS: usize = 8;
+
+/// Memory one slot of the fingerprint index takes: 16 bytes of fingerprint,
+/// 8 of entry, 8 of stamp. What `index_memory` is divided by.
+pub const INDEX_BYTES_PER_ENTRY: u64 = 32;
+
+fn split(fingerprint: Fingerprint) -> [u64; 2] {
+    [fingerprint as u64, (fingerprint >> 64) as u64]
+}
+
+fn join(halves: [u64; 2]) -> Fingerprint {
+    u128::from(halves[0]) | u128::from(halves[1]) << 64
+}
+
 impl Index {
+    /// An index of about `capacity` slots: sets of [`INDEX_WAYS`] (the
+    /// capacity rounded down to a multiple of them), or one set of
+    /// `capacity` slots when smaller.
     pub fn new(capacity: usize) -> Index {
+        let ways = capacity.clamp(1, INDEX_WAYS);
+        let sets = if capacity == 0 { 0 } else { capacity / ways };
+        let slots = sets * ways;
         Index {
-            map: FastMap::default(),
-            order: VecDeque::new(),
-            capacity,
+            keys: vec![[0; 2]; slots],
+            entries: vec![0; slots],
+            stamps: vec![0; slots],
+            ways,
+            sets,
+            next_stamp: 1,
+            len: 0,
             dropped: 0,
         }
     }
 
-    pub fn get(&self, fingerprint: Fingerprint) -> Option<u64> {
-        self.map.get(&fingerprint).copied()
+    /// The slots of `key`'s set.
+    fn set_of(&self, key: [u64; 2]) -> std::ops::Range<usize> {
+        let set = (key[0] % self.sets as u64) as usize;
+        set * self.ways..(set + 1) * self.ways
     }
 
+    fn find(&self, key: [u64; 2]) -> Option<usize> {
+        if self.sets == 0 {
+            return None;
+        }
+        self.set_of(key)
+            .find(|&slot| self.entries[slot] != 0 && self.keys[slot] == key)
+    }
+
+    pub fn get(&self, fingerprint: Fingerprint) -> Option<u64> {
+        self.find(split(fingerprint)).map(|slot| self.entries[slot])
+    }
+
+    /// Remembers `entry` for `fingerprint` (an entry of 0 is ignored: it
+    /// names no fragment). An existing fingerprint keeps its age.
     pub fn insert(&mut self, fingerprint: Fingerprint, entry: u64) {
-        if self.capacity == 0 {
+        if self.sets == 0 || entry == 0 {
             return;
         }
-        if let Some(old) = self.map.get_mut(&fingerprint) {
-            *old = entry;
+        let key = split(fingerprint);
+        if let Some(slot) = self.find(key) {
+            self.entries[slot] = entry;
             return;
         }
-        self.map.insert(fingerprint, entry);
-        self.order.push_back(fingerprint);
-        while self.order.len() > self.capacity {
-            if let Some(oldest) = self.order.pop_front() {
-                self.map.remove(&oldest);
-                self.dropped += 1;
-            }
+        let slot = self
+            .set_of(key)
+            .min_by_key(|&slot| {
+                if self.entries[slot] == 0 {
+                    0
+                } else {
+                    self.stamps[slot]
+                }
+            })
+            .expect("a set has slots");
+        if self.entries[slot] == 0 {
+            self.len += 1;
+        } else {
+            self.dropped += 1;
         }
+        self.keys[slot] = key;
+        self.entries[slot] = entry;
+        self.stamps[slot] = self.next_stamp;
+        self.next_stamp += 1;
     }
 
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.len
     }
 
     pub fn capacity(&self) -> usize {
-        self.capacity
+        self.sets * self.ways
+    }
+
+    /// Bytes the index's slots take (allocated at start).
+    pub fn allocated_bytes(&self) -> u64 {
+        self.capacity() as u64 * INDEX_BYTES_PER_ENTRY
     }
 
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len == 0
     }
 
     /// Entries oldest first (a checkpoint's order).
     pub fn entries(&self) -> Vec<(Fingerprint, u64)> {
-        self.order
-            .iter()
-            .filter_map(|fingerprint| {
-                self.map
-                    .get(fingerprint)
-                    .map(|entry| (*fingerprint, *entry))
-            })
+        let mut slots: Vec<usize> = (0..self.entries.len())
+            .filter(|&slot| self.entries[slot] != 0)
+            .collect();
+        slots.sort_unstable_by_key(|&slot| self.stamps[slot]);
+        slots
+            .into_iter()
+            .map(|slot| (join(self.keys[slot]), self.entries[slot]))
             .collect()
     }
 }
@@ -901,5 +977,44 @@ mod tests {
         assert_eq!(index.get(2), Some(20));
         assert_eq!(index.entries(), vec![(2, 20), (3, 30)]);
         assert_eq!(index.dropped, 1);
+    }
+
+    #[test]
+    fn the_index_holds_its_capacity_in_fixed_memory_and_drops_oldest_per_set() {
+        let mut index = Index::new(1000);
+        assert_eq!(index.capacity(), 1000);
+        assert_eq!(index.allocated_bytes(), 1000 * INDEX_BYTES_PER_ENTRY);
+        // Fingerprints spread over the sets (high halves too: no u128 bits
+        // are lost in the split).
+        let fingerprint =
+            |i: u64| u128::from(i.wrapping_mul(0x9E37_79B9_7F4A_7C15)) | u128::from(i) << 64;
+        for i in 1..=5_000u64 {
+            index.insert(fingerprint(i), i);
+        }
+        assert_eq!(index.len(), 1000);
+        assert_eq!(index.dropped, 4_000);
+        assert_eq!(index.allocated_bytes(), 1000 * INDEX_BYTES_PER_ENTRY);
+        // Every set holds its newest: the last 1000 inserted, give or take
+        // the sets' uneven shares; the very newest are all there.
+        for i in 4_990..=5_000u64 {
+            assert_eq!(index.get(fingerprint(i)), Some(i), "entry {i}");
+        }
+        assert_eq!(index.get(fingerprint(1)), None);
+        let kept = index.entries();
+        assert_eq!(kept.len(), 1000);
+        assert!(
+            kept.windows(2).all(|pair| pair[0].1 < pair[1].1),
+            "oldest first"
+        );
+        assert!(
+            kept[0].1 > 3_000,
+            "the oldest kept is recent: {}",
+            kept[0].1
+        );
+        // An entry of 0 names no fragment and is not remembered.
+        let mut small = Index::new(4);
+        small.insert(7, 0);
+        assert!(small.is_empty());
+        assert_eq!(Index::new(0).get(7), None);
     }
 }

@@ -360,11 +360,12 @@ fn index_memory_may_change_on_a_formatted_tier() {
     }
     device.flush().unwrap();
     drop(device);
-    // More memory: all 300 are remembered while running; the checkpoint
+    // More memory (4000 slots: 300 fingerprints spread over 500 sets of 8
+    // never fill one): all 300 are remembered while running; the checkpoint
     // keeps the newest 100.
     let device =
-        ReducedDevice::open("ssd", inner.clone(), with_index(1000), clock(), false).unwrap();
-    assert_eq!(device.status().index_capacity, 1000);
+        ReducedDevice::open("ssd", inner.clone(), with_index(4000), clock(), false).unwrap();
+    assert_eq!(device.status().index_capacity, 4000);
     for (lbn, block) in blocks.iter().enumerate().skip(50) {
         write(&device, &mut model, lbn as u64, block);
     }
@@ -382,11 +383,11 @@ fn index_memory_may_change_on_a_formatted_tier() {
     // Reopened: the journal's entries replay into memory (all 300 fit) and
     // the checkpoint written after the replay keeps the newest 100 of them.
     let device =
-        ReducedDevice::open("ssd", inner.clone(), with_index(1000), clock(), false).unwrap();
+        ReducedDevice::open("ssd", inner.clone(), with_index(4000), clock(), false).unwrap();
     assert_eq!(device.status().index_entries, 300);
     drop(device);
     let device =
-        ReducedDevice::open("ssd", inner.clone(), with_index(1000), clock(), false).unwrap();
+        ReducedDevice::open("ssd", inner.clone(), with_index(4000), clock(), false).unwrap();
     check_all(&device, &model);
     assert_eq!(device.status().index_entries, 100);
     let hits = device.status().dedup_hits;
@@ -404,10 +405,10 @@ fn index_memory_may_change_on_a_formatted_tier() {
     );
     device.flush().unwrap();
     drop(device);
-    // Less memory: the newest 10 are kept, and the tier opens.
-    let device = ReducedDevice::open("ssd", inner, with_index(10), clock(), false).unwrap();
-    assert_eq!(device.status().index_capacity, 10);
-    assert!(device.status().index_entries <= 10);
+    // Less memory: the newest 16 are kept, and the tier opens.
+    let device = ReducedDevice::open("ssd", inner, with_index(16), clock(), false).unwrap();
+    assert_eq!(device.status().index_capacity, 16);
+    assert!(device.status().index_entries <= 16);
     check_all(&device, &model);
     device.flush().unwrap();
 }
