@@ -148,7 +148,7 @@ impl SmrConfig {
             band_bytes: 16 * 1_889_792,
             sequential_streams: 4,
             idle_clean_delay_ms: 1_000.0,
-            busy_clean_spacing_ms: 130.0,
+            busy_clean_spacing_ms: 100.0,
             clean_overhead_ms: 20.0,
             write_burst_decay_mb_s: 100.0,
         }
@@ -191,7 +191,11 @@ impl SmrConfig {
             non_negative(device, key, value)?;
         }
         positive(device, "interface_rate_mb_s", self.interface_rate_mb_s)?;
-        positive(device, "write_burst_decay_mb_s", self.write_burst_decay_mb_s)?;
+        positive(
+            device,
+            "write_burst_decay_mb_s",
+            self.write_burst_decay_mb_s,
+        )?;
         if self.sequential_streams == 0 || self.sequential_streams > 64 {
             return Err(ConfigError::new(device, "sequential_streams", "1 to 64"));
         }
@@ -746,12 +750,9 @@ impl Smr {
         let from_start = io.offset_bytes.is_multiple_of(self.band_bytes)
             || self.streams[index].is_some_and(|stream| stream.band_from_start);
         let physical = self.physical(io.offset_bytes);
-        let mut end = self.mechanics.access(
-            ready,
-            physical,
-            direct_end - io.offset_bytes,
-            Op::Write,
-        );
+        let mut end =
+            self.mechanics
+                .access(ready, physical, direct_end - io.offset_bytes, Op::Write);
         if direct_end == band_end && from_start {
             // Written from its first byte to its last: the band is replaced.
             if let Some(state) = self.bands.remove(&band) {
