@@ -420,7 +420,9 @@ fn smr_full_media_cache_forces_cleaning_before_writes() {
 
 #[test]
 fn smr_whole_band_writes_replace_cached_data() {
-    let config = SmrConfig::archive_8tb();
+    let mut config = SmrConfig::archive_8tb();
+    // Bands of whole MiB, so 1 MiB writes fill one exactly.
+    config.band_bytes = 30 * MIB;
     let mut smr = Smr::new(&config, 0).unwrap();
     let band = config.band_bytes;
     let mut done = Vec::new();
@@ -460,6 +462,71 @@ fn smr_whole_band_writes_replace_cached_data() {
     }
     assert_eq!(smr.stats().dirty_bands, 1);
     assert_eq!(smr.stats().bands_cleaned, 0);
+}
+
+#[test]
+fn smr_a_stream_crossing_a_band_boundary_leaves_the_next_band_to_repair() {
+    // The preset's bands are whole tracks, no multiple of 1 MiB: 1 MiB
+    // writes from a band's first byte cross its end inside a write.
+    let config = SmrConfig::archive_8tb();
+    let band = config.band_bytes;
+    assert_ne!(band % MIB, 0);
+    let mut smr = Smr::new(&config, 0).unwrap();
+    let mut done = Vec::new();
+    let mut now = 0;
+    let writes = band / MIB + 2;
+    for id in 0..writes {
+        smr.submit(
+            now,
+            DeviceIo {
+                id,
+                op: Op::Write,
+                offset_bytes: 4 * band + id * MIB,
+                length_bytes: MIB,
+                background: false,
+            },
+        );
+        while smr.outstanding() > 0 {
+            now = smr.next_event_ns().unwrap();
+            smr.advance(now, &mut done);
+        }
+    }
+    let stats = smr.stats();
+    let spill = (4 * band + (band / MIB + 1) * MIB) - 5 * band;
+    // One write ran past band 4's end: band 4 is replaced, band 5's first
+    // bytes went to the media cache and band 5 needs a clean.
+    assert_eq!(stats.direct_writes, writes);
+    assert_eq!(stats.split_writes, 1);
+    assert_eq!(stats.cache_writes, 0);
+    assert_eq!(stats.media_cache_used_bytes, spill);
+    assert_eq!(stats.dirty_bands, 1, "{stats:?}");
+    // The stream went on in band 5; writing it to its end does not replace
+    // it, since its first bytes are not on the platter.
+    let mut offset = 4 * band + writes * MIB;
+    let mut id = writes;
+    while offset < 6 * band {
+        let length = MIB.min(6 * band - offset);
+        smr.submit(
+            now,
+            DeviceIo {
+                id,
+                op: Op::Write,
+                offset_bytes: offset,
+                length_bytes: length,
+                background: false,
+            },
+        );
+        while smr.outstanding() > 0 {
+            now = smr.next_event_ns().unwrap();
+            smr.advance(now, &mut done);
+        }
+        offset += length;
+        id += 1;
+    }
+    let stats = smr.stats();
+    assert_eq!(stats.split_writes, 1);
+    assert_eq!(stats.dirty_bands, 1, "{stats:?}");
+    assert_eq!(stats.media_cache_used_bytes, spill);
 }
 
 /// The probes policies take their priors from: a disk serves one random

@@ -6,12 +6,14 @@
 //!
 //! - the platters hold a persistent **media cache** of `media_cache_bytes`
 //!   at the outer diameter (physical offset 0), then the logical space cut
-//!   into **bands** of `band_bytes`;
+//!   into **bands** of `band_bytes` (whole tracks: no multiple of 1 MiB);
 //! - a write that starts at a band's first byte opens a **band-fill
 //!   stream**; writes that continue an open stream go straight to the band
 //!   (a whole band written in order replaces it, dropping anything the cache
-//!   held for it). A stream pushed out by newer ones before its band is full
-//!   leaves the band needing a read-modify-write;
+//!   held for it). A direct write stops at its band's end: the part past it
+//!   goes to the media cache and the stream goes on in the next band, which
+//!   then needs a read-modify-write for its first bytes. A stream pushed out
+//!   by newer ones before its band is full leaves the band needing one too;
 //! - every other write is appended to the media cache (a log: the head writes
 //!   where it lands on the log's track, no rotational wait) and marks the
 //!   bands it touches dirty;
@@ -22,14 +24,19 @@
 //!   A cleaning step cannot be interrupted: IOs arriving meanwhile wait. Steps
 //!   start (a) back to back once the host has been idle for
 //!   `idle_clean_delay_ms`, (b) under load, before the next host command
-//!   once `busy_clean_spacing_ms` has passed since the previous step ended,
-//!   unless the host is reading or writing sequentially, and (c) whenever a
-//!   write needs room in a full media cache.
+//!   once `busy_clean_spacing_ms` has passed since the previous step ended
+//!   and the last write burst has drained, unless the host's last command
+//!   was sequential or a write, and (c) whenever a write needs room in a
+//!   full media cache.
 //!
 //! Rule (b) is what paper 001 shows: its reads ran back to back with no idle
 //! time, yet after random writes 15% of random reads took over 100 ms, while
-//! sequential reads were not slowed. The queue is FIFO (the paper's
-//! benchmark ran at QD1).
+//! sequential reads were not slowed. The **write burst** is a count of the
+//! bytes host writes put in the media cache that drains at
+//! `write_burst_decay_mb_s`: after a burst faster than that, cleaning under
+//! load starts later the more was written (paper 001: the burst of slow reads
+//! starts at a time that depends on the amount written). The queue is FIFO
+//! (the paper's benchmark ran at QD1).
 
 use std::collections::VecDeque;
 
@@ -81,6 +88,10 @@ settings! {
         busy_clean_spacing_ms: f64,
         /// Fixed cost of one band clean on top of its reads and writes.
         clean_overhead_ms: f64,
+        /// Rate at which the drive forgets a write burst: every byte a host
+        /// write puts in the media cache adds to a count that drains at this
+        /// rate, and cleaning under load waits until the count is empty.
+        write_burst_decay_mb_s: f64,
     }
 }
 
@@ -94,7 +105,8 @@ impl SmrConfig {
     }
 
     /// Seagate Archive 8 TB ST8000AS0002: 5,980 rpm, 190 MB/s outer,
-    /// 25 GiB media cache, 30 MiB bands.
+    /// 25 GiB media cache, bands of 16 outer tracks (30.2 MB, no multiple
+    /// of 1 MiB).
     pub fn archive_8tb() -> SmrConfig {
         let capacity_bytes = 8_001_563_222_016;
         let media_cache_bytes = 25 << 30;
@@ -131,11 +143,14 @@ impl SmrConfig {
             segment_bytes: 4 << 20,
             sequential_prefetch_bytes: 256 << 10,
             media_cache_bytes,
-            band_bytes: 30 << 20,
+            // 16 tracks of the outermost zone (1,889,792 bytes each): a band
+            // is whole tracks, so its boundaries fall inside 1 MiB writes.
+            band_bytes: 16 * 1_889_792,
             sequential_streams: 4,
             idle_clean_delay_ms: 1_000.0,
-            busy_clean_spacing_ms: 130.0,
+            busy_clean_spacing_ms: 100.0,
             clean_overhead_ms: 20.0,
+            write_burst_decay_mb_s: 100.0,
         }
     }
 
@@ -176,6 +191,11 @@ impl SmrConfig {
             non_negative(device, key, value)?;
         }
         positive(device, "interface_rate_mb_s", self.interface_rate_mb_s)?;
+        positive(
+            device,
+            "write_burst_decay_mb_s",
+            self.write_burst_decay_mb_s,
+        )?;
         if self.sequential_streams == 0 || self.sequential_streams > 64 {
             return Err(ConfigError::new(device, "sequential_streams", "1 to 64"));
         }
@@ -203,6 +223,10 @@ struct BandState {
 struct FillStream {
     /// Next logical byte the stream expects.
     next_byte: u64,
+    /// The stream wrote the band holding `next_byte` from its first byte
+    /// (false once a command's spill past a band's end went to the media
+    /// cache: that band's first bytes are not on the platter).
+    band_from_start: bool,
     last_use: u64,
 }
 
@@ -244,8 +268,33 @@ pub struct SmrStats {
     /// Host writes appended to the media cache / written straight to bands.
     pub cache_writes: u64,
     pub direct_writes: u64,
+    /// Direct writes that ran past their band's end: the part past it went
+    /// to the media cache (counted in `direct_writes` only).
+    pub split_writes: u64,
     /// Host reads that also read fragments from the media cache.
     pub fragmented_reads: u64,
+}
+
+/// A read slower than this is slow (paper 001 counts reads over 100 ms).
+pub const SLOW_READ_MS: f64 = 100.0;
+
+/// The burst of slow reads after a write load (paper 001 Fig. 7), as the
+/// probe and the validation tests measure it. `reads` holds each read's
+/// time in seconds after the writes ended (when it was issued) and its
+/// latency in milliseconds, in any order. Returns `(start_s, length_s)`:
+/// the time of the first read slower than [`SLOW_READ_MS`], and the time
+/// from it to the last such read (0 for a single slow read); `None` when no
+/// read was slow. Reads whose time or latency is not a number are ignored.
+pub fn burst(reads: &[(f64, f64)]) -> Option<(f64, f64)> {
+    let mut first_s = f64::INFINITY;
+    let mut last_s = f64::NEG_INFINITY;
+    for &(time_s, latency_ms) in reads {
+        if latency_ms > SLOW_READ_MS && time_s.is_finite() {
+            first_s = first_s.min(time_s);
+            last_s = last_s.max(time_s);
+        }
+    }
+    (first_s <= last_s).then_some((first_s, last_s - first_s))
 }
 
 /// An event-driven drive-managed SMR disk (see the module docs).
@@ -273,6 +322,10 @@ pub struct Smr {
     idle_clean_delay_ns: u64,
     busy_clean_spacing_ns: u64,
     clean_overhead_ns: u64,
+    /// Nanoseconds the write-burst count takes to drain one byte.
+    burst_decay_ns_per_byte: f64,
+    /// When the write-burst count is empty (cleaning under load may start).
+    burst_clear_ns: u64,
     /// When the host last had nothing outstanding.
     quiet_since_ns: u64,
     last_clean_end_ns: u64,
@@ -280,6 +333,8 @@ pub struct Smr {
     free_since_ns: u64,
     /// The last host command read or wrote sequentially.
     sequential_host: bool,
+    /// The last host command was a write.
+    writing_host: bool,
     stats: SmrStats,
 }
 
@@ -331,10 +386,13 @@ impl Smr {
             idle_clean_delay_ns: ms_to_ns(config.idle_clean_delay_ms) as u64,
             busy_clean_spacing_ns: ms_to_ns(config.busy_clean_spacing_ms) as u64,
             clean_overhead_ns: ms_to_ns(config.clean_overhead_ms) as u64,
+            burst_decay_ns_per_byte: ns_per_byte(config.write_burst_decay_mb_s),
+            burst_clear_ns: 0,
             quiet_since_ns: 0,
             last_clean_end_ns: 0,
             free_since_ns: 0,
             sequential_host: false,
+            writing_host: false,
             stats: SmrStats::default(),
         })
     }
@@ -373,6 +431,19 @@ impl Smr {
         }
     }
 
+    /// The bytes a host write of `[offset, offset + length)` puts in the
+    /// media cache: all of it, or, for a band-fill write, the part past the
+    /// end of the band it starts in.
+    fn cached_bytes(&self, offset: u64, length: u64) -> u64 {
+        match self.route(offset) {
+            Route::MediaCache => length,
+            Route::Continue(_) | Route::Open => {
+                let band_end = (offset / self.band_bytes + 1) * self.band_bytes;
+                (offset + length).saturating_sub(band_end)
+            }
+        }
+    }
+
     fn processing_time(&self) -> Option<u64> {
         self.service.map(|service| {
             if service.reported {
@@ -408,12 +479,21 @@ impl Smr {
             return None;
         }
         let idle = self.quiet_since_ns + self.idle_clean_delay_ns;
-        let wakeup = if self.sequential_host {
-            idle
-        } else {
-            idle.min(self.last_clean_end_ns + self.busy_clean_spacing_ns)
+        let wakeup = match self.busy_clean_from_ns() {
+            Some(busy) => idle.min(busy),
+            None => idle,
         };
         Some(wakeup.max(self.free_since_ns))
+    }
+
+    /// Rule (b): from when a cleaning step may start before the next host
+    /// command; `None` while the last host command was sequential or a
+    /// write (the drive does not clean into a stream or a write burst).
+    fn busy_clean_from_ns(&self) -> Option<u64> {
+        if self.sequential_host || self.writing_host {
+            return None;
+        }
+        Some((self.last_clean_end_ns + self.busy_clean_spacing_ns).max(self.burst_clear_ns))
     }
 
     fn service_event(&mut self) {
@@ -461,15 +541,16 @@ impl Smr {
             return;
         }
         if !self.bands.is_empty() {
-            let spacing_passed = !self.sequential_host
-                && now_ns >= self.last_clean_end_ns + self.busy_clean_spacing_ns;
+            let spacing_passed = self
+                .busy_clean_from_ns()
+                .is_some_and(|from_ns| now_ns >= from_ns);
             let idle_long =
                 self.queue.is_empty() && now_ns >= self.quiet_since_ns + self.idle_clean_delay_ns;
             let cache_full = self.queue.front().is_some_and(|front| {
+                let cached = self.cached_bytes(front.io.offset_bytes, front.io.length_bytes);
                 front.io.op == Op::Write
-                    && self.route(front.io.offset_bytes) == Route::MediaCache
-                    && self.stats.media_cache_used_bytes + front.io.length_bytes
-                        > self.media_cache_bytes
+                    && cached > 0
+                    && self.stats.media_cache_used_bytes + cached > self.media_cache_bytes
             });
             if spacing_passed || idle_long || cache_full {
                 self.clean(now_ns);
@@ -543,6 +624,7 @@ impl Smr {
         let io = pending.io;
         let now = now_ns as f64;
         let check = now.max((pending.arrival_ns + self.timing.hit_overhead_ns) as f64);
+        self.writing_host = false;
         if let Some((segment, ready)) = self.cache.lookup(check, io.offset_bytes, io.length_bytes) {
             self.cache
                 .note_hit(segment, io.offset_bytes, io.length_bytes);
@@ -579,7 +661,14 @@ impl Smr {
             }
         }
         if fragmented {
+            // The head ended in the media cache: no read-ahead, but the
+            // buffer holds what was read, so a read continuing it is still
+            // sequential.
             self.stats.fragmented_reads += 1;
+            let rate = self.mechanics.geometry.streaming_ns_per_byte(&location);
+            self.cache
+                .start_stream(end, io.offset_bytes, io.length_bytes, rate);
+            self.cache.stop_stream(end);
             return (end, end);
         }
         let mut free = end;
@@ -605,6 +694,7 @@ impl Smr {
         self.cache.stop_stream(ready);
         let route = self.route(io.offset_bytes);
         self.sequential_host = route != Route::MediaCache;
+        self.writing_host = true;
         self.stream_uses += 1;
         let end = match route {
             Route::Continue(index) => self.write_direct(index, &io, ready),
@@ -612,7 +702,10 @@ impl Smr {
                 let index = self.open_stream();
                 self.write_direct(index, &io, ready)
             }
-            Route::MediaCache => self.write_to_media_cache(&io, ready),
+            Route::MediaCache => {
+                self.stats.cache_writes += 1;
+                self.write_to_media_cache(io.offset_bytes, io.length_bytes, ready)
+            }
         };
         (end, end)
     }
@@ -644,17 +737,24 @@ impl Smr {
         index
     }
 
+    /// Writes `io` through stream `index`: straight to the band it starts
+    /// in, up to that band's end; the part past the end (the write crossed a
+    /// band boundary) goes to the media cache, and the stream goes on in
+    /// the next band from where the write ended.
     fn write_direct(&mut self, index: usize, io: &DeviceIo, ready: f64) -> f64 {
         self.stats.direct_writes += 1;
+        let band = io.offset_bytes / self.band_bytes;
+        let band_end = ((band + 1) * self.band_bytes).min(self.capacity_bytes);
+        let write_end = io.offset_bytes + io.length_bytes;
+        let direct_end = write_end.min(band_end);
+        let from_start = io.offset_bytes.is_multiple_of(self.band_bytes)
+            || self.streams[index].is_some_and(|stream| stream.band_from_start);
         let physical = self.physical(io.offset_bytes);
-        let end = self
-            .mechanics
-            .access(ready, physical, io.length_bytes, Op::Write);
-        let start_band = io.offset_bytes / self.band_bytes;
-        let next_byte = io.offset_bytes + io.length_bytes;
-        // Bands the stream has now written from first to last byte.
-        let completed_end = next_byte / self.band_bytes;
-        for band in start_band..completed_end {
+        let mut end =
+            self.mechanics
+                .access(ready, physical, direct_end - io.offset_bytes, Op::Write);
+        if direct_end == band_end && from_start {
+            // Written from its first byte to its last: the band is replaced.
             if let Some(state) = self.bands.remove(&band) {
                 self.stats.media_cache_used_bytes = self
                     .stats
@@ -662,34 +762,41 @@ impl Smr {
                     .saturating_sub(state.cache_bytes);
             }
         }
+        let spill = write_end - direct_end;
+        if spill > 0 {
+            self.stats.split_writes += 1;
+            end = self.write_to_media_cache(direct_end, spill, end);
+        }
         self.streams[index] = Some(FillStream {
-            next_byte,
+            next_byte: write_end,
+            band_from_start: write_end.is_multiple_of(self.band_bytes)
+                || (spill == 0 && from_start),
             last_use: self.stream_uses,
         });
         end
     }
 
-    fn write_to_media_cache(&mut self, io: &DeviceIo, ready: f64) -> f64 {
-        self.stats.cache_writes += 1;
+    /// Appends `[offset, offset + length)` to the media cache log, starting
+    /// at `ready`; returns when the write ends.
+    fn write_to_media_cache(&mut self, offset: u64, length: u64, ready: f64) -> f64 {
         let position = self.log_head_byte;
         let location = self.mechanics.geometry.locate(position);
         // The log is written wherever the head lands: seek, no rotation.
         let end = ready
             + self.mechanics.seek_ns(&location, Op::Write)
-            + self
-                .mechanics
-                .geometry
-                .transfer_ns(&location, io.length_bytes);
-        self.mechanics
-            .park_after(&location, position, io.length_bytes);
-        self.log_head_byte = (position + io.length_bytes) % self.media_cache_bytes;
-        self.stats.media_cache_used_bytes += io.length_bytes;
-        if io.length_bytes > 0 {
-            let end_byte = io.offset_bytes + io.length_bytes;
-            let first_band = io.offset_bytes / self.band_bytes;
+            + self.mechanics.geometry.transfer_ns(&location, length);
+        self.mechanics.park_after(&location, position, length);
+        self.log_head_byte = (position + length) % self.media_cache_bytes;
+        self.stats.media_cache_used_bytes += length;
+        // The write burst the drive lets drain before cleaning under load.
+        let burst_ns = (length as f64 * self.burst_decay_ns_per_byte) as u64;
+        self.burst_clear_ns = self.burst_clear_ns.max(ready as u64) + burst_ns;
+        if length > 0 {
+            let end_byte = offset + length;
+            let first_band = offset / self.band_bytes;
             let last_band = (end_byte - 1) / self.band_bytes;
             for band in first_band..=last_band {
-                let low = io.offset_bytes.max(band * self.band_bytes);
+                let low = offset.max(band * self.band_bytes);
                 let high = end_byte.min((band + 1) * self.band_bytes);
                 self.mark_dirty(band, low, high, high - low, position);
             }
@@ -768,5 +875,28 @@ impl DeviceModel for Smr {
             }
         }
         counters
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::burst;
+
+    #[test]
+    fn burst_runs_from_the_first_slow_read_to_the_last() {
+        assert_eq!(burst(&[]), None);
+        assert_eq!(burst(&[(0.0, 20.0), (1.0, 100.0), (2.0, 99.0)]), None);
+        // Out of order, with fast reads before, inside and after the burst.
+        let reads = [
+            (9.0, 30.0),
+            (5.5, 480.0),
+            (0.5, 21.0),
+            (3.0, 101.0),
+            (4.0, 25.0),
+            (7.0, f64::NAN),
+            (f64::NAN, 900.0),
+        ];
+        assert_eq!(burst(&reads), Some((3.0, 2.5)));
+        assert_eq!(burst(&[(2.0, 150.0)]), Some((2.0, 0.0)));
     }
 }
