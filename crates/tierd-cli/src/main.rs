@@ -2,6 +2,7 @@
 //! only parses arguments, calls them and prints.
 
 mod dst;
+mod manual;
 mod matrix;
 mod progress;
 mod reduce;
@@ -62,6 +63,12 @@ enum Command {
     /// Deterministic simulation testing of the engine: seeded workloads,
     /// crashes and faults, every acknowledged write checked.
     Dst(dst::DstArgs),
+    /// Print a shell completion script: `tierd completions bash >
+    /// /etc/bash_completion.d/tierd` (also zsh, fish, elvish, powershell).
+    Completions(manual::CompletionsArgs),
+    /// Print the manual page `tierd.1` (roff), or write every page, one per
+    /// subcommand, with --out DIR.
+    Man(manual::ManArgs),
 }
 
 /// A failure to report to the user: the message says what went wrong, where,
@@ -102,6 +109,8 @@ fn main() -> ExitCode {
         Command::Fault(args) => serve::fault(args),
         Command::Replay(args) => replay::run(args),
         Command::Dst(args) => dst::run(args),
+        Command::Completions(args) => manual::completions(args),
+        Command::Man(args) => manual::man(args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
