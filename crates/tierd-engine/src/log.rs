@@ -13,6 +13,7 @@
 
 use std::fmt::{self, Write as _};
 use std::io::Write;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use tierd_common::clock::Clock;
@@ -42,12 +43,21 @@ impl Level {
         }
     }
 
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Level::Error => "error",
             Level::Warn => "warn",
             Level::Info => "info",
             Level::Debug => "debug",
+        }
+    }
+
+    fn from_u8(value: u8) -> Level {
+        match value {
+            0 => Level::Error,
+            1 => Level::Warn,
+            2 => Level::Info,
+            _ => Level::Debug,
         }
     }
 
@@ -63,9 +73,27 @@ impl Level {
 
 type Sink = dyn Fn(&str) + Send + Sync;
 
+/// The level of an installed [`LineLayer`], changeable while it runs
+/// (`tierd serve` on SIGHUP).
+#[derive(Clone)]
+pub struct LevelHandle(Arc<AtomicU8>);
+
+impl LevelHandle {
+    pub fn get(&self) -> Level {
+        Level::from_u8(self.0.load(Ordering::Relaxed))
+    }
+
+    /// Sets the level; every callsite's cached interest is rebuilt so
+    /// events newly enabled or disabled follow at once.
+    pub fn set(&self, level: Level) {
+        self.0.store(level as u8, Ordering::Relaxed);
+        tracing::callsite::rebuild_interest_cache();
+    }
+}
+
 /// Writes every event at `level` or above as one line.
 pub struct LineLayer {
-    level: Level,
+    level: LevelHandle,
     json: bool,
     clock: Arc<dyn Clock>,
     sink: Arc<Sink>,
@@ -88,11 +116,16 @@ impl LineLayer {
     /// Lines into `sink` (tests).
     pub fn to_sink(level: Level, json: bool, clock: Arc<dyn Clock>, sink: Arc<Sink>) -> LineLayer {
         LineLayer {
-            level,
+            level: LevelHandle(Arc::new(AtomicU8::new(level as u8))),
             json,
             clock,
             sink,
         }
+    }
+
+    /// A handle that changes this layer's level after it is installed.
+    pub fn level_handle(&self) -> LevelHandle {
+        self.level.clone()
     }
 
     fn line(&self, level: Level, message: &str, fields: &[(&'static str, String)]) -> String {
@@ -160,7 +193,7 @@ where
     fn enabled(&self, metadata: &Metadata<'_>, _: Context<'_, S>) -> bool {
         // Spans are always kept (their fields go on the lines of the events
         // inside them); events below the level are not.
-        metadata.is_span() || Level::of(metadata.level()) <= self.level
+        metadata.is_span() || Level::of(metadata.level()) <= self.level.get()
     }
 
     fn on_new_span(&self, attributes: &Attributes<'_>, id: &Id, context: Context<'_, S>) {
@@ -183,7 +216,7 @@ where
 
     fn on_event(&self, event: &Event<'_>, context: Context<'_, S>) {
         let level = Level::of(event.metadata().level());
-        if level > self.level {
+        if level > self.level.get() {
             return;
         }
         let mut collect = Collect::default();
@@ -237,6 +270,26 @@ mod tests {
         tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), action);
         let lines = lines.lock().clone();
         lines
+    }
+
+    #[test]
+    fn the_level_changes_while_the_layer_runs() {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let captured = lines.clone();
+        let sink: Arc<Sink> = Arc::new(move |line: &str| captured.lock().push(line.to_string()));
+        let layer = LineLayer::to_sink(Level::Warn, false, Arc::new(ManualClock::new(0)), sink);
+        let handle = layer.level_handle();
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+            tracing::info!("hidden at warn");
+            handle.set(Level::Info);
+            assert_eq!(handle.get(), Level::Info);
+            tracing::info!("shown at info");
+            handle.set(Level::Error);
+            tracing::warn!("hidden at error");
+        });
+        let lines = lines.lock().clone();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("shown at info"), "{lines:?}");
     }
 
     #[test]

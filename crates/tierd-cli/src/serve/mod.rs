@@ -208,8 +208,8 @@ fn ignore_sigpipe() {
     }
 }
 
-/// Blocks SIGINT and SIGTERM in this thread and every thread it starts later,
-/// so [`wait_for_stop_signal`] receives them synchronously.
+/// Blocks SIGINT, SIGTERM and SIGHUP in this thread and every thread it
+/// starts later, so [`wait_for_signal`] receives them synchronously.
 fn block_stop_signals() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data initialised by sigemptyset; the mask
     // change applies to the calling thread, before any other thread exists.
@@ -218,13 +218,14 @@ fn block_stop_signals() -> libc::sigset_t {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGHUP);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         set
     }
 }
 
-/// Waits for SIGINT or SIGTERM; returns its name.
-fn wait_for_stop_signal(set: &libc::sigset_t) -> &'static str {
+/// Waits for SIGINT, SIGTERM or SIGHUP; returns its name.
+fn wait_for_signal(set: &libc::sigset_t) -> &'static str {
     loop {
         let mut signal: libc::c_int = 0;
         // SAFETY: `set` is an initialised sigset_t; `signal` is a valid out pointer.
@@ -233,9 +234,107 @@ fn wait_for_stop_signal(set: &libc::sigset_t) -> &'static str {
             return match signal {
                 libc::SIGINT => "SIGINT",
                 libc::SIGTERM => "SIGTERM",
+                libc::SIGHUP => "SIGHUP",
                 _ => continue,
             };
         }
+    }
+}
+
+/// Tells systemd (`Type=notify`) what the server is doing; nothing without
+/// systemd (no `NOTIFY_SOCKET`).
+fn notify_systemd(state: &[sd_notify::NotifyState<'_>]) {
+    if std::env::var_os("NOTIFY_SOCKET").is_none() {
+        return;
+    }
+    if let Err(error) = sd_notify::notify(false, state) {
+        tracing::warn!(%error, "cannot notify systemd (NOTIFY_SOCKET)");
+    }
+}
+
+/// SIGHUP (`systemctl reload tierd`): re-reads the config file and applies
+/// what can change while serving — `log.level` — and names every other
+/// changed setting as needing a restart. A config that does not load is
+/// reported and the running settings are kept.
+fn reload(path: Option<&Path>, running: &Config, level: &tierd_engine::log::LevelHandle) {
+    let Some(path) = path else {
+        tracing::info!("reload: serving the embedded default config; nothing to re-read");
+        return;
+    };
+    let new = match load_config(Some(path)) {
+        Ok(config) => config,
+        Err(CliError(message)) => {
+            tracing::error!(
+                config = %path.display(),
+                error = %message,
+                "reload: the config does not load; the running settings stay"
+            );
+            return;
+        }
+    };
+    // Against the level in force (an earlier reload may have changed it).
+    match Level::parse(&new.log.level) {
+        Some(parsed) if parsed != level.get() => {
+            let from = level.get();
+            level.set(parsed);
+            tracing::info!(from = from.name(), to = %new.log.level, "reload: log.level changed");
+        }
+        Some(_) => {}
+        None => tracing::error!(
+            level = %new.log.level,
+            "reload: log.level must be error, warn, info or debug; kept"
+        ),
+    }
+    let sections: [(&str, String, String); 7] = [
+        (
+            "data_dir",
+            format!("{:?}", running.data_dir),
+            format!("{:?}", new.data_dir),
+        ),
+        (
+            "metadata_dir",
+            format!("{:?}", running.metadata_dir),
+            format!("{:?}", new.metadata_dir),
+        ),
+        (
+            "[server] (listen, tls, limits)",
+            format!("{:?}", running.server),
+            format!("{:?}", new.server),
+        ),
+        (
+            "[metrics]",
+            format!("{:?}", running.metrics),
+            format!("{:?}", new.metrics),
+        ),
+        (
+            "log.format",
+            running.log.format.clone(),
+            new.log.format.clone(),
+        ),
+        (
+            "[[tier]]",
+            format!("{:?}", running.tiers),
+            format!("{:?}", new.tiers),
+        ),
+        (
+            "[[volume]]",
+            format!("{:?}", running.volumes),
+            format!("{:?}", new.volumes),
+        ),
+    ];
+    let changed: Vec<&str> = sections
+        .iter()
+        .filter(|(_, old, new)| old != new)
+        .map(|(name, _, _)| *name)
+        .collect();
+    if changed.is_empty() {
+        tracing::info!("reload: done");
+    } else {
+        tracing::warn!(
+            changed = %changed.join(", "),
+            "reload: these settings changed and take effect only after a restart (systemctl restart tierd); \
+             the server keeps running with the old ones"
+        );
     }
 }
 
@@ -276,11 +375,9 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let level = Level::parse(&config.log.level).unwrap_or(Level::Info);
     // One log path for the whole process: the engine's, the NBD server's
     // and this command's events all become lines of this layer.
-    tierd_engine::log::install(LineLayer::stderr(
-        level,
-        config.log.format == "json",
-        clock.clone(),
-    ));
+    let layer = LineLayer::stderr(level, config.log.format == "json", clock.clone());
+    let level = layer.level_handle();
+    tierd_engine::log::install(layer);
 
     // Before the engine opens: a TLS mistake should not cost a recovery.
     let tls = load_tls(&config)?;
@@ -361,7 +458,18 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         "serving"
     );
 
-    let signal = wait_for_stop_signal(&stop_signals);
+    notify_systemd(&[sd_notify::NotifyState::Ready]);
+    let signal = loop {
+        match wait_for_signal(&stop_signals) {
+            "SIGHUP" => {
+                notify_systemd(&[sd_notify::NotifyState::Reloading]);
+                reload(args.config.as_deref(), &config, &level);
+                notify_systemd(&[sd_notify::NotifyState::Ready]);
+            }
+            stop => break stop,
+        }
+    };
+    notify_systemd(&[sd_notify::NotifyState::Stopping]);
     tracing::info!(signal, "stopping");
     admin.stop();
     if let Some(metrics) = metrics {
