@@ -516,6 +516,13 @@ fn metrics_endpoint_serves_prometheus_text() {
         "tierd_nbd_requests_total{command=\"flush\"} 1",
         "tierd_nbd_written_bytes_total 8192",
         "tierd_nbd_connections_active 1",
+        "tierd_volume_requests_total{volume=\"vol0\",kind=\"write\"} 1",
+        "tierd_volume_requests_total{volume=\"vol0\",kind=\"flush\"} 1",
+        "tierd_volume_requests_total{volume=\"vol0\",kind=\"read\"} 0",
+        "tierd_volume_written_bytes_total{volume=\"vol0\"} 8192",
+        "tierd_volume_request_errors_total{volume=\"vol0\"} 0",
+        "# TYPE tierd_volume_request_latency_seconds histogram",
+        "tierd_volume_request_latency_seconds_count{volume=\"vol0\",kind=\"write\"} 1",
     ] {
         assert!(
             response.contains(expected),

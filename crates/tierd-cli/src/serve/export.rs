@@ -20,6 +20,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tierd_engine::config::{Backend, Config};
+use tierd_engine::device::stats::{IoKind, IoStats};
 use tierd_engine::volume::{Volume, VolumeError};
 use tierd_load::target::{describe, DescribedVolume};
 use tierd_nbd::{Export, ExportError, ExportResult};
@@ -29,6 +30,9 @@ pub struct VolumeExport {
     volume: Arc<Volume>,
     description: String,
     rotational: bool,
+    /// The volume's NBD requests as its clients see them (count, bytes,
+    /// latency), for the metrics endpoint.
+    requests: Arc<IoStats>,
 }
 
 /// Whether the volume `name`'s home tier (the last of its stack, which
@@ -87,7 +91,7 @@ fn rotational_attribute(sys: &Path, major: u32, minor: u32) -> bool {
 impl VolumeExport {
     /// `rotational`: advertise the volume as a spinning disk
     /// ([`home_is_rotational`]).
-    pub fn new(volume: Arc<Volume>, rotational: bool) -> VolumeExport {
+    pub fn new(volume: Arc<Volume>, rotational: bool, requests: Arc<IoStats>) -> VolumeExport {
         let description = describe(&DescribedVolume {
             name: volume.name().to_string(),
             size_bytes: volume.size_bytes(),
@@ -98,6 +102,7 @@ impl VolumeExport {
             volume,
             description,
             rotational,
+            requests,
         }
     }
 }
@@ -120,28 +125,35 @@ impl Export for VolumeExport {
     }
 
     fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> ExportResult<()> {
-        self.volume.read(offset_bytes, buf).map_err(export_error)
+        self.requests.measure(IoKind::Read(buf.len() as u64), || {
+            self.volume.read(offset_bytes, buf).map_err(export_error)
+        })
     }
 
     fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> ExportResult<()> {
-        self.volume
-            .write(offset_bytes, data, fua)
-            .map_err(export_error)
+        self.requests.measure(IoKind::Write(data.len() as u64), || {
+            self.volume
+                .write(offset_bytes, data, fua)
+                .map_err(export_error)
+        })
     }
 
     fn flush(&self) -> ExportResult<()> {
         // Flushes every tier device, so it covers writes completed on any
         // connection (the server advertises multi-conn).
-        self.volume.flush().map_err(export_error)
+        self.requests
+            .measure(IoKind::Flush, || self.volume.flush().map_err(export_error))
     }
 
     fn trim(&self, offset_bytes: u64, length_bytes: u64, fua: bool) -> ExportResult<()> {
         if length_bytes == 0 {
             return Ok(());
         }
-        self.volume
-            .discard(offset_bytes, length_bytes, fua)
-            .map_err(export_error)
+        self.requests.measure(IoKind::Discard, || {
+            self.volume
+                .discard(offset_bytes, length_bytes, fua)
+                .map_err(export_error)
+        })
     }
 
     fn write_zeroes(
@@ -161,9 +173,11 @@ impl Export for VolumeExport {
         if length_bytes == 0 {
             return Ok(());
         }
-        self.volume
-            .write_zeroes(offset_bytes, length_bytes, fua)
-            .map_err(export_error)
+        self.requests.measure(IoKind::Discard, || {
+            self.volume
+                .write_zeroes(offset_bytes, length_bytes, fua)
+                .map_err(export_error)
+        })
     }
 }
 
@@ -221,7 +235,13 @@ mod tests {
                 .unwrap()
                 .0,
         );
-        let export: Arc<dyn Export> = Arc::new(VolumeExport::new(volume, false));
+        let export: Arc<dyn Export> = Arc::new(VolumeExport::new(
+            volume,
+            false,
+            Arc::new(IoStats::new(Arc::new(
+                tierd_common::clock::SystemClock::new(),
+            ))),
+        ));
         for workers in [0, 4] {
             let server = Server::new(
                 vec![("vol0".into(), export.clone())],

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tierd_common::histogram::Histogram;
 use tierd_engine::device::reduce::ReductionStatus;
+use tierd_engine::device::stats::IoStats;
 use tierd_engine::device::DeviceStats;
 use tierd_engine::volume::{Volume, VolumeStatus};
 use tierd_nbd::{Server, ServerStats};
@@ -38,9 +39,11 @@ pub struct MetricsServer {
 impl MetricsServer {
     /// Listens on `address` (`HOST:PORT`; port 0 picks one, see
     /// [`MetricsServer::address`]).
+    /// `requests`: each volume's NBD requests as its export counted them.
     pub fn start(
         address: &str,
         volumes: Vec<Arc<Volume>>,
+        requests: Vec<(String, Arc<IoStats>)>,
         server: Server,
     ) -> io::Result<MetricsServer> {
         let listener = TcpListener::bind(address)?;
@@ -55,7 +58,7 @@ impl MetricsServer {
                         return;
                     }
                     if let Ok(stream) = stream {
-                        let _ = answer(stream, &volumes, &server);
+                        let _ = answer(stream, &volumes, &requests, &server);
                     }
                 }
             })?;
@@ -90,7 +93,12 @@ impl Drop for MetricsServer {
     }
 }
 
-fn answer(mut stream: TcpStream, volumes: &[Arc<Volume>], server: &Server) -> io::Result<()> {
+fn answer(
+    mut stream: TcpStream,
+    volumes: &[Arc<Volume>],
+    requests: &[(String, Arc<IoStats>)],
+    server: &Server,
+) -> io::Result<()> {
     stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
     stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
     let mut head = Vec::with_capacity(512);
@@ -120,7 +128,7 @@ fn answer(mut stream: TcpStream, volumes: &[Arc<Volume>], server: &Server) -> io
         ("GET", "/metrics") => (
             "200 OK",
             "text/plain; version=0.0.4; charset=utf-8",
-            render(volumes, &server.stats()),
+            render(volumes, &server.stats()) + &render_requests(requests),
         ),
         ("GET", _) => (
             "404 Not Found",
@@ -212,6 +220,66 @@ fn add_histogram(family: &mut Family<'_>, labels: &str, histogram: &Histogram) {
         format!("{}", histogram.sum_ns() as f64 / 1e9),
     );
     family.add_suffixed("_count", labels, count);
+}
+
+/// Each volume's NBD requests, as its clients see them: counts by kind,
+/// bytes, errors and the response time of reads and writes.
+pub fn render_requests(requests: &[(String, Arc<IoStats>)]) -> String {
+    let mut counts = Family::new(
+        "tierd_volume_requests_total",
+        "counter",
+        "NBD requests the volume answered successfully, by kind (trim counts discards and zeroing).",
+    );
+    let mut errors = Family::new(
+        "tierd_volume_request_errors_total",
+        "counter",
+        "NBD requests of the volume that failed (an error reply to the client).",
+    );
+    let mut read_bytes = Family::new(
+        "tierd_volume_read_bytes_total",
+        "counter",
+        "Bytes clients read from the volume.",
+    );
+    let mut written_bytes = Family::new(
+        "tierd_volume_written_bytes_total",
+        "counter",
+        "Bytes clients wrote to the volume.",
+    );
+    let mut latency = Family::new(
+        "tierd_volume_request_latency_seconds",
+        "histogram",
+        "Response time of the volume's reads and writes, from the request reaching the volume to its answer.",
+    );
+    for (name, stats) in requests {
+        let stats = stats.snapshot();
+        let volume = format!("volume=\"{}\"", label(name));
+        for (kind, count) in [
+            ("read", stats.reads),
+            ("write", stats.writes),
+            ("flush", stats.flushes),
+            ("trim", stats.discards),
+        ] {
+            counts.add(&format!("{volume},kind=\"{kind}\""), count);
+        }
+        errors.add(&volume, stats.errors);
+        read_bytes.add(&volume, stats.read_bytes);
+        written_bytes.add(&volume, stats.write_bytes);
+        add_histogram(
+            &mut latency,
+            &format!("{volume},kind=\"read\""),
+            &stats.read_latency,
+        );
+        add_histogram(
+            &mut latency,
+            &format!("{volume},kind=\"write\""),
+            &stats.write_latency,
+        );
+    }
+    let mut out = String::new();
+    for family in [counts, errors, read_bytes, written_bytes, latency] {
+        family.write(&mut out);
+    }
+    out
 }
 
 /// The exposition text for every volume and the NBD server.

@@ -27,6 +27,7 @@ use std::sync::Arc;
 use clap::Args;
 use tierd_common::clock::{Clock, SystemClock};
 use tierd_engine::config::{Config, ListenTarget, EMBEDDED_DEFAULT};
+use tierd_engine::device::stats::IoStats;
 use tierd_engine::engine::Engine;
 use tierd_engine::log::{Level, LineLayer};
 use tierd_nbd::{Export, Server, ServerConfig, ServerHandle, TlsFiles, TlsMode, TlsServer};
@@ -383,12 +384,25 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let tls = load_tls(&config)?;
     let engine = Engine::open_accepting(&config, clock.clone(), &args.accept_reset)?;
     let volumes = engine.volumes.clone();
-    let exports: Vec<(String, Arc<dyn Export>)> = volumes
+    let requests: Vec<(String, Arc<IoStats>)> = volumes
         .iter()
         .map(|volume| {
+            (
+                volume.name().to_string(),
+                Arc::new(IoStats::new(clock.clone())),
+            )
+        })
+        .collect();
+    let exports: Vec<(String, Arc<dyn Export>)> = volumes
+        .iter()
+        .zip(&requests)
+        .map(|(volume, (_, stats))| {
             let rotational = export::home_is_rotational(&config, volume.name());
-            let export: Arc<dyn Export> =
-                Arc::new(export::VolumeExport::new(volume.clone(), rotational));
+            let export: Arc<dyn Export> = Arc::new(export::VolumeExport::new(
+                volume.clone(),
+                rotational,
+                stats.clone(),
+            ));
             (volume.name().to_string(), export)
         })
         .collect();
@@ -421,7 +435,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         .map_err(|error| CliError(format!("{}: cannot listen: {error}", admin_path.display())))?;
     let metrics = match &config.metrics.listen {
         Some(address) => Some(
-            metrics::MetricsServer::start(address, volumes.clone(), server.clone())
+            metrics::MetricsServer::start(address, volumes.clone(), requests, server.clone())
                 .map_err(|error| CliError(format!("metrics.listen = {address:?}: {error}")))?,
         ),
         None => None,

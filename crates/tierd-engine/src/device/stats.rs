@@ -204,27 +204,62 @@ impl BusyTime {
     }
 }
 
-/// Counts the operations of the device it wraps (see the module docs).
-pub struct StatsDevice {
-    inner: Arc<dyn BlockDevice>,
+/// What an operation counts as when it succeeds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoKind {
+    /// A read of this many bytes.
+    Read(u64),
+    /// A write of this many bytes.
+    Write(u64),
+    Flush,
+    /// A discard (TRIM) or zeroing.
+    Discard,
+}
+
+/// Per-direction counts, bytes, latency histograms and busy time of the
+/// operations measured through it, sharded per thread (no lock on the IO
+/// path). [`StatsDevice`] counts a device's operations with it; `tierd
+/// serve` counts each volume's NBD requests with it.
+pub struct IoStats {
     clock: Arc<dyn Clock>,
     counters: Sharded<Counters>,
     busy: BusyTime,
 }
 
-impl StatsDevice {
-    pub fn new(inner: Arc<dyn BlockDevice>, clock: Arc<dyn Clock>) -> Self {
-        Self {
-            inner,
+impl IoStats {
+    pub fn new(clock: Arc<dyn Clock>) -> IoStats {
+        IoStats {
             clock,
             counters: Sharded::new(default_shard_count(), Counters::new),
             busy: BusyTime::new(),
         }
     }
 
-    /// The wrapped device.
-    pub fn inner(&self) -> &Arc<dyn BlockDevice> {
-        &self.inner
+    /// Runs `operation` and counts it as `kind` (with its latency) when it
+    /// succeeds, as an error when it fails.
+    pub fn measure<T, E>(
+        &self,
+        kind: IoKind,
+        operation: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
+        let start_ns = self.busy.begin(self.clock.as_ref());
+        let result = operation();
+        let latency_ns = self.busy.end(self.clock.as_ref()).saturating_sub(start_ns);
+        let counters = self.counters.local();
+        match (&result, kind) {
+            (Ok(_), IoKind::Read(bytes)) => counters.read.record(bytes, latency_ns),
+            (Ok(_), IoKind::Write(bytes)) => counters.write.record(bytes, latency_ns),
+            (Ok(_), IoKind::Flush) => {
+                counters.flushes.fetch_add(1, Ordering::Relaxed);
+            }
+            (Ok(_), IoKind::Discard) => {
+                counters.discards.fetch_add(1, Ordering::Relaxed);
+            }
+            (Err(_), _) => {
+                counters.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        result
     }
 
     /// Cumulative counters up to now: every shard summed.
@@ -251,26 +286,30 @@ impl StatsDevice {
         stats.write_latency = write_latency;
         stats
     }
+}
 
-    /// Runs `operation`, counting it into `on_success` (with this thread's
-    /// counters and the latency) when it succeeds and into `errors` when it
-    /// fails.
-    fn measure<T>(
-        &self,
-        operation: impl FnOnce() -> DeviceResult<T>,
-        on_success: impl FnOnce(&Counters, u64),
-    ) -> DeviceResult<T> {
-        let start_ns = self.busy.begin(self.clock.as_ref());
-        let result = operation();
-        let latency_ns = self.busy.end(self.clock.as_ref()).saturating_sub(start_ns);
-        let counters = self.counters.local();
-        match &result {
-            Ok(_) => on_success(counters, latency_ns),
-            Err(_) => {
-                counters.errors.fetch_add(1, Ordering::Relaxed);
-            }
+/// Counts the operations of the device it wraps (see the module docs).
+pub struct StatsDevice {
+    inner: Arc<dyn BlockDevice>,
+    stats: IoStats,
+}
+
+impl StatsDevice {
+    pub fn new(inner: Arc<dyn BlockDevice>, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            inner,
+            stats: IoStats::new(clock),
         }
-        result
+    }
+
+    /// The wrapped device.
+    pub fn inner(&self) -> &Arc<dyn BlockDevice> {
+        &self.inner
+    }
+
+    /// Cumulative counters up to now: every shard summed.
+    pub fn snapshot(&self) -> DeviceStats {
+        self.stats.snapshot()
     }
 }
 
@@ -304,53 +343,38 @@ impl BlockDevice for StatsDevice {
     }
 
     fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> DeviceResult<()> {
-        let length_bytes = buf.len() as u64;
-        self.measure(
-            || self.inner.read_at(offset_bytes, buf),
-            |counters, latency_ns| counters.read.record(length_bytes, latency_ns),
-        )
+        self.stats.measure(IoKind::Read(buf.len() as u64), || {
+            self.inner.read_at(offset_bytes, buf)
+        })
     }
 
     fn write_at(&self, offset_bytes: u64, data: &[u8]) -> DeviceResult<()> {
-        self.measure(
-            || self.inner.write_at(offset_bytes, data),
-            |counters, latency_ns| counters.write.record(data.len() as u64, latency_ns),
-        )
+        self.stats.measure(IoKind::Write(data.len() as u64), || {
+            self.inner.write_at(offset_bytes, data)
+        })
     }
 
     /// Counted as a write (a durable write is a write that returns later).
     fn write_at_durable(&self, offset_bytes: u64, data: &[u8]) -> DeviceResult<()> {
-        self.measure(
-            || self.inner.write_at_durable(offset_bytes, data),
-            |counters, latency_ns| counters.write.record(data.len() as u64, latency_ns),
-        )
+        self.stats.measure(IoKind::Write(data.len() as u64), || {
+            self.inner.write_at_durable(offset_bytes, data)
+        })
     }
 
     fn flush(&self) -> DeviceResult<()> {
-        self.measure(
-            || self.inner.flush(),
-            |counters, _| {
-                counters.flushes.fetch_add(1, Ordering::Relaxed);
-            },
-        )
+        self.stats.measure(IoKind::Flush, || self.inner.flush())
     }
 
     fn discard(&self, offset_bytes: u64, length_bytes: u64) -> DeviceResult<()> {
-        self.measure(
-            || self.inner.discard(offset_bytes, length_bytes),
-            |counters, _| {
-                counters.discards.fetch_add(1, Ordering::Relaxed);
-            },
-        )
+        self.stats.measure(IoKind::Discard, || {
+            self.inner.discard(offset_bytes, length_bytes)
+        })
     }
 
     fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> DeviceResult<()> {
-        self.measure(
-            || self.inner.write_zeroes(offset_bytes, length_bytes),
-            |counters, _| {
-                counters.discards.fetch_add(1, Ordering::Relaxed);
-            },
-        )
+        self.stats.measure(IoKind::Discard, || {
+            self.inner.write_zeroes(offset_bytes, length_bytes)
+        })
     }
 
     /// This wrapper's own counters (not the inner device's).
