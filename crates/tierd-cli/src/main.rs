@@ -3,6 +3,7 @@
 
 mod dst;
 mod matrix;
+mod probe;
 mod progress;
 mod reduce;
 mod replay;
@@ -62,6 +63,14 @@ enum Command {
     /// Deterministic simulation testing of the engine: seeded workloads,
     /// crashes and faults, every acknowledged write checked.
     Dst(dst::DstArgs),
+    /// Measure a disk with paper 001's microbenchmark (reads before and
+    /// after sequential/random write loads): figures, CSV, JSON. Destroys
+    /// the device's data (--destructive). --model smr-archive8tb runs it on
+    /// a file with the emulated disk, in virtual time.
+    Probe(Box<probe::ProbeArgs>),
+    /// Device models: `tierd model fit PROBE.json` fits an SMR model to a probe.
+    #[command(subcommand)]
+    Model(probe::ModelCommand),
 }
 
 /// A failure to report to the user: the message says what went wrong, where,
@@ -102,6 +111,8 @@ fn main() -> ExitCode {
         Command::Fault(args) => serve::fault(args),
         Command::Replay(args) => replay::run(args),
         Command::Dst(args) => dst::run(args),
+        Command::Probe(args) => probe::run(*args),
+        Command::Model(command) => probe::model(command),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
