@@ -528,6 +528,7 @@ mod validation {
             0.2,
         );
         let truth_clean_ms = model_clean_ms(truth).unwrap();
+        eprintln!("truth clean ms per band: {truth_clean_ms:.1}");
         within(
             "measured clean ms per band",
             fit.clean_ms_per_band.expect("clean time measured"),
