@@ -358,7 +358,8 @@ pub fn stack_toml(base: &SmrConfig, fit: &Fit, source: &str) -> String {
          device = \"archive8tb\"\n",
     );
     text.push_str(&format!(
-        "capacity = {}\n\n[tier.model]\n",
+        "# probed capacity: {} bytes (left out: the simulator sizes home to its volume,\n\
+         # and refuses a home smaller than the volume)\n\n[tier.model]\n",
         config.capacity_bytes
     ));
     text.push_str(&format!("cylinders = {}\n", config.cylinders));
