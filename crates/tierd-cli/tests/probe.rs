@@ -287,3 +287,56 @@ fn a_fit_is_a_tier_stack_the_simulator_loads_and_model_fit_rewrites_it() {
         fit["band_bytes"].as_u64()
     );
 }
+
+#[test]
+fn probe_runs_on_a_block_device_and_refuses_it_mounted() {
+    use common::tools::{self, Cleanup};
+    if !tools::require_tools(&["losetup", "mkfs.ext4", "mount", "umount"]) {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 && !tools::missing("root (for losetup and mount)") {
+        return;
+    }
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let image = sparse(dir.path(), "loop.img", 64 << 20);
+    let mut cleanup = Cleanup::default();
+    let output = tools::run(tools::tool("losetup").args(["-f", "--show"]).arg(&image));
+    let device = common::stdout(&output).trim().to_string();
+    assert!(
+        device.starts_with("/dev/loop"),
+        "losetup printed {device:?}"
+    );
+    cleanup.push(format!("losetup -d {device}"), {
+        let device = device.clone();
+        move || {
+            let _ = tools::tool("losetup").args(["-d", &device]).status();
+        }
+    });
+    // Unmounted: the real device path (O_DIRECT, O_EXCL) runs.
+    let output = common::tierd(&[
+        "probe",
+        &device,
+        "--destructive",
+        "--scale",
+        "0.001",
+        "--settle-poll",
+        "1ms",
+        "--json",
+        "--out",
+        common::path_arg(&dir.path().join("out")),
+    ]);
+    let value = json(&output);
+    assert_eq!(value["device_bytes"], 64 << 20);
+    assert_eq!(value["direct"], true);
+    // Mounted: refused, naming the mount.
+    tools::run(tools::tool("mkfs.ext4").args(["-q", &device]));
+    let point = dir.path().join("mnt");
+    tools::mount(&device, &point, &mut cleanup);
+    let output = common::tierd(&["probe", &device, "--destructive", "--scale", "0.001"]);
+    let message = common::stderr(&output);
+    assert!(!output.status.success(), "{message}");
+    assert!(message.contains("is mounted"), "{message}");
+    assert!(message.contains(common::path_arg(&point)), "{message}");
+    tools::unmount(&point, &mut cleanup);
+}
