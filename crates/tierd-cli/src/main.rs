@@ -4,6 +4,7 @@
 mod dst;
 mod manual;
 mod matrix;
+mod probe;
 mod progress;
 mod reduce;
 mod replay;
@@ -69,6 +70,14 @@ enum Command {
     /// Print the manual page `tierd.1` (roff), or write every page, one per
     /// subcommand, with --out DIR.
     Man(manual::ManArgs),
+    /// Measure a disk with paper 001's microbenchmark (reads before and
+    /// after sequential/random write loads): figures, CSV, JSON. Destroys
+    /// the device's data (--destructive). --model smr-archive8tb runs it on
+    /// a file with the emulated disk, in virtual time.
+    Probe(Box<probe::ProbeArgs>),
+    /// Device models: `tierd model fit PROBE.json` fits an SMR model to a probe.
+    #[command(subcommand)]
+    Model(probe::ModelCommand),
 }
 
 /// A failure to report to the user: the message says what went wrong, where,
@@ -111,6 +120,8 @@ fn main() -> ExitCode {
         Command::Dst(args) => dst::run(args),
         Command::Completions(args) => manual::completions(args),
         Command::Man(args) => manual::man(args),
+        Command::Probe(args) => probe::run(*args),
+        Command::Model(command) => probe::model(command),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
