@@ -204,3 +204,33 @@ fn serve_notifies_systemd_and_reloads_what_it_can_on_sighup() {
     let exit = child.wait().unwrap();
     assert!(exit.success(), "{exit:?}");
 }
+
+/// The packaged /etc/tierd/tierd.toml serves as shipped, once its absolute
+/// places (/var/lib/tierd, /run/tierd, the metrics port) point into a
+/// scratch directory.
+#[test]
+fn the_packaged_config_serves() {
+    let text = std::fs::read_to_string(repo_file("packaging/deb/tierd.toml")).unwrap();
+    for needle in [
+        "data_dir = \"/var/lib/tierd\"",
+        "unix:/run/tierd/tierd.sock",
+        "127.0.0.1:9569",
+    ] {
+        assert!(text.contains(needle), "the packaged config lost {needle}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("lib");
+    let run = dir.path().join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    let text = text
+        .replace("/var/lib/tierd", data.to_str().unwrap())
+        .replace("/run/tierd", run.to_str().unwrap())
+        .replace("127.0.0.1:9569", "127.0.0.1:0");
+    let config = common::write_file(dir.path(), "tierd.toml", &text);
+    let mut server = common::serve::ServeProcess::start(dir.path(), Some(&config));
+    let uri = server.uri("vol0");
+    assert!(uri.contains("tierd.sock"), "{uri}");
+    let mut client = tierd_nbd::Client::connect_uri(&uri).unwrap();
+    assert_eq!(client.info().size_bytes, 2 << 30);
+    client.write(0, &[5u8; 4096], true).unwrap();
+}
