@@ -7,18 +7,23 @@
 # tierd system user. Prints the .deb's path.
 #
 # Usage:  packaging/deb/build.sh            (needs cargo-deb: cargo install cargo-deb)
-# Env:    NO_BUILD=1  use the release binary already built
+# Env:    NO_BUILD=1  use the binary already built
+#         PROFILE=dev package the debug build instead of the release one
+#                     (CI's package check: the tests built it already)
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$repo"
 command -v cargo-deb > /dev/null || { echo "build.sh: cargo-deb is not installed (cargo install cargo-deb --locked)" >&2; exit 1; }
 target=${CARGO_TARGET_DIR:-$repo/target}
-[ "${NO_BUILD:-0}" = 1 ] || cargo build --release -p tierd-cli
-tierd=$target/release/tierd
-[ -x "$tierd" ] || { echo "build.sh: no release binary at $tierd" >&2; exit 1; }
-# Generated assets: at a fixed place the metadata names (target/packaging,
-# whatever CARGO_TARGET_DIR is).
-generated=$repo/target/packaging
+profile=${PROFILE:-release}
+profile_dir=$([ "$profile" = dev ] && echo debug || echo "$profile")
+[ "${NO_BUILD:-0}" = 1 ] || cargo build --profile "$profile" -p tierd-cli
+tierd=$target/$profile_dir/tierd
+[ -x "$tierd" ] || { echo "build.sh: no $profile binary at $tierd" >&2; exit 1; }
+# Generated assets: at a fixed place the metadata names
+# (packaging/deb/generated, ignored by git; not under target/, which
+# cargo-deb reserves for build output), whatever CARGO_TARGET_DIR is.
+generated=$repo/packaging/deb/generated
 rm -rf "$generated"
 mkdir -p "$generated/man" "$generated/completions"
 "$tierd" man --out "$generated/man" > /dev/null
@@ -26,4 +31,4 @@ gzip -9n "$generated"/man/*.1
 "$tierd" completions bash > "$generated/completions/tierd"
 "$tierd" completions zsh > "$generated/completions/_tierd"
 "$tierd" completions fish > "$generated/completions/tierd.fish"
-cargo deb -p tierd-cli --no-build --no-strip --output "$target/debian/" | tail -1
+cargo deb -p tierd-cli --no-build --no-strip --profile "$profile" --output "$target/debian/" | tail -1
