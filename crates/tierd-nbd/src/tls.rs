@@ -68,13 +68,15 @@ pub struct TlsFiles {
     pub client_ca: Option<PathBuf>,
 }
 
-/// A loaded TLS setup, ready for connections.
+/// A loaded TLS setup, ready for connections. Clones share the loaded
+/// certificates: [`TlsServer::reload`] on any clone changes what new
+/// connections of every clone get (certificate rotation without a restart).
 #[derive(Clone)]
 pub struct TlsServer {
     pub mode: TlsMode,
     /// True when client certificates are verified.
     pub verifies_clients: bool,
-    config: Arc<rustls::ServerConfig>,
+    config: Arc<parking_lot::RwLock<Arc<rustls::ServerConfig>>>,
 }
 
 impl fmt::Debug for TlsServer {
@@ -127,6 +129,32 @@ impl TlsServer {
     /// the file and what is wrong with it (unreadable, not PEM, no
     /// certificate, key does not match the certificate, ...).
     pub fn load(files: &TlsFiles, mode: TlsMode) -> Result<TlsServer, TlsError> {
+        Ok(TlsServer {
+            mode,
+            verifies_clients: files.client_ca.is_some(),
+            config: Arc::new(parking_lot::RwLock::new(Arc::new(Self::config(files)?))),
+        })
+    }
+
+    /// Loads `files` again (renewed certificate, key or client CA) for the
+    /// connections that start from now on; sessions already running keep
+    /// theirs. On an error nothing changes. Whether clients must present a
+    /// certificate cannot change here (`verifies_clients`): that needs a
+    /// new server.
+    pub fn reload(&self, files: &TlsFiles) -> Result<(), TlsError> {
+        if files.client_ca.is_some() != self.verifies_clients {
+            return Err(tls_error(format!(
+                "client_ca was {} and is {} now: whether clients must present a certificate changes only with a restart",
+                if self.verifies_clients { "set" } else { "unset" },
+                if files.client_ca.is_some() { "set" } else { "unset" }
+            )));
+        }
+        let config = Self::config(files)?;
+        *self.config.write() = Arc::new(config);
+        Ok(())
+    }
+
+    fn config(files: &TlsFiles) -> Result<rustls::ServerConfig, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let chain = read_certificates(&files.certificate, "certificate")?;
         let key_bytes = std::fs::read(&files.key).map_err(|error| {
@@ -178,24 +206,20 @@ impl TlsServer {
                 builder.with_client_cert_verifier(verifier)
             }
         };
-        let config = builder.with_single_cert(chain, key).map_err(|error| {
+        builder.with_single_cert(chain, key).map_err(|error| {
             tls_error(format!(
                 "{} with {}: {error} (does the key belong to the certificate?)",
                 files.certificate.display(),
                 files.key.display()
             ))
-        })?;
-        Ok(TlsServer {
-            mode,
-            verifies_clients: files.client_ca.is_some(),
-            config: Arc::new(config),
         })
     }
 
     /// TLS on `socket` run by the calling thread, which must then do all
     /// reading and writing of the connection itself (the inline server).
     pub fn start_in_thread(&self, socket: Stream) -> io::Result<Stream> {
-        let session = ServerConnection::new(Arc::clone(&self.config))
+        let config = Arc::clone(&self.config.read());
+        let session = ServerConnection::new(config)
             .map_err(|error| io::Error::other(format!("cannot start a TLS session: {error}")))?;
         Ok(Stream::ServerTls(Box::new(rustls::StreamOwned::new(
             session, socket,

@@ -934,3 +934,45 @@ fn one_tls_session_serves_several_threads_at_once() {
     assert!(logs.warnings().is_empty(), "{:?}", logs.warnings());
     handle.shutdown();
 }
+
+/// Certificate rotation: `TlsServer::reload` on the caller's copy of the
+/// setup makes the running server hand new connections the renewed
+/// certificate (a session started before keeps its own); a reload that
+/// fails or that would switch client verification on changes nothing.
+#[test]
+fn a_reloaded_certificate_serves_new_connections() {
+    let old = Pki::new();
+    let tls = TlsServer::load(&old.files(false), TlsMode::Require).unwrap();
+    let server = TestServer::start_with(
+        MemoryExport::new(SIZE_BYTES),
+        ServerConfig {
+            tls: Some(tls.clone()),
+            ..ServerConfig::default()
+        },
+    );
+    let mut before = upgrade(greet(&server), client_config(&old.ca_pem, None)).unwrap();
+    // A renewed certificate from another CA, at other paths.
+    let new = Pki::new();
+    let broken = TlsFiles {
+        key: old.path("does-not-exist.pem"),
+        ..new.files(false)
+    };
+    assert!(tls.reload(&broken).is_err());
+    assert!(
+        tls.reload(&new.files(true)).is_err(),
+        "client verification cannot be switched on by a reload"
+    );
+    // Still the old certificate.
+    assert!(upgrade(greet(&server), client_config(&old.ca_pem, None)).is_ok());
+    tls.reload(&new.files(false)).unwrap();
+    assert!(
+        upgrade(greet(&server), client_config(&old.ca_pem, None)).is_err(),
+        "a client trusting only the old CA must reject the renewed certificate"
+    );
+    let mut after = upgrade(greet(&server), client_config(&new.ca_pem, None)).unwrap();
+    let replies = ask(&mut after, NBD_OPT_LIST, &[]);
+    assert_eq!(final_reply(&replies), NBD_REP_ACK);
+    // The session from before the reload goes on.
+    let replies = ask(&mut before, NBD_OPT_LIST, &[]);
+    assert_eq!(final_reply(&replies), NBD_REP_ACK);
+}

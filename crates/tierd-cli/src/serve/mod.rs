@@ -254,10 +254,17 @@ fn notify_systemd(state: &[sd_notify::NotifyState<'_>]) {
 }
 
 /// SIGHUP (`systemctl reload tierd`): re-reads the config file and applies
-/// what can change while serving — `log.level` — and names every other
-/// changed setting as needing a restart. A config that does not load is
-/// reported and the running settings are kept.
-fn reload(path: Option<&Path>, running: &Config, level: &tierd_engine::log::LevelHandle) {
+/// what can change while serving — `log.level`, and the TLS certificate,
+/// key and client CA (read again from their files, renewed or not, for new
+/// connections) — and names every other changed setting as needing a
+/// restart. A config that does not load is reported and the running
+/// settings are kept.
+fn reload(
+    path: Option<&Path>,
+    running: &Config,
+    level: &tierd_engine::log::LevelHandle,
+    tls: Option<&TlsServer>,
+) {
     let Some(path) = path else {
         tracing::info!("reload: serving the embedded default config; nothing to re-read");
         return;
@@ -286,7 +293,44 @@ fn reload(path: Option<&Path>, running: &Config, level: &tierd_engine::log::Leve
             "reload: log.level must be error, warn, info or debug; kept"
         ),
     }
-    let sections: [(&str, String, String); 7] = [
+    // TLS: the same mode, on before and now: the files are read again.
+    let mut tls_restart = false;
+    match (tls, &running.server.tls, &new.server.tls) {
+        (Some(server), Some(old), Some(now)) if old.mode == now.mode => {
+            let files = TlsFiles {
+                certificate: now.certificate.clone(),
+                key: now.key.clone(),
+                client_ca: now.client_ca.clone(),
+            };
+            match server.reload(&files) {
+                Ok(()) => tracing::info!(
+                    certificate = %now.certificate.display(),
+                    "reload: TLS certificate and key loaded again; new connections use them"
+                ),
+                Err(error) => tracing::error!(
+                    error = %error,
+                    "reload: server.tls does not load; connections keep the running certificate"
+                ),
+            }
+        }
+        (_, None, None) => {}
+        _ => tls_restart = true,
+    }
+    let without_tls = |config: &Config| {
+        let mut server = config.server.clone();
+        server.tls = None;
+        format!("{server:?}")
+    };
+    let sections: [(&str, String, String); 8] = [
+        (
+            "server.tls (on/off or mode)",
+            String::new(),
+            if tls_restart {
+                "changed".to_string()
+            } else {
+                String::new()
+            },
+        ),
         (
             "data_dir",
             format!("{:?}", running.data_dir),
@@ -298,9 +342,9 @@ fn reload(path: Option<&Path>, running: &Config, level: &tierd_engine::log::Leve
             format!("{:?}", new.metadata_dir),
         ),
         (
-            "[server] (listen, tls, limits)",
-            format!("{:?}", running.server),
-            format!("{:?}", new.server),
+            "[server] (listen, limits)",
+            without_tls(running),
+            without_tls(&new),
         ),
         (
             "[metrics]",
@@ -477,7 +521,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         match wait_for_signal(&stop_signals) {
             "SIGHUP" => {
                 notify_systemd(&[sd_notify::NotifyState::Reloading]);
-                reload(args.config.as_deref(), &config, &level);
+                reload(args.config.as_deref(), &config, &level, tls.as_ref());
                 notify_systemd(&[sd_notify::NotifyState::Ready]);
             }
             stop => break stop,
