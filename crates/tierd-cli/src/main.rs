@@ -8,6 +8,7 @@ mod reduce;
 mod replay;
 mod serve;
 mod sim;
+mod smr;
 mod trace;
 
 use std::process::ExitCode;

@@ -973,9 +973,19 @@ impl BlockCache {
                 self.write_hit(slot)
             } else if let Some(&slot) = self.map.get(&block) {
                 // Loading (a fill in flight): the fill would now put stale
-                // data in the slot. Overtake it; this write goes home.
+                // data in the slot. Overtake it; this write goes home, or
+                // with an SMR home into a slot of its own.
                 self.overtake(slot);
-                self.home_write(block)
+                let staged = if self.stages_every_write() {
+                    self.allocate_staged(block)
+                } else {
+                    None
+                };
+                match staged {
+                    Some(ticket) if covers => BlockIo::WriteSlot { ticket },
+                    Some(ticket) => BlockIo::WriteSlotMerged { ticket },
+                    None => self.home_write(block),
+                }
             } else if self.stages_every_write() {
                 // SMR home: a home-only write dirties a band the drive
                 // cleans later, under load; stage it whatever admission
@@ -1072,11 +1082,8 @@ impl BlockCache {
             let covers = offset_bytes <= block_start && end >= block_start + block_len;
             if self.in_rewrite(block) {
                 // Home must not change inside a band being rewritten.
-                self.counters.blocked_blocks += 1;
-                steps.push(Step {
-                    block,
-                    io: BlockIo::Blocked,
-                });
+                let io = self.block_on_rewrite();
+                steps.push(Step { block, io });
                 continue;
             }
             let Some(&slot) = self.map.get(&block) else {
@@ -1490,13 +1497,6 @@ impl BlockCache {
                 self.touch(slot);
                 return self.write_hit(slot);
             }
-            if !self.map.contains_key(&block) {
-                match self.allocate_staged(block) {
-                    Some(ticket) if covers => return BlockIo::WriteSlot { ticket },
-                    Some(ticket) => return BlockIo::WriteSlotMerged { ticket },
-                    None => {}
-                }
-            }
         }
         if let Some(&slot) = self.map.get(&block) {
             if self.slots[slot as usize].state == SlotState::Loading {
@@ -1504,7 +1504,23 @@ impl BlockCache {
                 self.overtake(slot);
             }
         }
+        if !self.draining() && !self.map.contains_key(&block) {
+            match self.allocate_staged(block) {
+                Some(ticket) if covers => return BlockIo::WriteSlot { ticket },
+                Some(ticket) => return BlockIo::WriteSlotMerged { ticket },
+                None => {}
+            }
+        }
+        self.block_on_rewrite()
+    }
+
+    /// A request waits for the band being rewritten: the rewrite no longer
+    /// yields to user IO (the user is waiting for it).
+    fn block_on_rewrite(&mut self) -> BlockIo {
         self.counters.blocked_blocks += 1;
+        if let Some(rewrite) = self.rewrite.as_mut() {
+            rewrite.background = false;
+        }
         BlockIo::Blocked
     }
 

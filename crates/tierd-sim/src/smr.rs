@@ -77,16 +77,20 @@ pub fn rw_rr(seed: u64, volume_bytes: u64, write_bytes: u64, reads: u64) -> Work
     }
 }
 
-/// An MSR-like volume with write bursts (synthetic): steady random 64 KiB
-/// reads (Poisson, `read_iops`) over a 200 GiB area, light random writes
+/// An MSR-like volume with write bursts (synthetic): random 64 KiB reads
+/// (Poisson, `read_iops`) over a 200 GiB area, light random writes
 /// between bursts, and every `period_s` a burst of `burst_s` seconds of
 /// small random writes (4–64 KiB) at `burst_iops`, 80 % of them in a 4 GiB
-/// hot region (MSR volumes write mostly to a few hot areas).
+/// hot region (MSR volumes write mostly to a few hot areas); the reads
+/// pause for `quiet_s` late in each period (MSR volumes have idle spells,
+/// in which the stage destages).
 pub fn write_bursts(seed: u64, minutes: u64) -> Workload {
     const AREA_BYTES: u64 = 200 * GIB;
     const HOT_BYTES: u64 = 4 * GIB;
     let (read_iops, write_iops, burst_iops) = (20.0, 2.0, 150.0);
     let (period_s, burst_s) = (120.0, 10.0);
+    // Reads pause from 80 s to 110 s of each period.
+    let (quiet_from_s, quiet_s) = (80.0, 30.0);
     let mut rng = SeededRng::new(seed);
     let end_ns = minutes * 60 * 1_000_000_000;
     let mut requests = Vec::new();
@@ -99,11 +103,16 @@ pub fn write_bursts(seed: u64, minutes: u64) -> Workload {
             break;
         }
         if next_read <= next_write {
+            let in_period = time_s % period_s;
+            if (quiet_from_s..quiet_from_s + quiet_s).contains(&in_period) {
+                next_read += quiet_from_s + quiet_s - in_period;
+                continue;
+            }
             let offset = rng.below((AREA_BYTES - 64 * KIB) / (4 * KIB)) * 4 * KIB;
             requests.push(request(time_ns, Op::Read, offset, 64 * KIB));
             next_read += rng.exponential(1.0 / read_iops);
         } else {
-            let length = 4 * KIB << rng.below(5);
+            let length = (4 * KIB) << rng.below(5);
             let area = if rng.chance(0.8) {
                 HOT_BYTES
             } else {
@@ -118,7 +127,7 @@ pub fn write_bursts(seed: u64, minutes: u64) -> Workload {
     Workload {
         name: "write-bursts",
         description: format!(
-            "MSR-like (synthetic): {minutes} min of 64 KiB random reads at {read_iops}/s over 200 GiB; 4-64 KiB random writes at {write_iops}/s, and {burst_iops}/s for {burst_s} s every {period_s} s (80 % in a 4 GiB hot region)"
+            "MSR-like (synthetic): {minutes} min of 64 KiB random reads at {read_iops}/s over 200 GiB, pausing {quiet_s} s of every {period_s} s; 4-64 KiB random writes at {write_iops}/s, and {burst_iops}/s for {burst_s} s every {period_s} s (80 % in a 4 GiB hot region)"
         ),
         volume_bytes: AREA_BYTES,
         replay: Replay::OpenLoop { speed: 1.0 },

@@ -315,3 +315,23 @@ fn a_band_geometry_that_does_not_fit_the_block_is_refused() {
         "{message}"
     );
 }
+
+#[test]
+fn a_rewrite_that_a_write_waits_for_stops_yielding() {
+    let mut cache = BlockCache::new(settings(64, 16, true)).unwrap();
+    write(&mut cache, 9);
+    let read = cache.next_destage_io(false).unwrap();
+    assert_eq!(cache.destage_io_done(read, true), None);
+    assert_eq!(
+        cache.next_destage_io(true),
+        None,
+        "idle-time rewrite yields"
+    );
+    cache.set_mode(CacheMode::Writethrough);
+    assert_eq!(write(&mut cache, 10), BlockIo::Blocked);
+    cache.set_mode(CacheMode::Writeback);
+    let next = cache
+        .next_destage_io(true)
+        .expect("a user waits for this band");
+    assert_eq!(next.kind, DestageIoKind::ReadHome);
+}

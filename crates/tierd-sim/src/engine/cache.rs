@@ -48,6 +48,18 @@ use tierd_core::cache::{BlockCache, BlockIo, DestageIoKind, ServicePrior, Step, 
 
 use super::*;
 
+/// An SMR home counts as idle for the destage once no user IO has been
+/// outstanding there for this long (the Archive 8 TB's own idle delay
+/// before it cleans, `idle_clean_delay_ms`). Starting a band rewrite in
+/// every gap between user requests kept the disk busy (79 % on the real
+/// hm_0 cut, 1,199 rewrites in 800 s) and broke the users' sequential
+/// runs: 24 % of reads took over 100 ms; docs/engine/smr.md.
+pub const SMR_IDLE_NS: u64 = 1_000_000_000;
+
+/// The timer that wakes the destage when home has been idle for
+/// [`SMR_IDLE_NS`] (a move slot no move has).
+pub(super) const DESTAGE_TIMER: u32 = u32::MAX;
+
 /// Writebacks (slot read + home write) in flight at once. Enough to keep
 /// the write-back elevator moving under a write burst; few enough that a
 /// user IO arriving at an idle-looking disk waits behind at most this many
@@ -624,9 +636,29 @@ impl<'run> Engine<'run> {
         }
     }
 
+    /// Home's user IO all completed at `done_ns`: with an SMR home, wake
+    /// the destage when it has been idle for [`SMR_IDLE_NS`].
+    pub(super) fn home_idle_from(&mut self, done_ns: u64) {
+        let Controller::Cache(cache) = &self.controller else {
+            return;
+        };
+        if cache.smr().is_none() {
+            return;
+        }
+        self.home_idle_since_ns = done_ns;
+        self.timer_sequence += 1;
+        self.timers.push(std::cmp::Reverse((
+            done_ns + SMR_IDLE_NS,
+            self.timer_sequence,
+            DESTAGE_TIMER,
+        )));
+    }
+
     /// Starts the SMR destage IOs the core hands out now (it paces them).
+    /// Home counts as busy until it has been idle for [`SMR_IDLE_NS`].
     fn pump_destage(&mut self) {
-        let user_waiting = self.user_outstanding[self.home] > 0;
+        let user_waiting = self.user_outstanding[self.home] > 0
+            || self.now_ns < self.home_idle_since_ns + SMR_IDLE_NS;
         while let Some(io) = self.cache().next_destage_io(user_waiting) {
             let (tier, op) = match io.kind {
                 DestageIoKind::ReadSlot { .. } => (0, Op::Read),

@@ -63,6 +63,9 @@ impl<'run> Engine<'run> {
             if self.user_outstanding[tier] == 0 {
                 let since = self.user_busy_since_ns[tier];
                 self.user_busy_ns[tier] += completion.done_ns.saturating_sub(since);
+                if tier == self.home {
+                    self.home_idle_from(completion.done_ns);
+                }
             }
         }
         if let Controller::Cache(cache) = &mut self.controller {

@@ -270,6 +270,8 @@ struct Engine<'run> {
     /// when it ends.
     destage_ios: Slab<tierd_core::cache::DestageIo>,
     blocked: Vec<(u32, Request)>,
+    /// When home's user IO last all completed (SMR idle time counts from it).
+    home_idle_since_ns: u64,
 
     // Measurements.
     monitor: Monitor,
@@ -479,6 +481,7 @@ impl<'run> Engine<'run> {
             load_writes: Slab::new(),
             destage_ios: Slab::new(),
             blocked: Vec::new(),
+            home_idle_since_ns: 0,
             monitor: Monitor::new(config.period_ns, tiers, 0, config.history_periods),
             response: Histogram::new(),
             directions: Default::default(),
@@ -555,7 +558,11 @@ impl<'run> Engine<'run> {
                 self.advance_device(device_tier)?;
             } else if timer_ns == next_ns {
                 if let Some(Reverse((_, _, move_slot))) = self.timers.pop() {
-                    self.move_timer(move_slot);
+                    if move_slot == cache::DESTAGE_TIMER {
+                        self.pump_writebacks();
+                    } else {
+                        self.move_timer(move_slot);
+                    }
                 }
             } else if let Some((due_ns, request)) = self.pending.take() {
                 if self.now_ns > due_ns {
