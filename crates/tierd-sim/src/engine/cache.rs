@@ -646,9 +646,24 @@ impl<'run> Engine<'run> {
             return;
         }
         self.home_idle_since_ns = done_ns;
+        self.wake_destage_when_idle();
+    }
+
+    /// With dirty blocks and no user IO at home, wakes the destage when
+    /// home has been idle for [`SMR_IDLE_NS`] (one timer per idle spell).
+    fn wake_destage_when_idle(&mut self) {
+        let idle_at_ns = self.home_idle_since_ns + SMR_IDLE_NS;
+        if self.user_outstanding[self.home] > 0
+            || self.now_ns >= idle_at_ns
+            || self.destage_wake_ns == idle_at_ns
+            || self.cache().dirty_blocks() == 0
+        {
+            return;
+        }
+        self.destage_wake_ns = idle_at_ns;
         self.timer_sequence += 1;
         self.timers.push(std::cmp::Reverse((
-            done_ns + SMR_IDLE_NS,
+            idle_at_ns,
             self.timer_sequence,
             DESTAGE_TIMER,
         )));
@@ -659,6 +674,7 @@ impl<'run> Engine<'run> {
     fn pump_destage(&mut self) {
         let user_waiting = self.user_outstanding[self.home] > 0
             || self.now_ns < self.home_idle_since_ns + SMR_IDLE_NS;
+        self.wake_destage_when_idle();
         while let Some(io) = self.cache().next_destage_io(user_waiting) {
             let (tier, op) = match io.kind {
                 DestageIoKind::ReadSlot { .. } => (0, Op::Read),

@@ -272,6 +272,8 @@ struct Engine<'run> {
     blocked: Vec<(u32, Request)>,
     /// When home's user IO last all completed (SMR idle time counts from it).
     home_idle_since_ns: u64,
+    /// When the destage's idle timer is set for (one per idle spell).
+    destage_wake_ns: u64,
 
     // Measurements.
     monitor: Monitor,
@@ -482,6 +484,7 @@ impl<'run> Engine<'run> {
             destage_ios: Slab::new(),
             blocked: Vec::new(),
             home_idle_since_ns: 0,
+            destage_wake_ns: 0,
             monitor: Monitor::new(config.period_ns, tiers, 0, config.history_periods),
             response: Histogram::new(),
             directions: Default::default(),
