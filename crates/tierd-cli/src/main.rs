@@ -10,6 +10,7 @@ mod reduce;
 mod replay;
 mod serve;
 mod sim;
+mod smr;
 mod trace;
 
 use std::process::ExitCode;

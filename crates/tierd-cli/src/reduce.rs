@@ -308,6 +308,9 @@ pub enum Experiment {
     ReduceFig5,
     /// This machine's per-block reduction costs.
     ReduceCalibrate,
+    /// Issue 16: the SMR home tier with and without staging
+    /// (docs/engine/smr.md), on paper 001's RW→RR and MSR-like workloads.
+    SmrStaging,
 }
 
 pub struct Options {
@@ -318,6 +321,8 @@ pub struct Options {
     pub loads: Option<String>,
     pub calibrate: bool,
     pub queue_order: Option<tierd_sim::reduce::QueueOrder>,
+    /// `smr-staging`: workload size against paper 001's (1 = 10 GiB written).
+    pub scale: Option<f64>,
 }
 
 fn parse_loads(text: &str) -> Result<Vec<f64>, CliError> {
@@ -349,7 +354,25 @@ pub fn run(experiment: Experiment, options: Options) -> Result<(), CliError> {
             CliError(format!("{}: cannot create: {error}", directory.display()))
         })?;
     }
+    if experiment != Experiment::SmrStaging && options.scale.is_some() {
+        return Err(CliError(
+            "--scale goes with --experiment smr-staging".to_string(),
+        ));
+    }
     match experiment {
+        Experiment::SmrStaging => {
+            if options.measurements.is_some()
+                || options.loads.is_some()
+                || options.calibrate
+                || options.queue_order.is_some()
+            {
+                return Err(CliError(
+                    "--measurements, --loads, --queue-order and --calibrate go with --experiment reduce-fig5"
+                        .to_string(),
+                ));
+            }
+            crate::smr::run(&options)
+        }
         Experiment::ReduceCalibrate => {
             if options.measurements.is_some()
                 || options.loads.is_some()

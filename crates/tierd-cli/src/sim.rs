@@ -30,7 +30,7 @@ pub struct SimArgs {
         "trace", "synth", "hours", "tiers", "policy", "policy_config", "segment_bytes",
         "volume_bytes", "speed", "from_min", "to_min", "max_outstanding", "queue_depth",
         "period", "fast_bytes", "cache_bytes", "cache_block", "cache_mode", "admission",
-        "sequential_cutoff", "seed",
+        "sequential_cutoff", "smr_staging", "seed",
     ])]
     matrix: Option<PathBuf>,
     /// Run a built-in experiment instead of a replay (docs/sim.md,
@@ -45,7 +45,7 @@ pub struct SimArgs {
         "matrix", "trace", "synth", "hours", "tiers", "policy", "policy_config", "segment_bytes",
         "volume_bytes", "speed", "from_min", "to_min", "max_outstanding", "queue_depth",
         "period", "fast_bytes", "cache_bytes", "cache_block", "cache_mode", "admission",
-        "sequential_cutoff", "report", "jobs",
+        "sequential_cutoff", "smr_staging", "report", "jobs",
     ])]
     experiment: Option<crate::reduce::Experiment>,
     /// With --experiment reduce-fig5: measurements per load (default 15, the paper's).
@@ -65,6 +65,10 @@ pub struct SimArgs {
     /// reduced tier's rule) or fifo (arrival order, for comparison).
     #[arg(long, value_name = "ORDER", requires = "experiment", value_parser = queue_order)]
     queue_order: Option<tierd_sim::reduce::QueueOrder>,
+    /// With --experiment smr-staging: the workloads' size against paper
+    /// 001's (1, the default: 10 GiB of random writes, 10,240 reads).
+    #[arg(long, value_name = "S", requires = "experiment")]
+    scale: Option<f64>,
     /// With --matrix: write matrix.json (every run's full result) into DIR.
     /// With --experiment: write its table, CSV, SVG and JSON into DIR.
     #[arg(long, value_name = "DIR")]
@@ -89,7 +93,7 @@ pub struct SimArgs {
     /// Hours of the synthetic preset to generate; default: its calibrated busy window.
     #[arg(long, conflicts_with = "trace")]
     hours: Option<f64>,
-    /// Tier stack: a preset (hdd-ssd, ssd-mem) or a TOML file.
+    /// Tier stack: a preset (hdd-ssd, ssd-mem, ssd-smr) or a TOML file.
     #[arg(long, value_name = "PRESET|FILE", default_value = "hdd-ssd")]
     tiers: String,
     /// Policies to compare, comma-separated: none, otf-ast, atsmf (tiering),
@@ -167,6 +171,13 @@ pub struct SimArgs {
     /// the cache (bcache's sequential_cutoff); default 4MiB, 0 = off.
     #[arg(long, value_name = "SIZE", value_parser = bytes)]
     sequential_cutoff: Option<u64>,
+    /// Block caches over a drive-managed SMR home (the `ssd-smr` stack):
+    /// `on` (default) stages every write on the fast tier and destages
+    /// whole bands, so the disk's media cache is never used
+    /// (docs/engine/smr.md); `off` writes dirty blocks back one by one, as
+    /// over any other home. No effect on other homes.
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    smr_staging: Option<bool>,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -201,6 +212,14 @@ fn queue_order(text: &str) -> Result<tierd_sim::reduce::QueueOrder, String> {
         .into_iter()
         .find(|order| order.name() == text)
         .ok_or_else(|| format!("{text:?}: expected foreground-first or fifo"))
+}
+
+fn on_off(text: &str) -> Result<bool, String> {
+    match text {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("{other:?}: expected on or off")),
+    }
 }
 
 fn cache_mode(text: &str) -> Result<tierd_sim::stack::CacheMode, String> {
@@ -359,6 +378,7 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
                 loads: args.loads.clone(),
                 calibrate: args.calibrate,
                 queue_order: args.queue_order,
+                scale: args.scale,
             },
         );
     }
@@ -487,6 +507,7 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
     cache.sequential_cutoff_bytes = args
         .sequential_cutoff
         .unwrap_or(cache.sequential_cutoff_bytes);
+    cache.smr_staging = args.smr_staging.unwrap_or(cache.smr_staging);
     let mut config = SimConfig::new(stack, volume_bytes);
     config.segment_bytes = segment_bytes;
     config.period_ns = args.period.unwrap_or(tierd_sim::config::DEFAULT_PERIOD_NS);

@@ -89,10 +89,14 @@
 
 pub mod adaptive;
 pub mod admission;
+pub mod band;
+#[cfg(test)]
+mod band_tests;
 mod sequential;
 #[cfg(test)]
 mod tests;
 
+use std::cmp::Reverse;
 use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
 
@@ -104,6 +108,7 @@ pub use adaptive::{
 };
 use admission::Admission;
 pub use admission::AdmissionKind;
+pub use band::{BandDone, DestageIo, DestageIoKind, SmrStaging};
 use sequential::SequentialDetector;
 
 /// A block of the volume: byte `block * block_bytes` onwards.
@@ -187,6 +192,9 @@ pub struct CacheSettings {
     /// Service times assumed before `adaptive` admission has measured any
     /// (unused by the fixed rules).
     pub priors: DevicePriors,
+    /// Home is a drive-managed SMR disk: stage every write and destage by
+    /// whole-band rewrites (`docs/engine/smr.md`); `None`: any other home.
+    pub smr: Option<SmrStaging>,
 }
 
 impl CacheSettings {
@@ -205,6 +213,7 @@ impl CacheSettings {
             reserve_slots: None,
             journal: false,
             priors: DevicePriors::default(),
+            smr: None,
         }
     }
 
@@ -237,6 +246,9 @@ impl CacheSettings {
                 self.reserve(),
                 self.slots
             ));
+        }
+        if let Some(smr) = &self.smr {
+            smr.validate(block)?;
         }
         if u64::from(self.slots - self.reserve()) > MAX_CAPACITY_PAGES {
             return Err(format!(
@@ -305,6 +317,11 @@ pub enum BlockIo {
     /// in flight the block is not filled (a fill could read home before the
     /// write lands and cache the old data).
     WriteHome,
+    /// Do nothing for this block now: its SMR band is being rewritten and
+    /// the write cannot stay in the cache (`docs/engine/smr.md`, rule 5).
+    /// Plan the block's part of the request again once
+    /// [`BlockCache::destage_io_done`] reports the band done. Not reported.
+    Blocked,
 }
 
 impl BlockIo {
@@ -315,7 +332,7 @@ impl BlockIo {
             | BlockIo::WriteSlot { ticket }
             | BlockIo::WriteSlotMerged { ticket }
             | BlockIo::WriteBoth { ticket, .. } => Some(ticket),
-            BlockIo::ReadHome | BlockIo::WriteHome => None,
+            BlockIo::ReadHome | BlockIo::WriteHome | BlockIo::Blocked => None,
         }
     }
 }
@@ -391,6 +408,14 @@ pub struct CacheCounters {
     pub failed_loads: u64,
     /// Blocks copied in for segment promotions.
     pub promotion_loads: u64,
+    /// SMR home: whole-band rewrites finished, and the dirty blocks they cleaned.
+    pub band_rewrites: u64,
+    pub band_rewrite_blocks: u64,
+    /// SMR home: home-only write blocks planned (no slot was free); each
+    /// reaches the drive's media cache.
+    pub smr_home_writes: u64,
+    /// SMR home: blocks planned `Blocked` (their band was being rewritten).
+    pub blocked_blocks: u64,
 }
 
 /// Why a recovered cache cannot be rebuilt.
@@ -500,12 +525,22 @@ pub struct BlockCache {
     orphans_waiting: VecDeque<BlockId>,
     /// Home-only writes in flight per block.
     home_writes: FastMap<BlockId, u32>,
+    /// SMR home: the home halves of `WriteBoth` steps in flight per block
+    /// (a band with any home write in flight is not rewritten).
+    home_halves: FastMap<BlockId, u32>,
     /// Blocks of promoted segments still to copy (`adaptive`), in order.
     loads: VecDeque<BlockId>,
     dirty: u64,
     valid: u64,
     loading: u64,
     writeback_cursor: BlockId,
+    /// SMR home: dirty blocks waiting per band, and the bands by that
+    /// count (most first, then lowest band).
+    band_dirty: FastMap<u64, u32>,
+    band_queue: BTreeSet<(Reverse<u32>, u64)>,
+    /// SMR home: the band being rewritten, and the last rewrite's id.
+    rewrite: Option<band::Rewrite>,
+    rewrite_ids: u64,
     flushing: bool,
     detaching: bool,
     counters: CacheCounters,
@@ -541,11 +576,16 @@ impl BlockCache {
             dirty_waiting: BTreeSet::new(),
             orphans_waiting: VecDeque::new(),
             home_writes: FastMap::default(),
+            home_halves: FastMap::default(),
             loads: VecDeque::new(),
             dirty: 0,
             valid: 0,
             loading: 0,
             writeback_cursor: 0,
+            band_dirty: FastMap::default(),
+            band_queue: BTreeSet::new(),
+            rewrite: None,
+            rewrite_ids: 0,
             flushing: false,
             detaching: false,
             counters: CacheCounters::default(),
@@ -602,7 +642,7 @@ impl BlockCache {
                 let access = cache.policy.access(block, false);
                 debug_assert!(access.evicted.is_none());
                 if dirty {
-                    cache.dirty_waiting.insert(block);
+                    cache.wait_dirty(block);
                 }
             }
         }
@@ -925,15 +965,36 @@ impl BlockCache {
             let hits_before = self.counters.write_hit_blocks;
             let (block_start, block_len) = self.settings.block_range(block);
             let covers = offset_bytes <= block_start && end >= block_start + block_len;
-            let io = if let Some(slot) = self.valid_slot(block) {
+            let io = if self.in_rewrite(block) {
+                self.write_in_rewrite(block, covers)
+            } else if let Some(slot) = self.valid_slot(block) {
                 self.counters.write_hit_blocks += 1;
                 self.touch(slot);
                 self.write_hit(slot)
             } else if let Some(&slot) = self.map.get(&block) {
                 // Loading (a fill in flight): the fill would now put stale
-                // data in the slot. Overtake it; this write goes home.
+                // data in the slot. Overtake it; this write goes home, or
+                // with an SMR home into a slot of its own.
                 self.overtake(slot);
-                self.home_write(block)
+                let staged = if self.stages_every_write() {
+                    self.allocate_staged(block)
+                } else {
+                    None
+                };
+                match staged {
+                    Some(ticket) if covers => BlockIo::WriteSlot { ticket },
+                    Some(ticket) => BlockIo::WriteSlotMerged { ticket },
+                    None => self.home_write(block),
+                }
+            } else if self.stages_every_write() {
+                // SMR home: a home-only write dirties a band the drive
+                // cleans later, under load; stage it whatever admission
+                // and the sequential cutoff say.
+                match self.allocate_staged(block) {
+                    Some(ticket) if covers => BlockIo::WriteSlot { ticket },
+                    Some(ticket) => BlockIo::WriteSlotMerged { ticket },
+                    None => self.home_write(block),
+                }
             } else {
                 match self.allocate(block, true, sequential) {
                     Some(ticket) => match self.settings.mode {
@@ -952,6 +1013,12 @@ impl BlockCache {
                     None => self.home_write(block),
                 }
             };
+            if self.settings.smr.is_some()
+                && matches!(io, BlockIo::WriteHome | BlockIo::WriteBoth { .. })
+            {
+                self.counters.smr_home_writes += 1;
+            }
+            self.note_home_half(block, &io);
             if let Some(per) = segment_blocks {
                 self.add_heat(&mut heat, block / per, true);
                 match io {
@@ -982,10 +1049,11 @@ impl BlockCache {
             if !entry.dirty {
                 entry.dirty = true;
                 self.dirty += 1;
+                let block = entry.block;
                 if entry.orphan {
-                    self.orphans_waiting.push_back(entry.block);
+                    self.orphans_waiting.push_back(block);
                 } else if !entry.writeback {
-                    self.dirty_waiting.insert(entry.block);
+                    self.wait_dirty(block);
                 }
             }
             return BlockIo::WriteSlot {
@@ -1012,6 +1080,12 @@ impl BlockCache {
         for block in self.blocks_of(offset_bytes, length_bytes) {
             let (block_start, block_len) = self.settings.block_range(block);
             let covers = offset_bytes <= block_start && end >= block_start + block_len;
+            if self.in_rewrite(block) {
+                // Home must not change inside a band being rewritten.
+                let io = self.block_on_rewrite();
+                steps.push(Step { block, io });
+                continue;
+            }
             let Some(&slot) = self.map.get(&block) else {
                 let io = self.home_write(block);
                 steps.push(Step { block, io });
@@ -1039,13 +1113,12 @@ impl BlockCache {
                 if entry.writeback {
                     entry.writes = entry.writes.wrapping_add(1);
                 }
-                steps.push(Step {
-                    block,
-                    io: BlockIo::WriteBoth {
-                        ticket: self.pin(slot),
-                        merge: false,
-                    },
-                });
+                let io = BlockIo::WriteBoth {
+                    ticket: self.pin(slot),
+                    merge: false,
+                };
+                self.note_home_half(block, &io);
+                steps.push(Step { block, io });
             }
         }
     }
@@ -1054,7 +1127,7 @@ impl BlockCache {
     /// call a caller needs; [`BlockCache::done`] is the part for tickets.
     pub fn finish(&mut self, step: &Step, ok: bool) {
         match step.io {
-            BlockIo::ReadHome => {}
+            BlockIo::ReadHome | BlockIo::Blocked => {}
             BlockIo::WriteHome => {
                 let count = self
                     .home_writes
@@ -1065,7 +1138,26 @@ impl BlockCache {
                     self.home_writes.remove(&step.block);
                 }
             }
-            io => self.done(io.ticket().expect("every other step has a ticket"), ok),
+            io => {
+                if matches!(io, BlockIo::WriteBoth { .. }) && self.settings.smr.is_some() {
+                    let count = self
+                        .home_halves
+                        .get_mut(&step.block)
+                        .expect("a write to home and slot reported twice");
+                    *count -= 1;
+                    if *count == 0 {
+                        self.home_halves.remove(&step.block);
+                    }
+                }
+                self.done(io.ticket().expect("every other step has a ticket"), ok)
+            }
+        }
+    }
+
+    /// SMR home: a `WriteBoth` step's home half is in flight.
+    fn note_home_half(&mut self, block: BlockId, io: &BlockIo) {
+        if self.settings.smr.is_some() && matches!(io, BlockIo::WriteBoth { .. }) {
+            *self.home_halves.entry(block).or_insert(0) += 1;
         }
     }
 
@@ -1077,6 +1169,8 @@ impl BlockCache {
 
     /// Reports a step's IO. `ok = false`: it failed (a load's slot goes
     /// back; a failed slot write leaves the block as it was planned).
+    /// A `WriteBoth` step is reported with [`BlockCache::finish`] (an SMR
+    /// home counts its home half).
     pub fn done(&mut self, ticket: Ticket, ok: bool) {
         let slot = ticket.slot;
         let entry = &mut self.slots[slot as usize];
@@ -1099,7 +1193,7 @@ impl BlockCache {
                     if entry.orphan {
                         self.orphans_waiting.push_back(block);
                     } else {
-                        self.dirty_waiting.insert(block);
+                        self.wait_dirty(block);
                     }
                 }
             } else {
@@ -1131,7 +1225,12 @@ impl BlockCache {
 
     /// The next dirty block to copy home, if writeback is wanted now.
     /// `idle`: the caller sees no user IO waiting (write back eagerly).
+    /// With an SMR home it hands out nothing: destage goes by whole bands
+    /// ([`BlockCache::next_destage_io`]).
     pub fn next_writeback(&mut self, idle: bool) -> Option<Writeback> {
+        if self.settings.smr.is_some() {
+            return None;
+        }
         let block = if let Some(block) = self.orphans_waiting.pop_front() {
             block
         } else {
@@ -1142,7 +1241,7 @@ impl BlockCache {
                 Some(&block) => block,
                 None => *self.dirty_waiting.iter().next()?,
             };
-            self.dirty_waiting.remove(&block);
+            self.unwait_dirty(block);
             self.writeback_cursor = block + 1;
             block
         };
@@ -1167,6 +1266,12 @@ impl BlockCache {
         if self.draining() || idle {
             return true;
         }
+        self.above_watermark()
+    }
+
+    /// The dirty share's hysteresis: true from the high watermark down to
+    /// the low one.
+    fn above_watermark(&mut self) -> bool {
         let slots = u64::from(self.settings.slots);
         let percent = self.dirty * 100 / slots;
         if percent >= u64::from(self.settings.dirty_high_percent) {
@@ -1175,6 +1280,280 @@ impl BlockCache {
             self.flushing = false;
         }
         self.flushing
+    }
+
+    /// The SMR staging settings, `None` for any other home.
+    pub fn smr(&self) -> Option<SmrStaging> {
+        self.settings.smr
+    }
+
+    /// The band being rewritten: its volume bytes (offset, length).
+    pub fn rewriting_band(&self) -> Option<(u64, u64)> {
+        self.rewrite
+            .as_ref()
+            .map(|rewrite| (rewrite.offset_bytes, rewrite.length_bytes))
+    }
+
+    /// Dirty blocks waiting for a destage per band, most first: `(band, blocks)`.
+    pub fn dirty_bands(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.band_queue
+            .iter()
+            .map(|&(Reverse(count), band)| (band, count))
+    }
+
+    /// The next IO of the SMR destage (`docs/engine/smr.md`): starts a
+    /// band rewrite when one is wanted and none is running (orphans' bands
+    /// first; else above the high watermark, while draining, or when
+    /// `user_waiting` is false: home is idle), then hands out its IOs as
+    /// the pacing allows. `user_waiting`: user IO is outstanding at home.
+    /// `None` without an SMR home, or when nothing may start now.
+    pub fn next_destage_io(&mut self, user_waiting: bool) -> Option<DestageIo> {
+        let smr = self.settings.smr?;
+        if self.rewrite.is_none() {
+            self.start_rewrite(&smr, !user_waiting)?;
+        }
+        let urgent = !self.orphans_waiting.is_empty() || self.draining() || self.above_watermark();
+        let block_bytes = self.settings.block_bytes;
+        let rewrite = self.rewrite.as_mut()?;
+        let yield_home = user_waiting && rewrite.background && !urgent;
+        rewrite.next_io(yield_home, &smr, block_bytes)
+    }
+
+    /// Reports a destage IO (`ok = false`: it failed; the rewrite stops and
+    /// cleans nothing). Returns the band once its rewrite is over: plan
+    /// the requests blocked on it again.
+    pub fn destage_io_done(&mut self, io: DestageIo, ok: bool) -> Option<BandDone> {
+        let rewrite = self.rewrite.as_mut()?;
+        if !rewrite.owns(&io) {
+            return None;
+        }
+        rewrite.io_done(&io, ok);
+        if !rewrite.finished() {
+            return None;
+        }
+        let rewrite = self.rewrite.take()?;
+        let ok = !rewrite.failed;
+        for taken in &rewrite.blocks {
+            let entry = &mut self.slots[taken.slot as usize];
+            entry.pins -= 1;
+            if entry.generation == taken.generation {
+                entry.writeback = false;
+                if ok && entry.writes == taken.writes && entry.dirty {
+                    entry.dirty = false;
+                    self.dirty -= 1;
+                    self.counters.writebacks += 1;
+                    self.counters.band_rewrite_blocks += 1;
+                } else if entry.dirty && entry.state == SlotState::Valid {
+                    let block = entry.block;
+                    if entry.orphan {
+                        self.orphans_waiting.push_back(block);
+                    } else {
+                        self.wait_dirty(block);
+                    }
+                }
+            }
+            self.settle(taken.slot);
+        }
+        if ok {
+            self.counters.band_rewrites += 1;
+        }
+        Some(BandDone {
+            band: rewrite.band,
+            offset_bytes: rewrite.offset_bytes,
+            length_bytes: rewrite.length_bytes,
+            ok,
+        })
+    }
+
+    /// Picks the band to rewrite and takes its dirty blocks (pinned, in
+    /// writeback). `idle`: home has no user IO.
+    fn start_rewrite(&mut self, smr: &SmrStaging, idle: bool) -> Option<()> {
+        let block_bytes = self.settings.block_bytes;
+        let (band, background) = if let Some(&orphan) = self.orphans_waiting.front() {
+            let band = smr.band_of(orphan * block_bytes);
+            if self.home_write_in_band(smr, band) {
+                return None;
+            }
+            (band, false)
+        } else {
+            if self.dirty_waiting.is_empty() {
+                self.flushing = false;
+                return None;
+            }
+            let urgent = self.draining() || self.above_watermark();
+            if !urgent && !idle {
+                return None;
+            }
+            // Densest band first: every rewrite costs a band read and a
+            // band write, so it frees the most of the stage per second of
+            // home's time. Bands with a home write in flight wait.
+            let band = self
+                .band_queue
+                .iter()
+                .take(64)
+                .map(|&(_, band)| band)
+                .find(|&band| !self.home_write_in_band(smr, band))?;
+            (band, !urgent)
+        };
+        let (offset_bytes, length_bytes) = smr.band_range(band, self.settings.volume_bytes);
+        let first = offset_bytes / block_bytes;
+        let end = (offset_bytes + length_bytes).div_ceil(block_bytes);
+        // A block with IO in flight on its slot is left out (it stays
+        // dirty; the rewrite writes home's copy of it back as it is): a
+        // write planned before the take could land after the slot is read,
+        // and the block would be cleaned with the older data at home.
+        let (map, slots) = (&self.map, &self.slots);
+        let idle = |block: &BlockId| slots[map[block] as usize].pins == 0;
+        let mut blocks: Vec<BlockId> = self
+            .dirty_waiting
+            .range(first..end)
+            .copied()
+            .filter(idle)
+            .collect();
+        self.orphans_waiting.retain(|block| {
+            let take = (first..end).contains(block) && idle(block);
+            if take {
+                blocks.push(*block);
+            }
+            !take
+        });
+        for &block in &blocks {
+            self.unwait_dirty(block);
+        }
+        blocks.sort_unstable();
+        let taken = blocks
+            .iter()
+            .map(|&block| {
+                let slot = self.map[&block];
+                let entry = &mut self.slots[slot as usize];
+                debug_assert!(entry.dirty && entry.state == SlotState::Valid && !entry.writeback);
+                entry.writeback = true;
+                entry.pins += 1;
+                band::Taken {
+                    block,
+                    slot,
+                    generation: entry.generation,
+                    writes: entry.writes,
+                }
+            })
+            .collect();
+        self.rewrite_ids += 1;
+        self.rewrite = Some(band::Rewrite::new(
+            self.rewrite_ids,
+            band,
+            (offset_bytes, length_bytes),
+            taken,
+            block_bytes,
+            smr.chunk_bytes,
+            background,
+        ));
+        Some(())
+    }
+
+    /// A home-only write of a block in `band` is in flight.
+    fn home_write_in_band(&self, smr: &SmrStaging, band: u64) -> bool {
+        let block_bytes = self.settings.block_bytes;
+        self.home_writes
+            .keys()
+            .chain(self.home_halves.keys())
+            .any(|&block| smr.band_of(block * block_bytes) == band)
+    }
+
+    /// `block` lies in the band being rewritten.
+    fn in_rewrite(&self, block: BlockId) -> bool {
+        self.rewrite
+            .as_ref()
+            .is_some_and(|rewrite| rewrite.contains_block(block, self.settings.block_bytes))
+    }
+
+    /// SMR home in writeback and not detaching: every write is staged.
+    fn stages_every_write(&self) -> bool {
+        self.settings.smr.is_some() && !self.draining()
+    }
+
+    /// A slot for a write miss with an SMR home: no admission, no
+    /// sequential cutoff (only a slot being free and no home write of the
+    /// block in flight).
+    fn allocate_staged(&mut self, block: BlockId) -> Option<Ticket> {
+        if self.home_writes.contains_key(&block) {
+            return None;
+        }
+        let ticket = self.take_slot(block, true);
+        if ticket.is_some() {
+            self.counters.allocations += 1;
+        } else {
+            self.counters.no_slot += 1;
+        }
+        ticket
+    }
+
+    /// A write to `block` while its band is being rewritten: home must not
+    /// change until the rewrite ends (it would overwrite the write with
+    /// the copy it read before). The write stays in the slot, or waits.
+    fn write_in_rewrite(&mut self, block: BlockId, covers: bool) -> BlockIo {
+        if !self.draining() {
+            if let Some(slot) = self.valid_slot(block) {
+                self.counters.write_hit_blocks += 1;
+                self.touch(slot);
+                return self.write_hit(slot);
+            }
+        }
+        if let Some(&slot) = self.map.get(&block) {
+            if self.slots[slot as usize].state == SlotState::Loading {
+                // A fill in flight would cache what this write replaces.
+                self.overtake(slot);
+            }
+        }
+        if !self.draining() && !self.map.contains_key(&block) {
+            match self.allocate_staged(block) {
+                Some(ticket) if covers => return BlockIo::WriteSlot { ticket },
+                Some(ticket) => return BlockIo::WriteSlotMerged { ticket },
+                None => {}
+            }
+        }
+        self.block_on_rewrite()
+    }
+
+    /// A request waits for the band being rewritten: the rewrite no longer
+    /// yields to user IO (the user is waiting for it).
+    fn block_on_rewrite(&mut self) -> BlockIo {
+        self.counters.blocked_blocks += 1;
+        if let Some(rewrite) = self.rewrite.as_mut() {
+            rewrite.background = false;
+        }
+        BlockIo::Blocked
+    }
+
+    /// `block` is dirty, valid and waits for a writeback (SMR: counted in its band).
+    fn wait_dirty(&mut self, block: BlockId) {
+        if self.dirty_waiting.insert(block) {
+            self.count_band(block, true);
+        }
+    }
+
+    /// `block` no longer waits (taken, evicted, released).
+    fn unwait_dirty(&mut self, block: BlockId) {
+        if self.dirty_waiting.remove(&block) {
+            self.count_band(block, false);
+        }
+    }
+
+    fn count_band(&mut self, block: BlockId, add: bool) {
+        let Some(smr) = self.settings.smr else {
+            return;
+        };
+        let band = smr.band_of(block * self.settings.block_bytes);
+        let old = self.band_dirty.get(&band).copied().unwrap_or(0);
+        let new = if add { old + 1 } else { old - 1 };
+        if old > 0 {
+            self.band_queue.remove(&(Reverse(old), band));
+        }
+        if new > 0 {
+            self.band_dirty.insert(band, new);
+            self.band_queue.insert((Reverse(new), band));
+        } else {
+            self.band_dirty.remove(&band);
+        }
     }
 
     /// Reports a writeback: `ok` = home holds the slot's data as read.
@@ -1190,10 +1569,11 @@ impl BlockCache {
                 self.dirty -= 1;
                 self.counters.writebacks += 1;
             } else if entry.dirty && entry.state == SlotState::Valid {
+                let block = entry.block;
                 if entry.orphan {
-                    self.orphans_waiting.push_back(entry.block);
+                    self.orphans_waiting.push_back(block);
                 } else {
-                    self.dirty_waiting.insert(entry.block);
+                    self.wait_dirty(block);
                 }
             }
         }
@@ -1357,7 +1737,7 @@ impl BlockCache {
         if entry.dirty {
             self.counters.dirty_evictions += 1;
             if !entry.writeback {
-                self.dirty_waiting.remove(&block);
+                self.unwait_dirty(block);
                 self.orphans_waiting.push_back(block);
             }
         } else {
@@ -1392,7 +1772,7 @@ impl BlockCache {
 
     /// `slot`'s valid block leaves the cache.
     fn release(&mut self, slot: SlotId) {
-        let entry = &mut self.slots[slot as usize];
+        let entry = self.slots[slot as usize];
         debug_assert_eq!(entry.state, SlotState::Valid);
         let block = entry.block;
         if !entry.orphan {
@@ -1400,11 +1780,12 @@ impl BlockCache {
         }
         if entry.dirty {
             self.dirty -= 1;
-            self.dirty_waiting.remove(&block);
+            self.unwait_dirty(block);
             self.orphans_waiting.retain(|&waiting| waiting != block);
         }
         self.map.remove(&block);
         self.valid -= 1;
+        let entry = &mut self.slots[slot as usize];
         *entry = Slot {
             generation: entry.generation.wrapping_add(1),
             ..Slot::EMPTY

@@ -53,6 +53,8 @@ pub struct Completions {
     pub response: Histogram,
     /// From the due time.
     pub response_from_due: Histogram,
+    /// Reads and writes apart (from the actual issue).
+    pub directions: tierd_sim::result::DirectionRecorder,
     /// Per period of completion: (requests, response ns summed).
     pub periods: Vec<(u64, u128)>,
     pub errors: u64,
@@ -74,6 +76,7 @@ impl Completions {
             last_done_ns: 0,
             response: Histogram::new(),
             response_from_due: Histogram::new(),
+            directions: Default::default(),
             periods: Vec::new(),
             errors: 0,
             errors_by_name: FastMap::default(),
@@ -94,6 +97,7 @@ impl Completions {
         }
         self.last_done_ns = self.last_done_ns.max(done.done_ns);
         self.response.record(response_ns);
+        self.directions.record(issued.op.is_write(), response_ns);
         self.response_from_due
             .record(done.done_ns.saturating_sub(issued.due_ns));
         let period = usize::try_from(done.done_ns / self.period_ns).unwrap_or(usize::MAX);

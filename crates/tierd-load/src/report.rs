@@ -200,6 +200,7 @@ pub fn build(inputs: ReportInputs<'_>) -> LiveReport {
         response_p999_us: us(response.quantile_ns(0.999)),
         response_max_us: us(response.max_ns()),
         response: response.clone(),
+        directions: completions.directions.figures(),
         home_svctm_ms: 0.0,
         home_util: 0.0,
         moves: 0,

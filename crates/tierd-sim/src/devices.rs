@@ -31,6 +31,27 @@ pub fn build_devices(config: &SimConfig) -> Result<Vec<Box<dyn DeviceModel>>, Si
         .collect()
 }
 
+/// The band size of tier `tier`'s model when it is a drive-managed SMR
+/// disk (its preset with the tier's `[tier.model]` overrides), else `None`.
+pub fn smr_band_bytes(config: &SimConfig, tier: usize) -> Result<Option<u64>, SimError> {
+    use serde::Deserialize;
+    use tierd_device::model::smr::{SmrConfig, SmrOverrides};
+    let spec = &config.stack.tiers[tier];
+    let Some(mut smr) = SmrConfig::preset(spec.device) else {
+        return Ok(None);
+    };
+    if let Some(table) = &spec.model {
+        SmrOverrides::deserialize(table.clone())
+            .map_err(|error| SimError::Device {
+                tier: spec.name.clone(),
+                device: spec.device.name().to_string(),
+                message: format!("[tier.model]: {error}"),
+            })?
+            .apply(&mut smr);
+    }
+    Ok(Some(smr.band_bytes))
+}
+
 /// How long one segment's copy from tier `from` to tier `to` takes on idle
 /// copies of the stack's device models, as the simulator's mover copies it
 /// (`migration.chunk_bytes` chunks, `chunks_in_flight` at a time, each read

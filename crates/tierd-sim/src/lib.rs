@@ -24,6 +24,7 @@ pub mod reduce;
 pub mod report;
 pub mod result;
 pub mod runner;
+pub mod smr;
 pub mod stack;
 pub mod sweep;
 pub mod tables;

@@ -167,6 +167,9 @@ pub struct RunResult {
     pub response_max_us: f64,
     /// Response time of every request.
     pub response: Histogram,
+    /// Reads and writes apart: `read_slow_fraction_100ms`, `read_p99_us`, ...
+    #[serde(flatten)]
+    pub directions: DirectionFigures,
     /// Home (last) tier over the run: iostat svctm (busy / IOs) and %util/100.
     pub home_svctm_ms: f64,
     pub home_util: f64,
@@ -338,6 +341,77 @@ pub struct CacheResult {
     /// Share of blocks the fast tier served alone (read hits + writes
     /// answered by the slot alone): paper 002's memory access ratio.
     pub fast_access_ratio: f64,
+    /// An SMR home with staging (`docs/engine/smr.md`): what the destage did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub smr: Option<SmrStagingResult>,
+}
+
+/// The SMR destage of a cache run over a drive-managed SMR home.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SmrStagingResult {
+    pub band_bytes: u64,
+    /// Whole-band rewrites finished, and the dirty blocks they cleaned.
+    pub band_rewrites: u64,
+    pub band_rewrite_blocks: u64,
+    /// Home bytes the rewrites read (the band's clean parts) and wrote
+    /// (whole bands).
+    pub destage_read_bytes: u64,
+    pub destage_write_bytes: u64,
+    /// Write blocks that went home because no slot was free (each reaches
+    /// the drive's media cache), and blocks that waited for their band's
+    /// rewrite.
+    pub home_write_blocks: u64,
+    pub blocked_blocks: u64,
+}
+
+/// Read and write response times apart (paper 001 counts reads over
+/// 100 ms). Keys of every run's JSON, at its top level.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct DirectionFigures {
+    /// Share of read requests that took more than 100 ms (0 without reads).
+    pub read_slow_fraction_100ms: f64,
+    pub read_mean_us: f64,
+    /// Percentile of read responses (bucket upper bound, < 3.125 % high).
+    pub read_p99_us: f64,
+    pub write_mean_us: f64,
+    pub write_p99_us: f64,
+}
+
+/// Collects [`DirectionFigures`] as requests complete.
+#[derive(Clone, Debug, Default)]
+pub struct DirectionRecorder {
+    read: Histogram,
+    write: Histogram,
+    reads_over_100ms: u64,
+}
+
+impl DirectionRecorder {
+    pub fn record(&mut self, is_write: bool, response_ns: u64) {
+        if is_write {
+            self.write.record(response_ns);
+        } else {
+            self.read.record(response_ns);
+            if response_ns > 100_000_000 {
+                self.reads_over_100ms += 1;
+            }
+        }
+    }
+
+    pub fn figures(&self) -> DirectionFigures {
+        let us = |ns: Option<u64>| ns.map_or(0.0, |ns| ns as f64 / 1e3);
+        let reads = self.read.count();
+        DirectionFigures {
+            read_slow_fraction_100ms: if reads > 0 {
+                self.reads_over_100ms as f64 / reads as f64
+            } else {
+                0.0
+            },
+            read_mean_us: self.read.mean_ns().unwrap_or(0.0) / 1e3,
+            read_p99_us: us(self.read.quantile_ns(0.99)),
+            write_mean_us: self.write.mean_ns().unwrap_or(0.0) / 1e3,
+            write_p99_us: us(self.write.quantile_ns(0.99)),
+        }
+    }
 }
 
 /// A completed move.

@@ -118,6 +118,14 @@ fn build_cache_with(
     settings.sequential_cutoff_bytes = cache.sequential_cutoff_bytes;
     // The simulator keeps no metadata: a released slot is free at once.
     settings.journal = false;
+    // A drive-managed SMR home: stage every write, destage whole bands
+    // (docs/engine/smr.md). Bands start at byte 0 of the model (the volume
+    // starts at byte 0 of home).
+    if cache.smr_staging {
+        if let Some(band_bytes) = crate::devices::smr_band_bytes(config, config.stack.home())? {
+            settings.smr = Some(tierd_core::cache::SmrStaging::new(band_bytes, 0));
+        }
+    }
     BlockCache::new(settings).map_err(|message| SimError::option("cache_bytes", message))
 }
 

@@ -1,6 +1,6 @@
 //! Tier stacks: which devices, how large, in which order, and how segments
 //! move between them. Written in TOML (`--tiers FILE.toml`) or taken from an
-//! embedded preset (`hdd-ssd`, `ssd-mem`).
+//! embedded preset (`hdd-ssd`, `ssd-mem`, `ssd-smr`).
 //!
 //! ```toml
 //! name = "hdd-ssd"
@@ -30,6 +30,7 @@
 //! mode = "writeback"              # writeback | writethrough | writearound
 //! admission = "always"            # always | frequency | frequency:N
 //! sequential_cutoff_bytes = "4MiB"  # misses of longer sequential runs bypass; 0 = off
+//! smr_staging = true              # an SMR home: stage every write, destage whole bands
 //! ```
 //!
 //! Every key is checked: an unknown key, a bad unit or an out-of-range value
@@ -56,9 +57,10 @@ pub const MAX_SEGMENT_BYTES: u64 = 4 << 30;
 /// Default host queue limit per device: Linux's default `nr_requests`.
 pub const DEFAULT_QUEUE_DEPTH: u32 = 128;
 
-const PRESETS: [(&str, &str); 2] = [
+const PRESETS: [(&str, &str); 3] = [
     ("hdd-ssd", include_str!("../presets/hdd-ssd.toml")),
     ("ssd-mem", include_str!("../presets/ssd-mem.toml")),
+    ("ssd-smr", include_str!("../presets/ssd-smr.toml")),
 ];
 
 /// Names of the embedded tier-stack presets.
@@ -158,6 +160,7 @@ struct CacheFile {
     mode: Option<String>,
     admission: Option<String>,
     sequential_cutoff_bytes: Option<HumanSize>,
+    smr_staging: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -246,6 +249,10 @@ pub struct CacheConfig {
     pub admission: AdmissionKind,
     /// Misses of a sequential run at least this long do not allocate; 0 = off.
     pub sequential_cutoff_bytes: u64,
+    /// With a drive-managed SMR home (`archive8tb`): stage every write and
+    /// destage by whole-band rewrites (`docs/engine/smr.md`). No effect on
+    /// any other home. Default on; `tierd sim --smr-staging off`.
+    pub smr_staging: bool,
 }
 
 fn display<T: std::fmt::Display, S: serde::Serializer>(
@@ -264,6 +271,7 @@ impl Default for CacheConfig {
             mode: CacheMode::Writeback,
             admission: AdmissionKind::Always,
             sequential_cutoff_bytes: DEFAULT_SEQUENTIAL_CUTOFF_BYTES,
+            smr_staging: true,
         }
     }
 }
@@ -309,6 +317,7 @@ fn cache_config(source_name: &str, file: &CacheFile) -> Result<CacheConfig, SimE
         mode,
         admission,
         sequential_cutoff_bytes,
+        smr_staging: file.smr_staging.unwrap_or(defaults.smr_staging),
     })
 }
 
@@ -607,6 +616,11 @@ mod tests {
         assert_eq!(stack.tiers[0].device, DevicePreset::Memory);
         assert_eq!(stack.tiers[1].device, DevicePreset::P3700);
         assert!(TierStack::load("hdd-ssd").is_ok());
+        let stack = TierStack::preset("ssd-smr").unwrap();
+        assert_eq!(stack.tiers[0].device, DevicePreset::P3700);
+        assert_eq!(stack.tiers[0].capacity_bytes, Some(64_000_000_000));
+        assert_eq!(stack.tiers[1].device, DevicePreset::Archive8tb);
+        assert!(stack.cache.smr_staging);
     }
 
     fn error_of(text: &str) -> String {
@@ -665,7 +679,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            message.contains("hdd-ssd") && message.contains("ssd-mem"),
+            message.contains("hdd-ssd")
+                && message.contains("ssd-mem")
+                && message.contains("ssd-smr"),
             "{message}"
         );
     }
@@ -690,6 +706,7 @@ mod tests {
                 mode: CacheMode::Writethrough,
                 admission: AdmissionKind::Frequency { misses: 3 },
                 sequential_cutoff_bytes: 0,
+                smr_staging: true,
             }
         );
         for (table, key, says) in [

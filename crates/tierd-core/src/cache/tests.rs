@@ -268,15 +268,23 @@ fn random_interleavings_never_serve_wrong_data() {
         }
         Err(_) => 0..2_000,
     };
-    let mut loads = 0;
+    let (mut loads, mut rewrites, mut blocked) = (0, 0, 0);
     let all = seeds.end - seeds.start > 1;
     for seed in seeds {
-        loads += run_model(seed);
+        let counters = run_model(seed);
+        loads += counters.promotion_loads;
+        rewrites += counters.band_rewrites;
+        blocked += counters.blocked_blocks;
     }
     // Promotion copies ran, and were checked, in the interleavings.
     assert!(
         !all || loads > 1000,
         "{loads} promotion loads over the seeds"
+    );
+    // So did SMR band rewrites, and writes that waited for them.
+    assert!(
+        !all || (rewrites > 1000 && blocked > 100),
+        "{rewrites} band rewrites, {blocked} blocked blocks over the seeds"
     );
 }
 
@@ -296,10 +304,21 @@ enum Pending {
     /// A promotion's copy: read home (holding the block as a reader), then
     /// write the slot.
     Load { load: Load, copied: Option<u64> },
+    /// One IO of an SMR band rewrite (it holds no block lock).
+    Destage { io: DestageIo },
 }
 
-/// One random interleaving; the promotion loads it completed.
-fn run_model(seed: u64) -> u64 {
+/// An SMR home's side of the model: the band rewrite's data in hand, and
+/// the writes waiting for their band (`BlockIo::Blocked`: block, version,
+/// discard). A waiting write holds its block, as the engine's lock would.
+#[derive(Default)]
+struct SmrModel {
+    buffer: FastMap<BlockId, u64>,
+    blocked: Vec<(BlockId, u64, bool)>,
+}
+
+/// One random interleaving; what its cache counted.
+fn run_model(seed: u64) -> CacheCounters {
     let mut state = seed;
     let mut random = move |bound: u64| splitmix64(&mut state) % bound;
     let blocks = 12u64;
@@ -321,6 +340,19 @@ fn run_model(seed: u64) -> u64 {
     if random(3) == 0 {
         cache_settings.admission = AdmissionKind::Frequency { misses: 2 };
     }
+    // A third of the seeds run over an SMR home (bands of 4 blocks), drawn
+    // from a stream of their own so the other seeds run as before.
+    let mut smr_state = seed ^ 0x736d_725f_686f_6d65;
+    let smr_on = splitmix64(&mut smr_state).is_multiple_of(3);
+    if smr_on {
+        cache_settings.smr = Some(SmrStaging {
+            band_bytes: 4 * BLOCK,
+            first_band_offset_bytes: splitmix64(&mut smr_state) % 4 * BLOCK,
+            chunk_bytes: (1 + splitmix64(&mut smr_state) % 2) * BLOCK,
+            chunks_in_flight: 1 + (splitmix64(&mut smr_state) % 2) as u32,
+        });
+    }
+    let mut smr = SmrModel::default();
     let mut cache = BlockCache::new(cache_settings.clone()).unwrap();
     let mut home = vec![0u64; blocks as usize];
     let mut fast = vec![u64::MAX; slots as usize];
@@ -350,21 +382,29 @@ fn run_model(seed: u64) -> u64 {
                     Pending::Load { load, copied } => {
                         load.block == block && !is_read && copied.is_some()
                     }
-                });
+                    Pending::Destage { .. } => false,
+                }) || smr.blocked.iter().any(|&(waiting, ..)| waiting == block);
                 if busy {
                     continue;
                 }
                 let mut steps = Vec::new();
                 let version = next_version;
                 next_version += 1;
+                let discard = !is_read && random(8) == 0;
                 if is_read {
                     cache.read(block * BLOCK, BLOCK, &mut steps);
-                } else if random(8) == 0 {
+                } else if discard {
                     cache.discard(block * BLOCK, BLOCK, &mut steps);
                 } else {
                     cache.write(block * BLOCK, BLOCK, &mut steps);
                 }
                 for step in steps {
+                    if step.io == BlockIo::Blocked {
+                        assert!(!is_read, "{context}: a read planned Blocked");
+                        writes_in_flight[block as usize] += 1;
+                        smr.blocked.push((block, version, discard));
+                        continue;
+                    }
                     if std::env::var_os("CACHE_MODEL_TRACE").is_some() {
                         eprintln!(
                             "plan {} {step:?} v{version}",
@@ -395,6 +435,7 @@ fn run_model(seed: u64) -> u64 {
                         &mut latest,
                         &mut writes_in_flight,
                         &mut written_since_flush,
+                        &mut smr,
                         &context,
                     );
                 }
@@ -414,13 +455,22 @@ fn run_model(seed: u64) -> u64 {
                     }
                 }
             }
+            8 if smr_on => {
+                let user_waiting = random(2) == 0;
+                for _ in 0..1 + random(3) {
+                    match cache.next_destage_io(user_waiting) {
+                        Some(io) => pending.push(Pending::Destage { io }),
+                        None => break,
+                    }
+                }
+            }
             8 => {
                 if let Some(writeback) = cache.next_writeback(random(2) == 0) {
                     // The writeback waits for the block's IO in flight.
                     while let Some(index) = pending.iter().position(|p| {
                         matches!(p, Pending::Step { step, .. } if step.block == writeback.block)
                     }) {
-                        advance(&mut pending, index, &mut cache, &mut home, &mut fast, &mut latest, &mut writes_in_flight, &mut written_since_flush, &context);
+                        advance(&mut pending, index, &mut cache, &mut home, &mut fast, &mut latest, &mut writes_in_flight, &mut written_since_flush, &mut smr, &context);
                     }
                     pending.push(Pending::Writeback {
                         writeback,
@@ -444,6 +494,7 @@ fn run_model(seed: u64) -> u64 {
                             &mut latest,
                             &mut writes_in_flight,
                             &mut written_since_flush,
+                            &mut smr,
                             &context,
                         );
                     }
@@ -475,10 +526,12 @@ fn run_model(seed: u64) -> u64 {
                             &mut latest,
                             &mut writes_in_flight,
                             &mut written_since_flush,
+                            &mut smr,
                             &context,
                         );
                     }
                     pending.clear();
+                    smr = SmrModel::default();
                     let mut entries: Vec<(BlockId, SlotId, bool)> = durable_map
                         .iter()
                         .map(|(&block, &slot)| (block, slot, true))
@@ -520,10 +573,34 @@ fn run_model(seed: u64) -> u64 {
             &mut latest,
             &mut writes_in_flight,
             &mut written_since_flush,
+            &mut smr,
             &context,
         );
     }
     cache.detach();
+    loop {
+        while let Some(io) = cache.next_destage_io(false) {
+            pending.push(Pending::Destage { io });
+        }
+        if pending.is_empty() {
+            break;
+        }
+        while !pending.is_empty() {
+            advance(
+                &mut pending,
+                0,
+                &mut cache,
+                &mut home,
+                &mut fast,
+                &mut latest,
+                &mut writes_in_flight,
+                &mut written_since_flush,
+                &mut smr,
+                &context,
+            );
+        }
+    }
+    assert!(smr.blocked.is_empty(), "{context}: writes still wait");
     while let Some(writeback) = cache.next_writeback(false) {
         let value = fast[writeback.slot as usize];
         home[writeback.block as usize] = value;
@@ -537,7 +614,7 @@ fn run_model(seed: u64) -> u64 {
             "{context}: slot {slot} of block {block}"
         );
     }
-    cache.counters().promotion_loads
+    cache.counters()
 }
 
 fn commit(cache: &mut BlockCache, durable_map: &mut FastMap<BlockId, SlotId>) {
@@ -569,6 +646,7 @@ fn advance(
     latest: &mut [u64],
     writes_in_flight: &mut [u32],
     written_since_flush: &mut [Vec<u64>],
+    smr: &mut SmrModel,
     context: &str,
 ) {
     // A load takes its block's reader lock only after it was planned: a
@@ -587,6 +665,7 @@ fn advance(
                 latest,
                 writes_in_flight,
                 written_since_flush,
+                smr,
                 context,
             );
         }
@@ -595,6 +674,53 @@ fn advance(
         eprintln!("advance {:?}", pending[index]);
     }
     match &mut pending[index] {
+        Pending::Destage { io } => {
+            let io = *io;
+            let blocks =
+                io.offset_bytes / BLOCK..(io.offset_bytes + io.length_bytes).div_ceil(BLOCK);
+            match io.kind {
+                DestageIoKind::ReadSlot { block, slot } => {
+                    smr.buffer.insert(block, fast[slot as usize]);
+                }
+                DestageIoKind::ReadHome => {
+                    for block in blocks {
+                        smr.buffer.insert(block, home[block as usize]);
+                    }
+                }
+                DestageIoKind::WriteHome => {
+                    for block in blocks {
+                        home[block as usize] = *smr.buffer.get(&block).unwrap_or_else(|| {
+                            panic!("{context}: block {block} written before it was read")
+                        });
+                    }
+                }
+            }
+            if cache.destage_io_done(io, true).is_some() {
+                smr.buffer.clear();
+                // The band is done: the writes that waited for it go now.
+                for (block, version, discard) in std::mem::take(&mut smr.blocked) {
+                    let mut steps = Vec::new();
+                    if discard {
+                        cache.discard(block * BLOCK, BLOCK, &mut steps);
+                    } else {
+                        cache.write(block * BLOCK, BLOCK, &mut steps);
+                    }
+                    for step in steps {
+                        if step.io == BlockIo::Blocked {
+                            smr.blocked.push((block, version, discard));
+                        } else {
+                            pending.push(Pending::Step {
+                                step,
+                                version,
+                                read_from: None,
+                                is_read: false,
+                                started: false,
+                            });
+                        }
+                    }
+                }
+            }
+        }
         Pending::Writeback { writeback, copied } => {
             if copied.is_none() {
                 *copied = Some(fast[writeback.slot as usize]);
@@ -673,12 +799,13 @@ fn advance(
                 BlockIo::WriteBoth { ticket, .. } => {
                     fast[ticket.slot as usize] = version;
                     home[block] = version;
-                    cache.done(ticket, true);
+                    cache.finish(step, true);
                 }
                 BlockIo::WriteHome => {
                     home[block] = version;
                     cache.finish(step, true);
                 }
+                BlockIo::Blocked => unreachable!("a blocked step is never pending"),
             }
             if !*is_read {
                 writes_in_flight[block] -= 1;

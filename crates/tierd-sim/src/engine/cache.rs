@@ -26,6 +26,17 @@
 //! user IO is at home: read the block from home, write it into its slot,
 //! then `load_done` — background IO, counted as migration traffic.
 //!
+//! With an SMR home (`ssd-smr`; `docs/engine/smr.md`) no block is written
+//! back on its own: `BlockCache::next_destage_io` is asked at the same
+//! points, with `user_waiting` = user IO outstanding at home, and its IOs
+//! (slot reads on the fast tier, home reads of the band's clean parts,
+//! then the band written from its first byte to its end in order) go to
+//! the devices as background IO, each reported with `destage_io_done`.
+//! A step `Blocked` (a write into the band being rewritten that cannot
+//! stay in the cache) issues nothing: its part of the request is planned
+//! again when the band's rewrite ends, and the request is not complete
+//! until that part is.
+//!
 //! Writeback (`BlockCache::next_writeback`) is asked after every request
 //! is planned, every device completion and every period end, with `idle` = no user IO
 //! outstanding at home (the device a writeback's write competes for), at
@@ -33,9 +44,21 @@
 //! `writeback_done`. Dirty victims become orphans in the core and are
 //! written back first; they are counted as `dirty_evictions`.
 
-use tierd_core::cache::{BlockCache, BlockIo, ServicePrior, Step, Writeback};
+use tierd_core::cache::{BlockCache, BlockIo, DestageIoKind, ServicePrior, Step, Writeback};
 
 use super::*;
+
+/// An SMR home counts as idle for the destage once no user IO has been
+/// outstanding there for this long (the Archive 8 TB's own idle delay
+/// before it cleans, `idle_clean_delay_ms`). Starting a band rewrite in
+/// every gap between user requests kept the disk busy (79 % on the real
+/// hm_0 cut, 1,199 rewrites in 800 s) and broke the users' sequential
+/// runs: 24 % of reads took over 100 ms; docs/engine/smr.md.
+pub const SMR_IDLE_NS: u64 = 1_000_000_000;
+
+/// The timer that wakes the destage when home has been idle for
+/// [`SMR_IDLE_NS`] (a move slot no move has).
+pub(super) const DESTAGE_TIMER: u32 = u32::MAX;
 
 /// Writebacks (slot read + home write) in flight at once. Enough to keep
 /// the write-back elevator moving under a write burst; few enough that a
@@ -121,6 +144,9 @@ pub(super) struct CacheCounters {
     /// Bytes read from home to merge partial writes into a new block.
     pub(super) merge_read_bytes: u64,
     pub(super) writeback_bytes: u64,
+    /// SMR band rewrites: home bytes read (clean parts) and written (whole bands).
+    pub(super) destage_read_bytes: u64,
+    pub(super) destage_write_bytes: u64,
     /// Most dirty blocks seen (after each request is planned and each completion).
     pub(super) dirty_blocks_max: u64,
 }
@@ -133,8 +159,13 @@ pub(super) enum GroupKind {
     Fill,
     WriteSlot,
     WriteSlotMerged,
-    WriteBoth { merge: bool },
+    WriteBoth {
+        merge: bool,
+    },
     WriteHome,
+    /// Waits for its SMR band's rewrite: never started as a group
+    /// (`dispatch_cache` holds the part back).
+    Blocked,
 }
 
 impl GroupKind {
@@ -147,6 +178,7 @@ impl GroupKind {
             BlockIo::WriteSlotMerged { .. } => GroupKind::WriteSlotMerged,
             BlockIo::WriteBoth { merge, .. } => GroupKind::WriteBoth { merge },
             BlockIo::WriteHome => GroupKind::WriteHome,
+            BlockIo::Blocked => GroupKind::Blocked,
         }
     }
 
@@ -171,7 +203,9 @@ impl GroupKind {
             GroupKind::ReadSlot | GroupKind::WriteSlot | GroupKind::WriteBoth { merge: false } => {
                 matches!((slot(last), slot(next)), (Some(a), Some(b)) if a.checked_add(1) == Some(b))
             }
-            GroupKind::WriteSlotMerged | GroupKind::WriteBoth { merge: true } => false,
+            GroupKind::WriteSlotMerged
+            | GroupKind::WriteBoth { merge: true }
+            | GroupKind::Blocked => false,
         }
     }
 }
@@ -230,6 +264,25 @@ impl<'run> Engine<'run> {
         }
         let mut first = 0;
         while first < steps.len() {
+            if steps[first].io == BlockIo::Blocked {
+                // The band is being rewritten: this part waits for it.
+                let mut end = first + 1;
+                while end < steps.len() && steps[end].io == BlockIo::Blocked {
+                    end += 1;
+                }
+                let (start, _) = self.block_range(steps[first].block);
+                let (last, last_length) = self.block_range(steps[end - 1].block);
+                let offset_bytes = request.offset_bytes.max(start);
+                let part = Request {
+                    offset_bytes,
+                    length_bytes: request.end_bytes().min(last + last_length) - offset_bytes,
+                    ..*request
+                };
+                self.requests.get_mut(request_index).pieces_left += 1;
+                self.blocked.push((request_index, part));
+                first = end;
+                continue;
+            }
             let kind = GroupKind::of(&steps[first].io);
             let mut end = first + 1;
             while end < steps.len()
@@ -303,7 +356,7 @@ impl<'run> Engine<'run> {
             }
         };
         let first_slot = match kind {
-            GroupKind::ReadHome | GroupKind::WriteHome | GroupKind::Fill => 0,
+            GroupKind::ReadHome | GroupKind::WriteHome | GroupKind::Fill | GroupKind::Blocked => 0,
             _ => self.slot_offset(&steps[0]) + (volume_offset - first_start),
         };
         let whole = first_start..last_start + last_len;
@@ -315,6 +368,7 @@ impl<'run> Engine<'run> {
             GroupKind::ReadHome | GroupKind::WriteHome => {
                 self.cache_user_io(index, self.home, op, volume_offset, bytes);
             }
+            GroupKind::Blocked => unreachable!("a blocked part is planned again, never started"),
             GroupKind::WriteBoth { merge: false } => {
                 self.cache_user_io(index, self.home, Op::Write, volume_offset, bytes);
                 self.cache_user_io(index, 0, Op::Write, first_slot, bytes);
@@ -554,6 +608,9 @@ impl<'run> Engine<'run> {
         let Controller::Cache(_) = self.controller else {
             return;
         };
+        if self.cache().smr().is_some() {
+            self.pump_destage();
+        }
         self.pump_loads();
         let dirty = self.cache().dirty_blocks();
         self.cache_counters.dirty_blocks_max = self.cache_counters.dirty_blocks_max.max(dirty);
@@ -577,6 +634,91 @@ impl<'run> Engine<'run> {
                 },
             );
         }
+    }
+
+    /// Home's user IO all completed at `done_ns`: with an SMR home, wake
+    /// the destage when it has been idle for [`SMR_IDLE_NS`].
+    pub(super) fn home_idle_from(&mut self, done_ns: u64) {
+        let Controller::Cache(cache) = &self.controller else {
+            return;
+        };
+        if cache.smr().is_none() {
+            return;
+        }
+        self.home_idle_since_ns = done_ns;
+        self.wake_destage_when_idle();
+    }
+
+    /// With dirty blocks and no user IO at home, wakes the destage when
+    /// home has been idle for [`SMR_IDLE_NS`] (one timer per idle spell).
+    fn wake_destage_when_idle(&mut self) {
+        let idle_at_ns = self.home_idle_since_ns + SMR_IDLE_NS;
+        if self.user_outstanding[self.home] > 0
+            || self.now_ns >= idle_at_ns
+            || self.destage_wake_ns == idle_at_ns
+            || self.cache().dirty_blocks() == 0
+        {
+            return;
+        }
+        self.destage_wake_ns = idle_at_ns;
+        self.timer_sequence += 1;
+        self.timers.push(std::cmp::Reverse((
+            idle_at_ns,
+            self.timer_sequence,
+            DESTAGE_TIMER,
+        )));
+    }
+
+    /// Starts the SMR destage IOs the core hands out now (it paces them).
+    /// Home counts as busy until it has been idle for [`SMR_IDLE_NS`].
+    fn pump_destage(&mut self) {
+        let user_waiting = self.user_outstanding[self.home] > 0
+            || self.now_ns < self.home_idle_since_ns + SMR_IDLE_NS;
+        self.wake_destage_when_idle();
+        while let Some(io) = self.cache().next_destage_io(user_waiting) {
+            let (tier, op) = match io.kind {
+                DestageIoKind::ReadSlot { .. } => (0, Op::Read),
+                DestageIoKind::ReadHome => (self.home, Op::Read),
+                DestageIoKind::WriteHome => (self.home, Op::Write),
+            };
+            let index = self.destage_ios.insert(io);
+            self.submit(
+                tier,
+                DeviceIo {
+                    id: (KIND_DESTAGE << KIND_SHIFT) | u64::from(index),
+                    op,
+                    offset_bytes: io.offset_bytes,
+                    length_bytes: io.length_bytes,
+                    background: true,
+                },
+            );
+        }
+    }
+
+    /// A band rewrite's IO completed. When the band is done, the parts of
+    /// requests that waited for it are planned again.
+    pub(super) fn destage_io_done(&mut self, tier: usize, index: u32) -> Result<(), SimError> {
+        let io = self.destage_ios.take(index);
+        self.monitor
+            .record_migration_io(tier as TierId, io.length_bytes);
+        match io.kind {
+            DestageIoKind::ReadHome => self.cache_counters.destage_read_bytes += io.length_bytes,
+            DestageIoKind::WriteHome => self.cache_counters.destage_write_bytes += io.length_bytes,
+            DestageIoKind::ReadSlot { .. } => {}
+        }
+        if self.cache().destage_io_done(io, true).is_none() {
+            return Ok(());
+        }
+        for (request_index, part) in std::mem::take(&mut self.blocked) {
+            self.dispatch_cache(request_index, &part);
+            let state = self.requests.get_mut(request_index);
+            state.pieces_left -= 1;
+            debug_assert!(
+                state.pieces_left > 0,
+                "a part planned again started nothing"
+            );
+        }
+        Ok(())
     }
 
     /// A writeback's slot read completed: write the block home.

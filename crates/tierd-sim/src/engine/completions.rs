@@ -63,6 +63,9 @@ impl<'run> Engine<'run> {
             if self.user_outstanding[tier] == 0 {
                 let since = self.user_busy_since_ns[tier];
                 self.user_busy_ns[tier] += completion.done_ns.saturating_sub(since);
+                if tier == self.home {
+                    self.home_idle_from(completion.done_ns);
+                }
             }
         }
         if let Controller::Cache(cache) = &mut self.controller {
@@ -99,6 +102,7 @@ impl<'run> Engine<'run> {
             KIND_CACHE_LOAD_WRITE => self.load_write_done(tier, payload as u32),
             KIND_WRITEBACK_READ => self.writeback_read_done(tier, payload as u32),
             KIND_WRITEBACK_WRITE => self.writeback_write_done(tier, payload as u32),
+            KIND_DESTAGE => self.destage_io_done(tier, payload as u32)?,
             _ => debug_assert!(false, "unknown IO id {:#x}", completion.id),
         }
         self.pump_writebacks();
@@ -208,7 +212,7 @@ impl<'run> Engine<'run> {
         state.pieces_left -= 1;
         if state.pieces_left == 0 {
             self.requests.take(piece.request);
-            self.finish_request(request.arrival_ns, done_ns)?;
+            self.finish_request(request.arrival_ns, request.is_write, done_ns)?;
         }
         Ok(())
     }
@@ -243,9 +247,15 @@ impl<'run> Engine<'run> {
         }
     }
 
-    pub(super) fn finish_request(&mut self, arrival_ns: u64, done_ns: u64) -> Result<(), SimError> {
+    pub(super) fn finish_request(
+        &mut self,
+        arrival_ns: u64,
+        is_write: bool,
+        done_ns: u64,
+    ) -> Result<(), SimError> {
         let response_ns = done_ns.saturating_sub(arrival_ns);
         self.response.record(response_ns);
+        self.directions.record(is_write, response_ns);
         self.completed += 1;
         if done_ns <= HOUR_NS {
             self.completed_first_hour += 1;

@@ -3,7 +3,7 @@
 use tierd_core::cache::Rule;
 
 use super::*;
-use crate::result::AdaptiveResult;
+use crate::result::{AdaptiveResult, SmrStagingResult};
 
 impl<'run> Engine<'run> {
     // ----- result ----------------------------------------------------------
@@ -110,6 +110,15 @@ impl<'run> Engine<'run> {
                         counters.read_hit_blocks + ours.fast_write_blocks,
                         accesses,
                     ),
+                    smr: cache.smr().map(|smr| SmrStagingResult {
+                        band_bytes: smr.band_bytes,
+                        band_rewrites: counters.band_rewrites,
+                        band_rewrite_blocks: counters.band_rewrite_blocks,
+                        destage_read_bytes: ours.destage_read_bytes,
+                        destage_write_bytes: ours.destage_write_bytes,
+                        home_write_blocks: counters.smr_home_writes,
+                        blocked_blocks: counters.blocked_blocks,
+                    }),
                 })
             }
             Controller::Policy(_) => None,
@@ -164,6 +173,7 @@ impl<'run> Engine<'run> {
             response_p999_us: to_us(self.response.quantile_ns(0.999)),
             response_max_us: to_us(self.response.max_ns()),
             response: self.response.clone(),
+            directions: self.directions.figures(),
             home_svctm_ms,
             home_util,
             moves,

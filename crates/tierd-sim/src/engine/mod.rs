@@ -99,6 +99,9 @@ const KIND_CACHE_FILL_READ: u64 = 11;
 const KIND_CACHE_LOAD_READ: u64 = 12;
 /// A promotion's slot write of one block (background; payload: its entry).
 const KIND_CACHE_LOAD_WRITE: u64 = 13;
+/// An SMR band rewrite's IO (background; payload: its entry in
+/// `Engine::destage_ios`).
+const KIND_DESTAGE: u64 = 14;
 
 /// User IO (a piece, the target half of a mirrored write, the home half of
 /// a written-through write): counts in the user-busy time the policies see
@@ -120,6 +123,7 @@ const HOUR_NS: u64 = 3_600_000_000_000;
 struct RequestState {
     arrival_ns: u64,
     pieces_left: u32,
+    is_write: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -261,10 +265,20 @@ struct Engine<'run> {
     /// slot writes in flight.
     load_reading: Option<tierd_core::cache::Load>,
     load_writes: Slab<tierd_core::cache::Load>,
+    /// An SMR home's band rewrite: its IOs in flight, and the parts of
+    /// requests waiting for the band (`BlockIo::Blocked`), planned again
+    /// when it ends.
+    destage_ios: Slab<tierd_core::cache::DestageIo>,
+    blocked: Vec<(u32, Request)>,
+    /// When home's user IO last all completed (SMR idle time counts from it).
+    home_idle_since_ns: u64,
+    /// When the destage's idle timer is set for (one per idle spell).
+    destage_wake_ns: u64,
 
     // Measurements.
     monitor: Monitor,
     response: Histogram,
+    directions: crate::result::DirectionRecorder,
     tier_response: Vec<Histogram>,
     tier_bytes: Vec<u64>,
     completed: u64,
@@ -467,8 +481,13 @@ impl<'run> Engine<'run> {
             writebacks_in_flight: 0,
             load_reading: None,
             load_writes: Slab::new(),
+            destage_ios: Slab::new(),
+            blocked: Vec::new(),
+            home_idle_since_ns: 0,
+            destage_wake_ns: 0,
             monitor: Monitor::new(config.period_ns, tiers, 0, config.history_periods),
             response: Histogram::new(),
+            directions: Default::default(),
             tier_response: (0..tiers).map(|_| Histogram::new()).collect(),
             tier_bytes: vec![0; tiers],
             completed: 0,
@@ -542,7 +561,11 @@ impl<'run> Engine<'run> {
                 self.advance_device(device_tier)?;
             } else if timer_ns == next_ns {
                 if let Some(Reverse((_, _, move_slot))) = self.timers.pop() {
-                    self.move_timer(move_slot);
+                    if move_slot == cache::DESTAGE_TIMER {
+                        self.pump_writebacks();
+                    } else {
+                        self.move_timer(move_slot);
+                    }
                 }
             } else if let Some((due_ns, request)) = self.pending.take() {
                 if self.now_ns > due_ns {
@@ -598,6 +621,7 @@ impl<'run> Engine<'run> {
         let request_index = self.requests.insert(RequestState {
             arrival_ns: self.now_ns,
             pieces_left: 0,
+            is_write: request.op.is_write(),
         });
         self.last_arrival_ns = self.now_ns;
         self.outstanding_requests += 1;
