@@ -1478,7 +1478,13 @@ impl BlockCache {
         if self.home_writes.contains_key(&block) {
             return None;
         }
-        let ticket = self.take_slot(block, true);
+        self.take_slot_counted(block, true)
+    }
+
+    /// [`BlockCache::take_slot`], counted as an allocation or a miss that
+    /// found no slot.
+    fn take_slot_counted(&mut self, block: BlockId, is_write: bool) -> Option<Ticket> {
+        let ticket = self.take_slot(block, is_write);
         if ticket.is_some() {
             self.counters.allocations += 1;
         } else {
@@ -1659,13 +1665,7 @@ impl BlockCache {
             self.counters.rejected += 1;
             return None;
         }
-        let ticket = self.take_slot(block, is_write);
-        if ticket.is_some() {
-            self.counters.allocations += 1;
-        } else {
-            self.counters.no_slot += 1;
-        }
-        ticket
+        self.take_slot_counted(block, is_write)
     }
 
     /// A loading, pinned slot for `block` (not cached), evicting as the
