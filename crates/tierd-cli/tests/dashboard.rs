@@ -56,6 +56,9 @@ segment = "1MiB"
 tiers = ["mem", "disk"]
 period = "200ms"
 
+[volume.policy]
+kind = "none"
+
 [[volume]]
 name = "cached"
 size = "64MiB"
@@ -188,7 +191,38 @@ fn every_dashboard_query_names_metrics_and_labels_a_live_server_exports() {
         client.read(0, &mut back).unwrap();
         client.flush().unwrap();
     }
-    let exported = families(&scrape(&address));
+    // An operator move, so the by-rule family has a sample to check labels on.
+    let moved = std::process::Command::new(env!("CARGO_BIN_EXE_tierd"))
+        .args([
+            "move",
+            "--config",
+            "config.toml",
+            "--volume",
+            "tiered",
+            "--segment",
+            "0",
+            "--to",
+            "mem",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(moved.status.success(), "{}", common::stderr(&moved));
+    let clock = tierd_common::clock::SystemClock::new();
+    let deadline = tierd_common::clock::Clock::now_ns(&clock) + 60_000_000_000;
+    let text = loop {
+        let text = scrape(&address);
+        if text.contains("tierd_volume_moves_by_rule_total{volume=\"tiered\",rule=\"operator\"} 1")
+        {
+            break text;
+        }
+        assert!(
+            tierd_common::clock::Clock::now_ns(&clock) < deadline,
+            "the operator move never finished:\n{text}"
+        );
+        tierd_common::clock::Clock::sleep_ns(&clock, 50_000_000);
+    };
+    let exported = families(&text);
     let queries = queries(&dashboard);
     assert!(queries.len() >= 20, "{} queries", queries.len());
     let mut used = BTreeSet::new();
@@ -233,6 +267,8 @@ fn every_dashboard_query_names_metrics_and_labels_a_live_server_exports() {
         "tierd_tier_busy_seconds_total",
         "tierd_tier_used_bytes",
         "tierd_volume_moves_completed_total",
+        "tierd_volume_moves_by_rule_total",
+        "tierd_volume_moves_dropped_by_reason_total",
         "tierd_cache_read_hit_ratio",
         "tierd_reduction_ratio",
     ] {

@@ -305,6 +305,16 @@ fn render_statuses(statuses: &[VolumeStatus], nbd: &ServerStats) -> String {
         "counter",
         "Planned moves dropped before copying (tier full, segment elsewhere) since start.",
     );
+    let mut by_rule = Family::new(
+        "tierd_volume_moves_by_rule_total",
+        "counter",
+        "Segment moves finished since start, by the rule that asked for them (operator, pin, or the policy's rule: why data moved).",
+    );
+    let mut dropped_by_reason = Family::new(
+        "tierd_volume_moves_dropped_by_reason_total",
+        "counter",
+        "Planned moves dropped before copying since start, by reason (refused, pinned, not_asked_again, waited_past_payback, room_taken_back; docs/placement.md).",
+    );
     let mut in_flight = Family::new(
         "tierd_volume_moves_in_flight",
         "gauge",
@@ -378,6 +388,19 @@ fn render_statuses(statuses: &[VolumeStatus], nbd: &ServerStats) -> String {
         volume_size.add(&volume_labels, status.size_bytes);
         completed.add(&volume_labels, status.completed_moves);
         dropped.add(&volume_labels, status.dropped_moves);
+        for (rule, count) in &status.completed_moves_by_rule {
+            by_rule.add(&format!("{volume_labels},rule=\"{}\"", label(rule)), count);
+        }
+        let reasons = &status.dropped_moves_by_reason;
+        for (reason, count) in [
+            ("refused", reasons.refused),
+            ("pinned", reasons.pinned),
+            ("not_asked_again", reasons.not_asked_again),
+            ("waited_past_payback", reasons.waited_past_payback),
+            ("room_taken_back", reasons.room_taken_back),
+        ] {
+            dropped_by_reason.add(&format!("{volume_labels},reason=\"{reason}\""), count);
+        }
         in_flight.add(&volume_labels, status.in_flight.len());
         pending.add(&volume_labels, status.pending_moves);
         periods.add(&volume_labels, status.periods_closed);
@@ -681,6 +704,8 @@ fn render_statuses(statuses: &[VolumeStatus], nbd: &ServerStats) -> String {
         &segments,
         &completed,
         &dropped,
+        &by_rule,
+        &dropped_by_reason,
         &in_flight,
         &pending,
         &periods,

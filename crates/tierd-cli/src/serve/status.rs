@@ -241,6 +241,7 @@ fn offline_volume(config: &Config, volume: &VolumeConfig) -> Result<VolumeStatus
         completed_moves: checkpoint_moves + journal_moves,
         dropped_moves: 0,
         dropped_moves_by_reason: Default::default(),
+        completed_moves_by_rule: Default::default(),
         mean_move_ns,
         max_chunk_hold_ns: 0,
         max_switch_over_ns: 0,

@@ -389,6 +389,10 @@ impl Volume {
             drop(guard);
             drop(meta);
             planner.completed_moves += 1;
+            *planner
+                .completed_by_rule
+                .entry(active.reason.rule.clone())
+                .or_insert(0) += 1;
             planner.timed_moves += 1;
             planner.total_move_ns += elapsed_ns as f64;
             drop(planner);

@@ -309,6 +309,9 @@ struct Planner {
     total_move_ns: f64,
     /// Moves dropped before they started, by reason.
     dropped: tierd_core::placement::DroppedMoves,
+    /// Moves finished since start, by the rule that asked for them
+    /// (`operator`, `pin`, a policy's rule names).
+    completed_by_rule: std::collections::BTreeMap<String, u64>,
     last_busy_ns: Vec<u64>,
     periods_since_checkpoint: u32,
     periods_closed: u64,

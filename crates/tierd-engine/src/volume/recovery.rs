@@ -333,6 +333,7 @@ impl Volume {
                 timed_moves: planner_timed,
                 total_move_ns: planner_total_ns,
                 dropped: Default::default(),
+                completed_by_rule: Default::default(),
                 last_busy_ns,
                 periods_since_checkpoint: 0,
                 periods_closed: 0,

@@ -113,6 +113,10 @@ pub struct VolumeStatus {
     /// `docs/placement.md`).
     #[serde(default)]
     pub dropped_moves_by_reason: tierd_core::placement::DroppedMoves,
+    /// Moves finished since this start, by the rule that asked for them
+    /// (`operator`, `pin`, or the policy's rule).
+    #[serde(default)]
+    pub completed_moves_by_rule: std::collections::BTreeMap<String, u64>,
     pub mean_move_ns: Option<f64>,
     /// Since start: the longest chunk copy (read, write and the write parts
     /// handed over for it; no user write waits for it) ...
@@ -190,6 +194,7 @@ impl Volume {
             completed_moves: planner.completed_moves,
             dropped_moves: planner.dropped.total(),
             dropped_moves_by_reason: planner.dropped,
+            completed_moves_by_rule: planner.completed_by_rule.clone(),
             mean_move_ns: planner.mean_move_ns(),
             max_chunk_hold_ns: self.max_chunk_hold_ns.load(Ordering::Relaxed),
             max_switch_over_ns: self.max_switch_over_ns.load(Ordering::Relaxed),
