@@ -14,6 +14,11 @@ fn small_rw_rr() -> Workload {
     rw_rr(7, disk, 512 << 20, 2_000)
 }
 
+/// The Archive 8 TB model's band (16 outer tracks, not a whole number of MiB).
+fn band_bytes() -> u64 {
+    tierd_device::model::smr::SmrConfig::archive_8tb().band_bytes
+}
+
 #[test]
 fn staging_removes_the_slow_reads_after_random_writes() {
     let workload = small_rw_rr();
@@ -36,7 +41,7 @@ fn staging_removes_the_slow_reads_after_random_writes() {
         .as_ref()
         .and_then(|cache| cache.smr.as_ref())
         .unwrap();
-    assert_eq!(smr.band_bytes, 30 << 20);
+    assert_eq!(smr.band_bytes, band_bytes());
     assert_eq!(smr.home_write_blocks, 0, "every write was staged");
     assert_eq!(staged.reads + staged.writes, workload.requests.len() as u64);
 }
@@ -73,7 +78,7 @@ fn staging_destages_whole_bands_when_home_is_idle() {
     let cache = staged.cache.as_ref().unwrap();
     let smr = cache.smr.as_ref().unwrap();
     assert_eq!(smr.band_rewrites, 20, "one rewrite per band written");
-    assert_eq!(smr.destage_write_bytes, 20 * (30 << 20), "whole bands");
+    assert_eq!(smr.destage_write_bytes, 20 * band_bytes(), "whole bands");
     assert_eq!(cache.dirty_blocks_end, 0);
     let off = run_one(&workload, "staging off", 1).unwrap();
     assert!(off.cache.as_ref().unwrap().smr.is_none());
