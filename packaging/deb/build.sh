@@ -31,4 +31,15 @@ gzip -9n "$generated"/man/*.1
 "$tierd" completions bash > "$generated/completions/tierd"
 "$tierd" completions zsh > "$generated/completions/_tierd"
 "$tierd" completions fish > "$generated/completions/tierd.fish"
-cargo deb -p tierd-cli --no-build --no-strip --profile "$profile" --output "$target/debian/" | tail -1
+if [ "$profile" = release ]; then
+  cargo deb -p tierd-cli --no-build --no-strip --output "$target/debian/" | tail -1
+else
+  # cargo-deb packages release builds only (other profiles are deprecated
+  # there): give it this build as the release binary of a scratch target
+  # directory, leaving the real target/release alone.
+  scratch=$target/deb-$profile
+  rm -rf "$scratch"
+  mkdir -p "$scratch/release"
+  ln "$tierd" "$scratch/release/tierd" 2>/dev/null || cp "$tierd" "$scratch/release/tierd"
+  CARGO_TARGET_DIR=$scratch cargo deb -p tierd-cli --no-build --no-strip --output "$target/debian/" | tail -1
+fi
