@@ -1128,26 +1128,18 @@ impl BlockCache {
     pub fn finish(&mut self, step: &Step, ok: bool) {
         match step.io {
             BlockIo::ReadHome | BlockIo::Blocked => {}
-            BlockIo::WriteHome => {
-                let count = self
-                    .home_writes
-                    .get_mut(&step.block)
-                    .expect("a home write reported twice");
-                *count -= 1;
-                if *count == 0 {
-                    self.home_writes.remove(&step.block);
-                }
-            }
+            BlockIo::WriteHome => release_one(
+                &mut self.home_writes,
+                step.block,
+                "a home write reported twice",
+            ),
             io => {
                 if matches!(io, BlockIo::WriteBoth { .. }) && self.settings.smr.is_some() {
-                    let count = self
-                        .home_halves
-                        .get_mut(&step.block)
-                        .expect("a write to home and slot reported twice");
-                    *count -= 1;
-                    if *count == 0 {
-                        self.home_halves.remove(&step.block);
-                    }
+                    release_one(
+                        &mut self.home_halves,
+                        step.block,
+                        "a write to home and slot reported twice",
+                    );
                 }
                 self.done(io.ticket().expect("every other step has a ticket"), ok)
             }
@@ -1817,3 +1809,13 @@ impl fmt::Display for RestoreErrorOr {
 }
 
 impl std::error::Error for RestoreErrorOr {}
+
+/// One of `block`'s in-flight IOs counted in `counts` finished: count it
+/// down, forgetting the block at zero.
+fn release_one(counts: &mut FastMap<BlockId, u32>, block: BlockId, twice: &str) {
+    let count = counts.get_mut(&block).expect(twice);
+    *count -= 1;
+    if *count == 0 {
+        counts.remove(&block);
+    }
+}
