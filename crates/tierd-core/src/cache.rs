@@ -108,7 +108,10 @@ pub use adaptive::{
 };
 use admission::Admission;
 pub use admission::AdmissionKind;
-pub use band::{BandDone, DestageIo, DestageIoKind, SmrStaging};
+pub use band::{
+    BandDone, DestageIo, DestageIoKind, SmrStaging, DEFAULT_DESTAGE_CHUNKS_IN_FLIGHT,
+    DEFAULT_DESTAGE_CHUNK_BYTES, DEFAULT_DESTAGE_IDLE_NS,
+};
 use sequential::SequentialDetector;
 
 /// A block of the volume: byte `block * block_bytes` onwards.

@@ -407,9 +407,41 @@ pub struct TierConfig {
     /// (`docs/engine/reduce.md`).
     #[serde(default)]
     pub reduce: Option<ReduceConfig>,
+    /// A drive-managed SMR disk's bands (`docs/engine/smr.md`): a cache
+    /// volume over it stages every write and destages whole bands. An
+    /// emulated `model = "archive8tb"` tier is SMR without it.
+    #[serde(default)]
+    pub smr: Option<SmrTierConfig>,
+}
+
+/// `smr = { band = "30236672", first_band = "0" }` on a tier: the band
+/// geometry of a drive-managed SMR disk (what `tierd model fit` measured).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SmrTierConfig {
+    /// Bytes per band.
+    pub band: Bytes,
+    /// Where the first whole band starts (the bytes before it form a short band).
+    #[serde(default = "zero_bytes")]
+    pub first_band: Bytes,
+}
+
+fn zero_bytes() -> Bytes {
+    Bytes(0)
 }
 
 impl TierConfig {
+    /// The tier's SMR band geometry, `(band bytes, first band's offset)`:
+    /// its `smr`, else an emulated SMR model's (bands from byte 0).
+    /// `None`: not an SMR disk.
+    pub fn smr_geometry(&self) -> Option<(u64, u64)> {
+        if let Some(smr) = &self.smr {
+            return Some((smr.band.0, smr.first_band.0));
+        }
+        tierd_device::model::smr::SmrConfig::preset(self.model?)
+            .map(|model| (model.band_bytes, 0))
+    }
+
     /// The bytes the tier presents to its volume: its size, or for a
     /// reduced tier its logical size (given, or what the device holds raw
     /// after the reduction's metadata). `None` when unknown before opening
@@ -667,6 +699,33 @@ pub struct CacheConfig {
     /// Pending mapping changes are committed (journaled) at least this often.
     #[serde(default = "default_commit_interval")]
     pub commit_interval: Duration,
+    /// Over an SMR home (a tier with `smr` or an SMR `model`): stage every
+    /// write and destage whole bands (`docs/engine/smr.md`). Unset: on
+    /// over an SMR home; `false`: per-block writeback as over any home.
+    #[serde(default)]
+    pub smr_staging: Option<bool>,
+    /// SMR staging: home counts as idle for a background band rewrite
+    /// after no user IO for this long.
+    #[serde(default = "default_smr_idle")]
+    pub smr_idle: Duration,
+}
+
+fn default_smr_idle() -> Duration {
+    Duration(tierd_core::cache::DEFAULT_DESTAGE_IDLE_NS)
+}
+
+/// The default cache block over an SMR home: the largest power of two up
+/// to the default that divides the band and the first band's offset (the
+/// Archive 8 TB's 30,236,672-byte bands: 8 KiB). 4 KiB when none does (the
+/// check then says the band cannot be staged).
+fn smr_cache_block(band_bytes: u64, first_band_bytes: u64) -> Bytes {
+    let mut block = default_cache_block().0;
+    while block > tierd_core::cache::MIN_BLOCK_BYTES
+        && !(band_bytes.is_multiple_of(block) && first_band_bytes.is_multiple_of(block))
+    {
+        block /= 2;
+    }
+    Bytes(block)
 }
 
 /// 64 KiB: 16 Ki mapping entries per GiB of cache tier, and a partial-block
@@ -754,6 +813,12 @@ impl CacheConfig {
                 self.dirty_low_percent, self.dirty_high_percent
             ));
         }
+        if self.smr_idle.0 > 3_600_000_000_000 {
+            return Err(format!(
+                "{key}.cache.smr_idle = {} s: at most 1h",
+                self.smr_idle.0 / 1_000_000_000
+            ));
+        }
         if self.commit_interval.0 < 1_000_000 || self.commit_interval.0 > 60_000_000_000 {
             return Err(format!(
                 "{key}.cache.commit_interval = {} ms: must be from 1ms to 60s",
@@ -768,6 +833,7 @@ impl CacheConfig {
         options.dirty_low_percent = self.dirty_low_percent;
         options.writeback_idle_ns = self.writeback_idle.0;
         options.commit_interval_ns = self.commit_interval.0;
+        options.destage_idle_ns = self.smr_idle.0;
         Ok(options)
     }
 }
@@ -956,9 +1022,15 @@ impl Config {
                 continue;
             }
             let volatile = tier.backend == Backend::Memory && !tier.unsafe_volatile;
+            // Over an SMR home the block must divide its bands.
+            let home = self.tiers.iter().find(|home| home.name == volume.tiers[1]);
+            let block = match home.and_then(TierConfig::smr_geometry) {
+                Some((band, first)) => smr_cache_block(band, first),
+                None => default_cache_block(),
+            };
             volume.cache = Some(CacheConfig {
                 tier: tier.name.clone(),
-                block: default_cache_block(),
+                block,
                 mode: if volatile {
                     "writethrough".to_string()
                 } else {
@@ -971,6 +1043,8 @@ impl Config {
                 dirty_low_percent: default_dirty_low_percent(),
                 writeback_idle: default_writeback_idle(),
                 commit_interval: default_commit_interval(),
+                smr_staging: None,
+                smr_idle: default_smr_idle(),
             });
             volume.default_cache = true;
         }
@@ -1137,6 +1211,31 @@ impl Config {
             if tier.size.is_some_and(|size| size.0 == 0) {
                 return Err(format!("{key}.size: must be more than 0"));
             }
+            if let Some(smr) = &tier.smr {
+                if smr.band.0 < 1 << 20 || smr.band.0 % 4096 != 0 {
+                    return Err(format!(
+                        "{key}.smr.band = {}: a band is a multiple of 4KiB and at least 1MiB (drive-managed SMR disks have bands of tens of MiB; `tierd model fit` measures yours)",
+                        smr.band.0
+                    ));
+                }
+                if smr.first_band.0 % 4096 != 0 {
+                    return Err(format!(
+                        "{key}.smr.first_band = {}: must be a multiple of 4KiB",
+                        smr.first_band.0
+                    ));
+                }
+                let modelled = tier
+                    .model
+                    .and_then(tierd_device::model::smr::SmrConfig::preset)
+                    .map(|model| model.band_bytes);
+                if let Some(model_band) = modelled.filter(|&band| band != smr.band.0) {
+                    return Err(format!(
+                        "{key}.smr.band = {}: the emulated model {:?} has bands of {model_band} bytes; leave `smr` out to use the model's",
+                        smr.band.0,
+                        tier.model.map(|model| model.name()).unwrap_or_default()
+                    ));
+                }
+            }
             if let Some(reduce) = &tier.reduce {
                 let options = reduce.options().map_err(|error| format!("{key}.{error}"))?;
                 options
@@ -1291,6 +1390,39 @@ impl Config {
 }
 
 impl Config {
+    /// The SMR staging a cache volume runs with (`docs/engine/smr.md`):
+    /// `Some` when its home tier is an SMR disk and `smr_staging` is not
+    /// `false`. Errors name the key and what to do.
+    pub fn smr_staging(
+        &self,
+        key: &str,
+        volume: &VolumeConfig,
+        cache: &CacheConfig,
+    ) -> Result<Option<tierd_core::cache::SmrStaging>, String> {
+        let home_name = volume.tiers.last().map(String::as_str).unwrap_or_default();
+        let Some(home) = self.tiers.iter().find(|tier| tier.name == home_name) else {
+            return Ok(None);
+        };
+        let geometry = home.smr_geometry();
+        match (geometry, cache.smr_staging) {
+            (_, Some(false)) => Ok(None),
+            (None, Some(true)) => Err(format!(
+                "{key}.cache.smr_staging = true: home tier {home_name:?} is not an SMR disk; give it `smr = {{ band = \"...\" }}` (its band size, e.g. from `tierd model fit`) or `model = \"archive8tb\"`, or leave smr_staging out"
+            )),
+            (None, None) => Ok(None),
+            (Some((band, first)), _) => {
+                let staging = tierd_core::cache::SmrStaging::new(band, first);
+                staging.validate(cache.block.0).map_err(|error| {
+                    format!(
+                        "{key}.cache.block = {}: home tier {home_name:?} is SMR: {error} (or set smr_staging = false)",
+                        cache.block.0
+                    )
+                })?;
+                Ok(Some(staging))
+            }
+        }
+    }
+
     /// A `[[volume]]`'s `cache`: the tier is one of the volume's, not home;
     /// the stack is that tier and home; the policy is `none`; the values
     /// parse; a volatile cache tier is written through.
@@ -1301,6 +1433,7 @@ impl Config {
         cache: &CacheConfig,
     ) -> Result<(), String> {
         let options = cache.options(key)?;
+        self.smr_staging(key, volume, cache)?;
         let Some(position) = volume.tiers.iter().position(|name| name == &cache.tier) else {
             return Err(format!(
                 "{key}.cache.tier = {:?}: not one of the volume's tiers {:?}",

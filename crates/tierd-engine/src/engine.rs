@@ -616,16 +616,18 @@ impl Engine {
             let cache = volume_config
                 .cache
                 .as_ref()
-                .map(|cache| cache.options(&format!("volume {:?}", volume_config.name)))
+                .map(|cache| {
+                    let key = format!("volume {:?}", volume_config.name);
+                    let mut options = cache.options(&key)?;
+                    options.priors = emulated_priors(config, volume_config, &options.tier);
+                    options.smr = config.smr_staging(&key, volume_config, cache)?;
+                    Ok(options)
+                })
                 .transpose()
-                .map_err(|message| EngineError::Volume {
+                .map_err(|message: String| EngineError::Volume {
                     volume: volume_config.name.clone(),
                     source: VolumeError::Invalid(message),
-                })?
-                .map(|mut options| {
-                    options.priors = emulated_priors(config, volume_config, &options.tier);
-                    options
-                });
+                })?;
             let (volume, notes) = Volume::open_with_cache(
                 volume_options(volume_config),
                 specs,

@@ -290,7 +290,58 @@ fn a_clean_stop_keeps_exact_dirty_bits() {
 /// after it.
 #[test]
 fn random_crashes_never_lose_a_flushed_write() {
+    let totals = random_crashes(|_| cache_options(CacheMode::Writeback));
+    assert_eq!(totals, Totals::default(), "no SMR staging here");
+}
+
+/// The same over an SMR home with staging: small bands (8 blocks), one
+/// block per destage IO and a few IOs per background step, so rewrites
+/// span steps, crashes land mid-band, and writes and discards block on a
+/// band being rewritten (they help it to its end, then land).
+#[test]
+fn random_crashes_never_lose_a_flushed_write_over_an_smr_home() {
+    let totals = random_crashes(smr_options);
+    // The paths this test is for were taken.
+    assert!(totals.band_rewrites > 20, "{totals:?}");
+    assert!(totals.blocked_blocks > 0, "{totals:?}");
+    assert!(totals.crashes_mid_band > 0, "{totals:?}");
+}
+
+/// What the SMR staging did in a random crash run, summed over its lives.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Totals {
+    band_rewrites: u64,
+    blocked_blocks: u64,
+    crashes_mid_band: u64,
+}
+
+impl Totals {
+    fn add(&mut self, volume: &Volume) {
+        if let Some(smr) = volume.cache_status().and_then(|status| status.smr) {
+            self.band_rewrites += smr.band_rewrites;
+            self.blocked_blocks += smr.blocked_blocks;
+            self.crashes_mid_band += u64::from(smr.rewriting.is_some());
+        }
+    }
+}
+
+/// SMR staging over `BLOCK`-byte cache blocks: bands of 8 blocks from
+/// block 2, one block per destage IO, up to 1–4 IOs per background step.
+fn smr_options(seed: u64) -> CacheOptions {
+    let mut options = cache_options(CacheMode::Writeback);
+    let mut staging = tierd_core::cache::SmrStaging::new(8 * BLOCK, 2 * BLOCK);
+    staging.chunk_bytes = BLOCK;
+    options.smr = Some(staging);
+    options.destage_idle_ns = 50_000_000;
+    options.destage_step_bytes = (1 + seed % 4) * BLOCK;
+    options
+}
+
+/// Random writes, discards, flushes, background steps and crashes over a
+/// cache of 12 blocks on a 96-block volume; `cache(seed)` gives the cache.
+fn random_crashes(cache: impl Fn(u64) -> CacheOptions) -> Totals {
     const BLOCKS: u64 = 96;
+    let mut totals = Totals::default();
     for seed in 0..12u64 {
         let dir = tempfile::tempdir().unwrap();
         let stack = Stack::new(12, BLOCKS * BLOCK);
@@ -300,7 +351,7 @@ fn random_crashes_never_lose_a_flushed_write() {
         let sectors = (BLOCKS * BLOCK / 512) as usize;
         let mut durable: Vec<u64> = vec![0; sectors];
         let mut since: Vec<Vec<u64>> = vec![Vec::new(); sectors];
-        let mut volume = open(&stack, dir.path(), &clock);
+        let mut volume = open_cache(&stack, dir.path(), &clock, cache(seed));
         let mut tag = 1u64;
         for round in 0..400 {
             let action = rng.below(100);
@@ -350,9 +401,10 @@ fn random_crashes_never_lose_a_flushed_write() {
                     volume.cache_step().unwrap();
                 }
             } else {
+                totals.add(&volume);
                 drop(volume);
                 stack.crash(seed * 1000 + round);
-                volume = open(&stack, dir.path(), &clock);
+                volume = open_cache(&stack, dir.path(), &clock, cache(seed));
                 for (index, durable_tag) in durable.iter_mut().enumerate() {
                     let mut sector = [0u8; 512];
                     volume.read(index as u64 * 512, &mut sector).unwrap();
@@ -371,7 +423,9 @@ fn random_crashes_never_lose_a_flushed_write() {
                 }
             }
         }
+        totals.add(&volume);
     }
+    totals
 }
 
 #[test]
@@ -1099,4 +1153,143 @@ fn segments_are_not_moved_or_pinned_to_the_cache_tier() {
     );
     let pinned = volume.pin(0, 0, None).unwrap_err().to_string();
     assert!(pinned.contains("is a cache volume"), "{pinned}");
+}
+
+/// An SMR home (`docs/engine/smr.md`) emulated by the Archive 8 TB model
+/// in virtual time: with staging, random small writes reach the disk only
+/// as whole bands written from their first byte, so its media cache is
+/// never written and it has nothing to clean; without staging, per-block
+/// writebacks fill its media cache.
+#[test]
+fn an_smr_home_gets_whole_bands_only_and_its_media_cache_stays_empty() {
+    use tierd_device::model::DevicePreset;
+    use tierd_engine::device::latency::LatencyDevice;
+    use tierd_engine::device::memory::MemoryDevice;
+    let band_bytes = tierd_device::model::smr::SmrConfig::preset(DevicePreset::Archive8tb)
+        .unwrap()
+        .band_bytes;
+    let volume_bytes = 4 * band_bytes + 64 * BLOCK;
+    let home_bytes = volume_bytes.div_ceil(SEGMENT) * SEGMENT;
+    let run = |staging: bool| {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::new(0));
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let memory: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new("smr", home_bytes));
+        let model = DevicePreset::Archive8tb.build(Some(home_bytes), 1).unwrap();
+        let home = Arc::new(LatencyDevice::new(memory.clone(), model, dyn_clock.clone()));
+        let fast: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new("ssd", 2048 * BLOCK));
+        let mut cache = cache_options(CacheMode::Writeback);
+        cache.smr = staging.then(|| tierd_core::cache::SmrStaging::new(band_bytes, 0));
+        let volume = Volume::open_with_cache(
+            options(volume_bytes),
+            two_tiers(fast, home.clone()),
+            dir.path(),
+            dyn_clock,
+            Some(cache),
+        )
+        .unwrap()
+        .0;
+        let mut rng = SeededRng::new(5);
+        let mut written = std::collections::BTreeMap::new();
+        for tag in 0..300u64 {
+            let block = rng.below(volume_bytes / BLOCK);
+            volume.write(block * BLOCK, &block_of(tag), false).unwrap();
+            written.insert(block, tag);
+        }
+        let bands: std::collections::BTreeSet<u64> = written
+            .keys()
+            .map(|block| block * BLOCK / band_bytes)
+            .collect();
+        write_back_all(&volume, &clock);
+        volume.flush().unwrap();
+        for (&block, &tag) in &written {
+            assert_eq!(read_block(&volume, block), block_of(tag), "block {block}");
+            let mut on_disk = vec![0u8; BLOCK as usize];
+            memory.read_at(block * BLOCK, &mut on_disk).unwrap();
+            assert_eq!(on_disk, block_of(tag), "block {block} at home");
+        }
+        let model = home.model_smr_stats().unwrap();
+        (volume.cache_status().unwrap(), model, bands.len() as u64)
+    };
+    let (status, model, bands) = run(true);
+    let smr = status.smr.expect("SMR staging shows in the status");
+    assert_eq!(smr.band_rewrites, bands, "one rewrite per band written: {smr:?}");
+    assert_eq!(smr.staged_bytes, 0);
+    assert_eq!(smr.unstaged_home_write_blocks, 0);
+    assert_eq!(model.cache_writes, 0, "the media cache was written: {model:?}");
+    assert_eq!(model.dirty_bands, 0);
+    assert_eq!(model.bands_cleaned, 0);
+    assert!(model.direct_writes > 0);
+    let home_model = smr.home_model.expect("an emulated home shows its model");
+    assert_eq!(home_model.media_cache_writes, 0);
+    // Every band rewritten whole (the last one is short).
+    assert!(smr.destage_written_bytes >= (bands - 1) * band_bytes, "{smr:?}");
+    assert!(smr.destage_written_bytes <= bands * band_bytes, "{smr:?}");
+    let (status, model, _) = run(false);
+    assert!(status.smr.is_none());
+    assert!(
+        model.cache_writes > 0 && model.cache_writes + model.bands_cleaned > 0,
+        "per-block writeback reaches the media cache: {model:?}"
+    );
+}
+
+/// A write and a discard into the band being rewritten (one destage IO per
+/// background step, so the rewrite is left mid-band) wait for it: the
+/// caller helps the rewrite to its end, then its part lands, and reads
+/// see it; the band's other blocks keep their data.
+#[test]
+fn writes_into_a_band_being_rewritten_wait_for_it_and_land() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two slots only beyond the staged blocks: a write miss finds none.
+    let stack = Stack::new(8, 96 * BLOCK);
+    let clock = Arc::new(ManualClock::new(0));
+    let mut cache = smr_options(0);
+    cache.destage_step_bytes = BLOCK;
+    let volume = open_cache(&stack, dir.path(), &clock, cache);
+    // Band 0 is blocks 0–1 (short), band 1 is blocks 2–9.
+    for block in 2..6 {
+        volume
+            .write(block * BLOCK, &block_of(block), false)
+            .unwrap();
+    }
+    clock.advance_ns(1_000_000_000);
+    assert!(matches!(
+        volume.cache_step().unwrap(),
+        CacheStep::Wrote { .. }
+    ));
+    let smr = volume.cache_status().unwrap().smr.unwrap();
+    let rewriting = smr.rewriting.expect("a rewrite left mid-band");
+    assert_eq!(
+        (rewriting.offset_bytes, rewriting.length_bytes),
+        (2 * BLOCK, 8 * BLOCK)
+    );
+    volume.discard(4 * BLOCK, BLOCK, false).unwrap();
+    let smr = volume.cache_status().unwrap().smr.unwrap();
+    assert!(smr.blocked_blocks >= 1, "{smr:?}");
+    assert!(smr.band_rewrites >= 1, "the discard helped the rewrite to its end");
+    assert_eq!(read_block(&volume, 4), vec![0u8; BLOCK as usize]);
+    for block in [2, 3, 5] {
+        assert_eq!(read_block(&volume, block), block_of(block), "block {block}");
+    }
+    // Again, with a partial write into a block that is not cached.
+    for block in 6..8 {
+        volume
+            .write(block * BLOCK, &block_of(block), false)
+            .unwrap();
+    }
+    clock.advance_ns(1_000_000_000);
+    volume.cache_step().unwrap();
+    assert!(volume.cache_status().unwrap().smr.unwrap().rewriting.is_some());
+    volume.write(8 * BLOCK + 512, &[9u8; 512], false).unwrap();
+    write_back_all(&volume, &clock);
+    for block in [6, 7] {
+        assert_eq!(read_block(&volume, block), block_of(block), "block {block}");
+    }
+    let mut block = vec![0u8; BLOCK as usize];
+    volume.read(8 * BLOCK, &mut block).unwrap();
+    assert_eq!(&block[512..1024], &[9u8; 512]);
+    assert_eq!(&block[..512], &[0u8; 512]);
+    for block in [2, 3, 5] {
+        assert_eq!(read_block(&volume, block), block_of(block), "block {block}");
+    }
 }

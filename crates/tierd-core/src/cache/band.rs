@@ -18,6 +18,15 @@ use super::{BlockId, SlotId};
 pub const DEFAULT_DESTAGE_CHUNK_BYTES: u64 = 1 << 20;
 /// Default destage IOs at home at once.
 pub const DEFAULT_DESTAGE_CHUNKS_IN_FLIGHT: u32 = 2;
+/// An SMR home counts as idle for a background band rewrite once no user
+/// IO has been outstanding there for this long (the Archive 8 TB's own
+/// idle delay before it cleans, `idle_clean_delay_ms`). Starting a band
+/// rewrite in every gap between user requests kept the disk busy (79 % on
+/// the real hm_0 cut, 1,199 rewrites in 800 s) and broke the users'
+/// sequential runs: 24 % of reads took over 100 ms; docs/engine/smr.md.
+/// Both worlds use it: the simulator's destage and the engine's
+/// (`smr_idle` on a cache volume).
+pub const DEFAULT_DESTAGE_IDLE_NS: u64 = 1_000_000_000;
 /// Slot reads of one rewrite in flight at once (the fast tier's share).
 const SLOT_READS_IN_FLIGHT: u32 = 8;
 

@@ -124,6 +124,12 @@ pub trait DeviceModel: Send {
     /// Cumulative counters, updated as IOs complete; `busy_ns` is accounted up
     /// to the last `advance`.
     fn counters(&self) -> DeviceCounters;
+
+    /// A drive-managed SMR model's translation layer (media cache, dirty
+    /// bands, cleaning); `None` for every other model.
+    fn smr_stats(&self) -> Option<smr::SmrStats> {
+        None
+    }
 }
 
 /// Devices by preset name, as tier stacks name them.

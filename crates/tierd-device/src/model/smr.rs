@@ -829,6 +829,10 @@ impl DeviceModel for Smr {
         &self.name
     }
 
+    fn smr_stats(&self) -> Option<SmrStats> {
+        Some(self.stats())
+    }
+
     fn capacity_bytes(&self) -> u64 {
         self.capacity_bytes
     }

@@ -241,6 +241,11 @@ impl LatencyDevice {
         self.lock_state().model.counters()
     }
 
+    /// The model's SMR translation layer, when it models an SMR disk.
+    pub fn model_smr_stats(&self) -> Option<tierd_device::model::smr::SmrStats> {
+        self.lock_state().model.smr_stats()
+    }
+
     fn lock_state(&self) -> MutexGuard<'_, ModelState> {
         // A panic while holding the lock can only have come from the model;
         // its state is what it is, and refusing every later IO helps nobody.
@@ -366,6 +371,10 @@ impl LatencyDevice {
 }
 
 impl BlockDevice for LatencyDevice {
+    fn smr_model_stats(&self) -> Option<tierd_device::model::smr::SmrStats> {
+        self.model_smr_stats()
+    }
+
     fn release_cache(&self, offset_bytes: u64, length_bytes: u64) {
         self.inner.release_cache(offset_bytes, length_bytes);
     }

@@ -151,6 +151,13 @@ pub trait BlockDevice: Send + Sync {
         None
     }
 
+    /// An emulated SMR disk's translation layer as its model predicts it
+    /// ([`latency::LatencyDevice`] over the `archive8tb` model); wrappers
+    /// above one forward it.
+    fn smr_model_stats(&self) -> Option<tierd_device::model::smr::SmrStats> {
+        None
+    }
+
     /// Why the backing stopped serving (a tier file truncated, deleted or
     /// replaced under the server), if it did; every operation then fails.
     fn failure(&self) -> Option<String> {

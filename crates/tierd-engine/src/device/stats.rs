@@ -385,6 +385,10 @@ impl BlockDevice for StatsDevice {
     fn reduction(&self) -> Option<super::reduce::ReductionStatus> {
         self.inner.reduction()
     }
+
+    fn smr_model_stats(&self) -> Option<tierd_device::model::smr::SmrStats> {
+        self.inner.smr_model_stats()
+    }
 }
 
 #[cfg(test)]

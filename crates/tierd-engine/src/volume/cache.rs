@@ -45,7 +45,7 @@ use tierd_common::clock::Clock;
 use serde::Serialize;
 use tierd_core::cache::{
     AdmissionKind, BlockCache, BlockId, BlockIo, CacheCounters, CacheMode, CacheSettings, Change,
-    Commit, DeviceInterval, DevicePriors, Step,
+    Commit, DeviceInterval, DevicePriors, SmrStaging, Step,
 };
 use tierd_policy::cache::CacheKind;
 use tierd_policy::TierId;
@@ -91,6 +91,15 @@ pub struct CacheOptions {
     /// measured them (`serve`: the emulated tiers' models, else the core's
     /// generic prior).
     pub priors: DevicePriors,
+    /// An SMR home: stage every write, destage whole bands
+    /// (`docs/engine/smr.md`; [`crate::config::Config::smr_staging`]).
+    pub smr: Option<SmrStaging>,
+    /// SMR staging: no user IO for this long and home is idle for a
+    /// background band rewrite.
+    pub destage_idle_ns: u64,
+    /// SMR staging: most bytes of destage IO one background step does
+    /// before its commit check (DST takes it small, so rewrites span steps).
+    pub destage_step_bytes: u64,
 }
 
 impl CacheOptions {
@@ -107,6 +116,9 @@ impl CacheOptions {
             writeback_idle_ns: 100_000_000,
             commit_interval_ns: 1_000_000_000,
             priors: DevicePriors::default(),
+            smr: None,
+            destage_idle_ns: tierd_core::cache::DEFAULT_DESTAGE_IDLE_NS,
+            destage_step_bytes: WRITEBACK_BATCH_BYTES,
         }
     }
 
@@ -122,6 +134,7 @@ impl CacheOptions {
         settings.dirty_low_percent = self.dirty_low_percent;
         settings.journal = true;
         settings.priors = self.priors;
+        settings.smr = self.smr;
         settings
     }
 }
@@ -163,6 +176,10 @@ pub struct CacheStatus {
     /// Why the cache tier was lost, when it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lost: Option<String>,
+    /// Over an SMR home with staging: what is staged, the destage, and the
+    /// disk's predicted cleaning state (`docs/engine/smr.md`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub smr: Option<super::smr::SmrStatus>,
     /// The configured admission rule (`always`, `frequency:N`, `adaptive`).
     pub admission: String,
     /// Adaptive admission only: the rule in force and why.
@@ -210,7 +227,7 @@ pub(super) struct CacheCore {
 }
 
 impl CacheCore {
-    fn bypass(&self) -> bool {
+    pub(super) fn bypass(&self) -> bool {
         self.detached || self.lost.is_some()
     }
 
@@ -253,9 +270,13 @@ pub(super) struct CacheLayer {
     /// devices are idle for writeback when none is in flight and none ended
     /// within `writeback_idle_ns` (the simulator's rule is the same with no
     /// wait: no user IO outstanding at home).
-    last_user_io_ns: AtomicU64,
-    user_io_in_flight: AtomicU64,
+    pub(super) last_user_io_ns: AtomicU64,
+    pub(super) user_io_in_flight: AtomicU64,
     written_back_bytes: AtomicU64,
+    /// SMR staging: the band being assembled (held by its driver) and the
+    /// destage totals (`volume/smr.rs`).
+    pub(super) destage: Mutex<super::smr::Destage>,
+    pub(super) destage_counters: super::smr::DestageCounters,
     /// Bytes copied in by promotions ([`Volume::load_run`]).
     loaded_bytes: AtomicU64,
     /// The home and cache tiers' counters when adaptive admission was last
@@ -348,6 +369,8 @@ impl CacheLayer {
             last_user_io_ns: AtomicU64::new(0),
             user_io_in_flight: AtomicU64::new(0),
             written_back_bytes: AtomicU64::new(0),
+            destage: Mutex::new(super::smr::Destage::default()),
+            destage_counters: super::smr::DestageCounters::default(),
             loaded_bytes: AtomicU64::new(0),
             costs_seen: Mutex::new(None),
         }
@@ -461,7 +484,7 @@ impl Volume {
         self.cache.as_ref().expect("called on a cache volume")
     }
 
-    fn cache_device(&self) -> &dyn crate::device::BlockDevice {
+    pub(super) fn cache_device(&self) -> &dyn crate::device::BlockDevice {
         self.tiers[self.cache_layer().tier as usize].device.as_ref()
     }
 
@@ -783,6 +806,8 @@ impl Volume {
                         }
                     }
                 }
+                // Its band is being rewritten: done after this part.
+                BlockIo::Blocked => {}
                 other => unreachable!("a write planned {other:?}"),
             }
             index += 1;
@@ -794,8 +819,12 @@ impl Volume {
                 core.rewritten.push(block);
             }
         }
+        let blocked = Self::blocked_blocks(&steps);
         self.report_steps(&steps, &outcomes, locks, cache_failure);
         result?;
+        if !blocked.is_empty() {
+            self.write_blocked_parts(layer, &blocked, offset_bytes, length_bytes, mutation, fua)?;
+        }
         if fua {
             if slot_touched && !matches!(mutation, Mutation::Write(_)) {
                 device.flush()?;
@@ -940,7 +969,11 @@ impl Volume {
         let Some(layer) = &self.cache else {
             return Ok(CacheStep::Idle);
         };
-        let mut batch = self.write_back_batch(layer);
+        let mut batch = if layer.options.smr.is_some() {
+            self.destage_step(layer)
+        } else {
+            self.write_back_batch(layer)
+        };
         if matches!(batch, Ok(CacheStep::Idle)) {
             batch = self.load_run(layer);
         }
@@ -1332,6 +1365,7 @@ impl Volume {
             write_hit_blocks: counters.write_hit_blocks,
             lost_bytes: core.lost_blocks.len() as u64 * block_bytes,
             lost: core.lost.clone(),
+            smr: self.smr_status(layer, &core),
             admission: core.cache.settings().admission.to_string(),
             adaptive: core.cache.adaptive_status().map(|status| AdaptiveView {
                 rule: status.rule.to_string(),

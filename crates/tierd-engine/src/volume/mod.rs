@@ -59,9 +59,11 @@ mod migration;
 mod planning;
 mod recorder;
 mod recovery;
+mod smr;
 mod status;
 
 pub use cache::{CacheOptions, CacheStatus, CacheStep};
+pub use smr::{BandRange, SmrModelStatus, SmrStatus};
 pub use status::{InFlightMove, PinStatus, TierStatus, UnavailableRange, VolumeStatus};
 
 /// How many finished moves `status` lists.

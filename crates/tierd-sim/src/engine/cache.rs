@@ -49,12 +49,9 @@ use tierd_core::cache::{BlockCache, BlockIo, DestageIoKind, ServicePrior, Step, 
 use super::*;
 
 /// An SMR home counts as idle for the destage once no user IO has been
-/// outstanding there for this long (the Archive 8 TB's own idle delay
-/// before it cleans, `idle_clean_delay_ms`). Starting a band rewrite in
-/// every gap between user requests kept the disk busy (79 % on the real
-/// hm_0 cut, 1,199 rewrites in 800 s) and broke the users' sequential
-/// runs: 24 % of reads took over 100 ms; docs/engine/smr.md.
-pub const SMR_IDLE_NS: u64 = 1_000_000_000;
+/// outstanding there for this long (the core's default, shared with the
+/// live engine).
+pub const SMR_IDLE_NS: u64 = tierd_core::cache::DEFAULT_DESTAGE_IDLE_NS;
 
 /// The timer that wakes the destage when home has been idle for
 /// [`SMR_IDLE_NS`] (a move slot no move has).
