@@ -38,7 +38,10 @@
 //! switches modes online and loses the cache tier (EIO or gone); blocks
 //! `Volume::unavailable_ranges` reports lost must fail to read, every other
 //! block must read allowed data (never home's stale copy of a lost dirty
-//! block).
+//! block). One writeback cache seed in three has an SMR home with staging
+//! ([`DstSmrConfig`]): whole-band rewrites instead of writebacks, left
+//! mid-band between steps, so writes and discards block on them and help,
+//! crashes land mid-band and device faults end rewrites.
 //!
 //! A third of the seeds (their own stream) put the fast tiers (and in half
 //! of those home too) on reduced tiers ([`DstReduceConfig`]): compression
@@ -155,6 +158,22 @@ pub struct DstCacheConfig {
     /// `Volume::cache_promote`), so the background loads run beside user
     /// IO, faults and crashes.
     pub promote_probability: f64,
+    /// An SMR home with staging (`docs/engine/smr.md`) in one writeback
+    /// cache seed in three: whole-band destage instead of writeback.
+    pub smr: Option<DstSmrConfig>,
+}
+
+/// A cache seed's SMR home: small bands and destage IOs, and few IOs per
+/// background step, so rewrites span steps and writes meet them mid-band
+/// (they block and help), crashes land mid-band, and faults hit them.
+#[derive(Clone, Debug, Serialize)]
+pub struct DstSmrConfig {
+    pub band_blocks: u64,
+    pub first_band_blocks: u64,
+    pub chunk_blocks: u64,
+    /// Destage IO bytes per background step, in chunks.
+    pub step_chunks: u64,
+    pub idle_ns: u64,
 }
 
 /// One seed's outcome.
@@ -374,6 +393,20 @@ pub fn derive_config(seed: u64, steps: u32) -> DstConfig {
                 0.3
             } else {
                 0.0
+            },
+            // From a stream of its own (added after the recorded campaigns).
+            smr: {
+                let mut smr_rng = SeededRng::new(seed).derive(10);
+                (mode == "writeback" && smr_rng.below(3) == 0).then(|| {
+                    let chunk_blocks = 1 + smr_rng.below(2);
+                    DstSmrConfig {
+                        band_blocks: chunk_blocks * (2 + smr_rng.below(7)),
+                        first_band_blocks: smr_rng.below(4),
+                        chunk_blocks,
+                        step_chunks: 1 + smr_rng.below(4),
+                        idle_ns: smr_rng.below(400_000_000),
+                    }
+                })
             },
         });
     }
@@ -631,6 +664,17 @@ impl Run {
             options.admission = tierd_core::cache::AdmissionKind::Adaptive;
         }
         options.sequential_cutoff_bytes = cache.sequential_cutoff_bytes;
+        if let Some(smr) = &cache.smr {
+            let block = cache.block_bytes;
+            let mut staging = tierd_core::cache::SmrStaging::new(
+                smr.band_blocks * block,
+                smr.first_band_blocks * block,
+            );
+            staging.chunk_bytes = smr.chunk_blocks * block;
+            options.smr = Some(staging);
+            options.destage_idle_ns = smr.idle_ns;
+            options.destage_step_bytes = smr.step_chunks * staging.chunk_bytes;
+        }
         Some(options)
     }
 
@@ -1277,6 +1321,14 @@ impl Run {
                 "cache_promoted_blocks",
                 status.promoted_bytes / status.block_bytes,
             ),
+            (
+                "smr_band_rewrites",
+                status.smr.as_ref().map_or(0, |smr| smr.band_rewrites),
+            ),
+            (
+                "smr_blocked_blocks",
+                status.smr.as_ref().map_or(0, |smr| smr.blocked_blocks),
+            ),
         ] {
             if value > 0 {
                 *self.report.faults.entry(kind.to_string()).or_insert(0) += value;
@@ -1376,6 +1428,13 @@ impl Run {
                 Ok(CacheStep::Wrote { .. }) => {
                     if self.fault_rng.next_f64() < cache.crash_after_writeback_probability {
                         self.count("crashes_after_writeback_before_commit");
+                        if volume
+                            .cache_status()
+                            .and_then(|status| status.smr)
+                            .is_some_and(|smr| smr.rewriting.is_some())
+                        {
+                            self.count("crashes_mid_band_rewrite");
+                        }
                         return self.crash_and_restart(volume, false);
                     }
                 }
