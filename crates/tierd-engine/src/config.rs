@@ -438,8 +438,7 @@ impl TierConfig {
         if let Some(smr) = &self.smr {
             return Some((smr.band.0, smr.first_band.0));
         }
-        tierd_device::model::smr::SmrConfig::preset(self.model?)
-            .map(|model| (model.band_bytes, 0))
+        tierd_device::model::smr::SmrConfig::preset(self.model?).map(|model| (model.band_bytes, 0))
     }
 
     /// The bytes the tier presents to its volume: its size, or for a

@@ -1213,17 +1213,26 @@ fn an_smr_home_gets_whole_bands_only_and_its_media_cache_stays_empty() {
     };
     let (status, model, bands) = run(true);
     let smr = status.smr.expect("SMR staging shows in the status");
-    assert_eq!(smr.band_rewrites, bands, "one rewrite per band written: {smr:?}");
+    assert_eq!(
+        smr.band_rewrites, bands,
+        "one rewrite per band written: {smr:?}"
+    );
     assert_eq!(smr.staged_bytes, 0);
     assert_eq!(smr.unstaged_home_write_blocks, 0);
-    assert_eq!(model.cache_writes, 0, "the media cache was written: {model:?}");
+    assert_eq!(
+        model.cache_writes, 0,
+        "the media cache was written: {model:?}"
+    );
     assert_eq!(model.dirty_bands, 0);
     assert_eq!(model.bands_cleaned, 0);
     assert!(model.direct_writes > 0);
     let home_model = smr.home_model.expect("an emulated home shows its model");
     assert_eq!(home_model.media_cache_writes, 0);
     // Every band rewritten whole (the last one is short).
-    assert!(smr.destage_written_bytes >= (bands - 1) * band_bytes, "{smr:?}");
+    assert!(
+        smr.destage_written_bytes >= (bands - 1) * band_bytes,
+        "{smr:?}"
+    );
     assert!(smr.destage_written_bytes <= bands * band_bytes, "{smr:?}");
     let (status, model, _) = run(false);
     assert!(status.smr.is_none());
@@ -1266,7 +1275,10 @@ fn writes_into_a_band_being_rewritten_wait_for_it_and_land() {
     volume.discard(4 * BLOCK, BLOCK, false).unwrap();
     let smr = volume.cache_status().unwrap().smr.unwrap();
     assert!(smr.blocked_blocks >= 1, "{smr:?}");
-    assert!(smr.band_rewrites >= 1, "the discard helped the rewrite to its end");
+    assert!(
+        smr.band_rewrites >= 1,
+        "the discard helped the rewrite to its end"
+    );
     assert_eq!(read_block(&volume, 4), vec![0u8; BLOCK as usize]);
     for block in [2, 3, 5] {
         assert_eq!(read_block(&volume, block), block_of(block), "block {block}");
@@ -1279,7 +1291,13 @@ fn writes_into_a_band_being_rewritten_wait_for_it_and_land() {
     }
     clock.advance_ns(1_000_000_000);
     volume.cache_step().unwrap();
-    assert!(volume.cache_status().unwrap().smr.unwrap().rewriting.is_some());
+    assert!(volume
+        .cache_status()
+        .unwrap()
+        .smr
+        .unwrap()
+        .rewriting
+        .is_some());
     volume.write(8 * BLOCK + 512, &[9u8; 512], false).unwrap();
     write_back_all(&volume, &clock);
     for block in [6, 7] {

@@ -698,6 +698,78 @@ fn render_statuses(statuses: &[VolumeStatus], nbd: &ServerStats) -> String {
         }
     }
     reduction_families.retain(|family| !family.samples.is_empty());
+    // Per cache volume over an SMR home with staging: `"smr"` of the cache status.
+    type SmrFigure = fn(&tierd_engine::volume::SmrStatus) -> String;
+    let smr_figures: [(&str, &str, &str, SmrFigure); 8] = [
+        (
+            "tierd_smr_staged_bytes",
+            "gauge",
+            "Bytes staged on the cache tier, waiting for their band's rewrite.",
+            |smr| smr.staged_bytes.to_string(),
+        ),
+        (
+            "tierd_smr_staged_bands",
+            "gauge",
+            "Bands holding staged blocks.",
+            |smr| smr.staged_bands.to_string(),
+        ),
+        (
+            "tierd_smr_band_rewrites_total",
+            "counter",
+            "Whole-band rewrites finished since start.",
+            |smr| smr.band_rewrites.to_string(),
+        ),
+        (
+            "tierd_smr_destage_written_bytes_total",
+            "counter",
+            "Bytes written home by whole-band rewrites since start.",
+            |smr| smr.destage_written_bytes.to_string(),
+        ),
+        (
+            "tierd_smr_destage_read_bytes_total",
+            "counter",
+            "Bytes of home read to fill bands being rewritten since start.",
+            |smr| smr.destage_read_bytes.to_string(),
+        ),
+        (
+            "tierd_smr_blocked_blocks_total",
+            "counter",
+            "Blocks of user writes that waited for their band's rewrite since start.",
+            |smr| smr.blocked_blocks.to_string(),
+        ),
+        (
+            "tierd_smr_unstaged_home_write_blocks_total",
+            "counter",
+            "Write blocks that reached the SMR disk outside a band rewrite (its media cache) since start.",
+            |smr| smr.unstaged_home_write_blocks.to_string(),
+        ),
+        (
+            "tierd_smr_model_dirty_bands",
+            "gauge",
+            "Bands the emulated SMR disk's model has to clean (emulated homes only).",
+            |smr| {
+                smr.home_model
+                    .map_or(String::new(), |model| model.dirty_bands.to_string())
+            },
+        ),
+    ];
+    let mut smr_families: Vec<Family<'_>> = smr_figures
+        .iter()
+        .map(|(name, kind, help, _)| Family::new(name, kind, help))
+        .collect();
+    for status in statuses {
+        let Some(smr) = status.cache.as_ref().and_then(|cache| cache.smr.as_ref()) else {
+            continue;
+        };
+        let labels = format!("volume=\"{}\"", label(&status.name));
+        for (family, (_, _, _, figure)) in smr_families.iter_mut().zip(&smr_figures) {
+            let value = figure(smr);
+            if !value.is_empty() {
+                family.add(&labels, value);
+            }
+        }
+    }
+    smr_families.retain(|family| !family.samples.is_empty());
     let mut out = String::new();
     for family in [
         &volume_size,
@@ -725,6 +797,7 @@ fn render_statuses(statuses: &[VolumeStatus], nbd: &ServerStats) -> String {
     .into_iter()
     .chain(cache_families.iter())
     .chain(reduction_families.iter())
+    .chain(smr_families.iter())
     .chain(nbd_families.iter())
     {
         family.write(&mut out);

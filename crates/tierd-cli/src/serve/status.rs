@@ -568,6 +568,42 @@ pub fn render_text(report: &Value) -> String {
                     );
                 }
             }
+            if let Some(smr) = cache.get("smr").filter(|value| value.is_object()) {
+                let rewriting = smr
+                    .get("rewriting")
+                    .filter(|value| value.is_object())
+                    .map(|band| {
+                        format!(
+                            "rewriting the band at byte {}",
+                            number(band, "offset_bytes")
+                        )
+                    })
+                    .unwrap_or_else(|| "no band being rewritten".to_string());
+                let _ = writeln!(
+                    out,
+                    "    SMR home (bands of {}): {} staged in {} bands; {} band rewrites ({} written, {} read, {}/s lately); {rewriting}; {} blocks waited for a rewrite, {} went home unstaged",
+                    size_text(number(smr, "band_bytes")),
+                    size_text(number(smr, "staged_bytes")),
+                    number(smr, "staged_bands"),
+                    number(smr, "band_rewrites"),
+                    size_text(number(smr, "destage_written_bytes")),
+                    size_text(number(smr, "destage_read_bytes")),
+                    size_text(smr.get("destage_bytes_per_s").and_then(Value::as_f64).unwrap_or(0.0) as u64),
+                    number(smr, "blocked_blocks"),
+                    number(smr, "unstaged_home_write_blocks"),
+                );
+                if let Some(model) = smr.get("home_model").filter(|value| value.is_object()) {
+                    let _ = writeln!(
+                        out,
+                        "    SMR disk model: {} dirty bands to clean, media cache {} used; {} bands cleaned, {} media-cache writes, {} direct",
+                        number(model, "dirty_bands"),
+                        size_text(number(model, "media_cache_used_bytes")),
+                        number(model, "bands_cleaned"),
+                        number(model, "media_cache_writes"),
+                        number(model, "direct_writes"),
+                    );
+                }
+            }
             if text(cache, "mode") == "detaching" {
                 let _ = writeln!(
                     out,

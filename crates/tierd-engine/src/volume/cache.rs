@@ -1350,7 +1350,9 @@ impl Volume {
             slots: core.cache.settings().slots,
             dirty_blocks: dirty,
             occupancy_blocks: occupancy,
-            written_back_bytes: layer.written_back_bytes.load(Ordering::Relaxed),
+            // SMR staging: the dirty blocks band rewrites cleaned.
+            written_back_bytes: layer.written_back_bytes.load(Ordering::Relaxed)
+                + counters.band_rewrite_blocks * block_bytes,
             promoted_bytes: layer.loaded_bytes.load(Ordering::Relaxed),
             writebacks: counters.writebacks,
             allocations: counters.allocations,

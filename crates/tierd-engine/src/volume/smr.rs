@@ -319,10 +319,7 @@ impl Volume {
     /// Takes a rate sample about once a second.
     fn sample_destage_rate(&self, layer: &CacheLayer) {
         let now_ns = self.clock.now_ns();
-        let written = layer
-            .destage_counters
-            .written_bytes
-            .load(Ordering::Relaxed);
+        let written = layer.destage_counters.written_bytes.load(Ordering::Relaxed);
         let mut samples = layer.destage_counters.samples.lock();
         if samples
             .back()
@@ -345,10 +342,7 @@ impl Volume {
         let smr = core.cache.smr()?;
         let counters = core.cache.counters();
         let block_bytes = layer.options.block_bytes;
-        let written = layer
-            .destage_counters
-            .written_bytes
-            .load(Ordering::Relaxed);
+        let written = layer.destage_counters.written_bytes.load(Ordering::Relaxed);
         let rate = {
             let samples = layer.destage_counters.samples.lock();
             match samples.front() {
