@@ -5,7 +5,9 @@
 //! tiers with `tierd move`; and the data tests (qemu-io, qemu-img, nbdcopy,
 //! nbdsh, fio verify, ext4) again on a writeback cache volume (`Stack::Cache`:
 //! a small file cache tier over the file home, so the clients' IO keeps
-//! evicting, writing back and reusing slots; `*_on_a_cache_volume`).
+//! evicting, writing back and reusing slots; `*_on_a_cache_volume`), and
+//! on the same cache over an SMR home that gets whole-band rewrites only
+//! (`Stack::SmrCache`, `*_on_an_smr_home`).
 //!
 //! Each test needs some tools; when one is missing the test prints why and
 //! returns, except under `CI=true`, where it fails. Install them with
@@ -64,6 +66,12 @@ enum Stack {
     /// when idle for 10 ms or above 25% dirty. Nothing moves; `Mover::finish`
     /// checks the cache really evicted, wrote back and reused slots.
     Cache,
+    /// `Cache` over an SMR home (`docs/engine/smr.md`): the file home
+    /// declared a drive-managed SMR disk with 1 MiB bands from byte 64 KiB,
+    /// so every write is staged and home gets only whole-band rewrites
+    /// (after 10 ms idle, or above 25% dirty), which the clients' writes
+    /// meet mid-band; `Mover::finish` checks bands were rewritten.
+    SmrCache,
 }
 
 /// A `tierd serve` process on its own directory, config and socket.
@@ -83,12 +91,25 @@ fn config_text(data_dir: &Path, server_extra: &str, stack: Stack) -> String {
             size: "1MiB",
             cache: "block = \"16KiB\", mode = \"writeback\", commit_interval = \"10ms\", writeback_idle = \"10ms\", dirty_high_percent = 25, dirty_low_percent = 5",
         },
+        Stack::SmrCache => common::FastTier::Cache {
+            size: "1MiB",
+            cache: "block = \"16KiB\", mode = \"writeback\", commit_interval = \"10ms\", smr_idle = \"10ms\", dirty_high_percent = 25, dirty_low_percent = 5",
+        },
     };
-    common::small_stack_config(
+    let config = common::small_stack_config(
         &data_dir.display().to_string(),
         &format!("[server]\nlisten = [\"unix:tierd.sock\"]\n{server_extra}"),
         fast,
         "",
+    );
+    if stack != Stack::SmrCache {
+        return config;
+    }
+    let home = "path = \"disk.img\"\n";
+    assert!(config.contains(home));
+    config.replace(
+        home,
+        "path = \"disk.img\"\nsmr = { band = \"1MiB\", first_band = \"64KiB\" }\n",
     )
 }
 
@@ -221,7 +242,7 @@ impl Mover {
     /// Starts moving (on a cache volume, nothing moves: no thread).
     fn start(server: &Tierd) -> Mover {
         let stop = Arc::new(AtomicBool::new(false));
-        if server.stack == Stack::Cache {
+        if server.stack != Stack::Tiered {
             return Mover { stop, thread: None };
         }
         let config = server.config.clone();
@@ -266,7 +287,7 @@ impl Mover {
     /// (more blocks allocated than it has slots, dirty blocks evicted or
     /// written back) and returns the allocations.
     fn finish(mut self, server: &Tierd, minimum: u64) -> u64 {
-        if server.stack == Stack::Cache {
+        if server.stack != Stack::Tiered {
             let cache = server.cache_status();
             let number = |key: &str| cache[key].as_u64().unwrap_or(0);
             assert!(
@@ -274,6 +295,12 @@ impl Mover {
                     && number("dirty_evictions") + number("writebacks") > 0,
                 "the cache did not churn: {cache:#}"
             );
+            if server.stack == Stack::SmrCache {
+                assert!(
+                    cache["smr"]["band_rewrites"].as_u64() > Some(0),
+                    "no band was rewritten: {cache:#}"
+                );
+            }
             eprintln!("cache: {cache}");
             return number("allocations");
         }
@@ -321,7 +348,7 @@ impl Drop for Mover {
 fn start_with_moves(stack: Stack) -> (Tierd, Mover) {
     let server = Tierd::start(stack);
     let mover = Mover::start(&server);
-    if stack == Stack::Cache {
+    if stack != Stack::Tiered {
         return (server, mover);
     }
     let deadline = Deadline::after(Duration::from_secs(60));
@@ -404,6 +431,11 @@ fn qemu_io_patterns_zeroes_discards_and_fua_across_segments_on_a_cache_volume() 
     check_qemu_io_patterns_zeroes_discards_and_fua_across_segments(Stack::Cache);
 }
 
+#[test]
+fn qemu_io_patterns_zeroes_discards_and_fua_across_segments_on_an_smr_home() {
+    check_qemu_io_patterns_zeroes_discards_and_fua_across_segments(Stack::SmrCache);
+}
+
 fn check_qemu_io_patterns_zeroes_discards_and_fua_across_segments(stack: Stack) {
     if !require_tool("qemu-io") {
         return;
@@ -482,6 +514,11 @@ fn qemu_img_converts_in_and_out_and_compares_on_a_cache_volume() {
     check_qemu_img_converts_in_and_out_and_compares(Stack::Cache);
 }
 
+#[test]
+fn qemu_img_converts_in_and_out_and_compares_on_an_smr_home() {
+    check_qemu_img_converts_in_and_out_and_compares(Stack::SmrCache);
+}
+
 fn check_qemu_img_converts_in_and_out_and_compares(stack: Stack) {
     if !require_tool("qemu-img") {
         return;
@@ -539,6 +576,11 @@ fn nbdcopy_round_trip_keeps_the_checksum_on_a_cache_volume() {
     check_nbdcopy_round_trip_keeps_the_checksum(Stack::Cache);
 }
 
+#[test]
+fn nbdcopy_round_trip_keeps_the_checksum_on_an_smr_home() {
+    check_nbdcopy_round_trip_keeps_the_checksum(Stack::SmrCache);
+}
+
 fn check_nbdcopy_round_trip_keeps_the_checksum(stack: Stack) {
     if !require_tool("nbdcopy") || !require_tool("sha256sum") {
         return;
@@ -590,6 +632,11 @@ fn nbdsh_script_writes_reads_flushes_and_zeroes_on_a_cache_volume() {
     check_nbdsh_script_writes_reads_flushes_and_zeroes(Stack::Cache);
 }
 
+#[test]
+fn nbdsh_script_writes_reads_flushes_and_zeroes_on_an_smr_home() {
+    check_nbdsh_script_writes_reads_flushes_and_zeroes(Stack::SmrCache);
+}
+
 fn check_nbdsh_script_writes_reads_flushes_and_zeroes(stack: Stack) {
     if !require_tool("nbdsh") {
         return;
@@ -634,6 +681,11 @@ fn fio_randwrite_verifies_with_crc32c() {
 #[test]
 fn fio_randwrite_verifies_with_crc32c_on_a_cache_volume() {
     check_fio_randwrite_verifies_with_crc32c(Stack::Cache);
+}
+
+#[test]
+fn fio_randwrite_verifies_with_crc32c_on_an_smr_home() {
+    check_fio_randwrite_verifies_with_crc32c(Stack::SmrCache);
 }
 
 fn check_fio_randwrite_verifies_with_crc32c(stack: Stack) {
@@ -686,6 +738,11 @@ fn ext4_over_nbdfuse_and_loop_survives_a_restart() {
 #[test]
 fn ext4_over_nbdfuse_and_loop_survives_a_restart_on_a_cache_volume() {
     check_ext4_over_nbdfuse_and_loop_survives_a_restart(Stack::Cache);
+}
+
+#[test]
+fn ext4_over_nbdfuse_and_loop_survives_a_restart_on_an_smr_home() {
+    check_ext4_over_nbdfuse_and_loop_survives_a_restart(Stack::SmrCache);
 }
 
 fn check_ext4_over_nbdfuse_and_loop_survives_a_restart(stack: Stack) {
@@ -762,7 +819,7 @@ fn check_ext4_over_nbdfuse_and_loop_survives_a_restart(stack: Stack) {
             "no segment was on the memory tier at the stop: {after}"
         ),
         // The cache comes back warm from the clean stop's checkpoint.
-        Stack::Cache => assert!(
+        Stack::Cache | Stack::SmrCache => assert!(
             after["cache"]["occupancy_blocks"].as_u64() > Some(0),
             "the cache came back cold after a clean stop: {after}"
         ),
@@ -793,7 +850,7 @@ fn check_ext4_over_nbdfuse_and_loop_survives_a_restart(stack: Stack) {
             mover.finish(&server, 1);
         }
         // Mostly reads after the restart: the warm cache served some.
-        Stack::Cache => {
+        Stack::Cache | Stack::SmrCache => {
             let cache = server.cache_status();
             assert!(
                 cache["read_hit_blocks"].as_u64() > Some(0),

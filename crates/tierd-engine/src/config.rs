@@ -1572,6 +1572,117 @@ mod tests {
         Config::parse(text, "test.toml", Path::new("/base")).map_err(|error| error.to_string())
     }
 
+    /// A two-tier stack, `ssd` over `home`, with `home_extra` on home and
+    /// `volume_extra` on the volume.
+    fn smr_stack(home_extra: &str, volume_extra: &str) -> String {
+        format!(
+            r#"
+[[tier]]
+name = "ssd"
+backend = "file"
+path = "ssd.img"
+size = "64MiB"
+
+[[tier]]
+name = "home"
+backend = "file"
+path = "home.img"
+size = "1GiB"
+{home_extra}
+
+[[volume]]
+name = "v"
+size = "1GiB"
+segment = "64MiB"
+tiers = ["ssd", "home"]
+{volume_extra}
+"#
+        )
+    }
+
+    fn staging_of(config: &Config) -> Option<tierd_core::cache::SmrStaging> {
+        let volume = &config.volumes[0];
+        config
+            .smr_staging("v", volume, volume.cache.as_ref().unwrap())
+            .unwrap()
+    }
+
+    #[test]
+    fn an_smr_home_gets_staging_and_a_block_that_divides_its_bands() {
+        // The emulated Archive 8 TB: its 30,236,672-byte bands divide by
+        // 8 KiB at most, so the default cache takes 8 KiB blocks.
+        let config = parse(&smr_stack("model = \"archive8tb\"", "")).unwrap();
+        let cache = config.volumes[0].cache.as_ref().unwrap();
+        assert_eq!(cache.block, Bytes(8 << 10));
+        let staging = staging_of(&config).unwrap();
+        assert_eq!(
+            (staging.band_bytes, staging.first_band_offset_bytes),
+            (30_236_672, 0)
+        );
+        // A real disk's geometry, given.
+        let config = parse(&smr_stack(
+            "smr = { band = \"32MiB\", first_band = \"1MiB\" }",
+            "",
+        ))
+        .unwrap();
+        assert_eq!(
+            config.volumes[0].cache.as_ref().unwrap().block,
+            Bytes(64 << 10)
+        );
+        let staging = staging_of(&config).unwrap();
+        assert_eq!(
+            (staging.band_bytes, staging.first_band_offset_bytes),
+            (32 << 20, 1 << 20)
+        );
+        // Turned off, and a home that is not SMR.
+        let config = parse(&smr_stack(
+            "model = \"archive8tb\"",
+            "cache = { tier = \"ssd\", block = \"4KiB\", smr_staging = false }",
+        ))
+        .unwrap();
+        assert!(staging_of(&config).is_none());
+        assert!(staging_of(&parse(&smr_stack("", "")).unwrap()).is_none());
+    }
+
+    #[test]
+    fn smr_keys_that_cannot_work_are_refused_with_the_key() {
+        for (home, volume, expected) in [
+            (
+                "",
+                "cache = { tier = \"ssd\", smr_staging = true }",
+                "(name \"v\").cache.smr_staging = true: home tier \"home\" is not an SMR disk",
+            ),
+            (
+                "model = \"archive8tb\"",
+                "cache = { tier = \"ssd\", block = \"64KiB\" }",
+                "cache.block = 65536: home tier \"home\" is SMR: SMR band of 30236672 bytes: must be a positive multiple of the 65536-byte cache block",
+            ),
+            (
+                "smr = { band = \"64KiB\" }",
+                "",
+                "tier[1] (name \"home\").smr.band = 65536: a band is a multiple of 4KiB and at least 1MiB",
+            ),
+            (
+                "smr = { band = \"32MiB\", first_band = \"1000\" }",
+                "",
+                "smr.first_band = 1000: must be a multiple of 4KiB",
+            ),
+            (
+                "model = \"archive8tb\"\nsmr = { band = \"32MiB\" }",
+                "",
+                "the emulated model \"archive8tb\" has bands of 30236672 bytes",
+            ),
+            (
+                "model = \"archive8tb\"",
+                "cache = { tier = \"ssd\", block = \"8KiB\", smr_idle = \"2h\" }",
+                "cache.smr_idle = 7200 s: at most 1h",
+            ),
+        ] {
+            let error = parse(&smr_stack(home, volume)).unwrap_err();
+            assert!(error.contains(expected), "{error}\nexpected: {expected}");
+        }
+    }
+
     #[test]
     fn embedded_default_parses() {
         let config = parse(EMBEDDED_DEFAULT).unwrap();
