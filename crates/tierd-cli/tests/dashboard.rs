@@ -1,7 +1,8 @@
 //! packaging/grafana/tierd.json: valid dashboard JSON whose every query
 //! names metrics a live `tierd serve` exports (with the labels the queries
 //! select and group by), on a server with a tiered volume, a cache volume
-//! and a reduced tier, so every family is present.
+//! (over a home declared SMR, so the staging's families show) and a
+//! reduced tier, so every family is present.
 
 mod common;
 
@@ -41,6 +42,7 @@ name = "hdd"
 backend = "file"
 path = "hdd.img"
 size = "64MiB"
+smr = { band = "1MiB" }
 
 [[tier]]
 name = "flash"
