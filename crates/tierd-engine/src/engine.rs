@@ -628,6 +628,29 @@ impl Engine {
                     volume: volume_config.name.clone(),
                     source: VolumeError::Invalid(message),
                 })?;
+            let home_smr = volume_config
+                .tiers
+                .last()
+                .and_then(|home| config.tiers.iter().find(|tier| &tier.name == home))
+                .and_then(|home| {
+                    home.smr_geometry()
+                        .map(|geometry| (home.name.clone(), geometry))
+                });
+            match (&home_smr, cache.as_ref().and_then(|cache| cache.smr)) {
+                (Some((home, _)), Some(staging)) => tracing::info!(
+                    volume = %volume_config.name,
+                    home = %home,
+                    band_bytes = staging.band_bytes,
+                    first_band_offset_bytes = staging.first_band_offset_bytes,
+                    "SMR home: every write is staged on the cache tier, home gets whole-band rewrites"
+                ),
+                (Some((home, _)), None) => tracing::warn!(
+                    volume = %volume_config.name,
+                    home = %home,
+                    "home tier is a drive-managed SMR disk but this volume has no SMR staging: small writes reach the drive's media cache and its cleaning will stall reads (docs/engine/smr.md; a cache volume over it stages them)"
+                ),
+                _ => {}
+            }
             let (volume, notes) = Volume::open_with_cache(
                 volume_options(volume_config),
                 specs,
