@@ -117,6 +117,30 @@ fn seeds_197_and_200_full_metadata_device() {
     }
 }
 
+/// Regression (the harness, found with the SMR seeds): seed 1090's armed
+/// ENOSPC checkpoint fault never fired because the checkpoint failed
+/// first on an injected EIO (a reduced home's pack write while flushing
+/// the tiers); still armed, it failed the next checkpoint, which the run
+/// took for the engine's bug. A fault that did not fire is now disarmed.
+#[test]
+fn seed_1090_a_checkpoint_fault_preempted_by_a_device_error() {
+    let scratch = tempfile::tempdir().unwrap();
+    let (config, report) = run_seed(1090, STEPS, scratch.path());
+    assert!(config
+        .cache
+        .as_ref()
+        .is_some_and(|cache| cache.smr.is_some()));
+    assert_eq!(report.failure, None);
+    assert!(
+        report
+            .faults
+            .get("checkpoint_faults_preempted_by_device_errors")
+            .is_some_and(|count| *count > 0),
+        "{:?}",
+        report.faults
+    );
+}
+
 /// Regression (cache volumes): seeds 51 and 88 failed when a cache tier
 /// was lost (an injected EIO) while mapping changes were still pending: the
 /// next FLUSH journaled them after the `cache-lost` record, so the restart
