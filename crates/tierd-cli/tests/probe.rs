@@ -299,6 +299,123 @@ fn a_fit_is_a_tier_stack_the_simulator_loads_and_model_fit_rewrites_it() {
     );
 }
 
+/// `tierd status --config config.toml --json`'s first volume's
+/// `cache.smr`, run in `dir`.
+fn smr_status(dir: &Path) -> Value {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tierd"))
+        .args(["status", "--config", "config.toml", "--json"])
+        .current_dir(dir)
+        .output()
+        .expect("run tierd status");
+    json(&output)["volumes"][0]["cache"]["smr"].clone()
+}
+
+/// A fit runs live (issue 16 §2: "a device TOML that `tierd sim` and
+/// emulated tiers accept"): `tierd model fit ... --out my-disk.toml`
+/// beside a config whose SMR home says `model_file = "my-disk.toml"`,
+/// served by `tierd serve` in real time behind an emulated P3700. The
+/// cache volume stages by the fitted band: `tierd status` reports it, and
+/// a write staged inside band 1 is destaged as that one band rewritten
+/// whole, which the emulated disk (the fitted model) takes as a band-fill
+/// stream: nothing in its media cache. Had the staging used the preset's
+/// band (30,236,672 bytes) over the fitted model, its rewrites would start
+/// inside the model's bands and go through the media cache.
+#[test]
+fn a_fit_is_a_model_file_tierd_serve_emulates_and_stages_by() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let disk = sparse(dir, "probed.img", 4 << 30);
+    let out = dir.join("probe");
+    let output = common::tierd(&[
+        "probe",
+        common::path_arg(&disk),
+        "--destructive",
+        "--model",
+        "smr-archive8tb",
+        "--scale",
+        "0.004",
+        "--fit-only",
+        "--out",
+        common::path_arg(&out),
+    ]);
+    assert!(output.status.success(), "{}", common::stderr(&output));
+    let output = common::tierd(&[
+        "model",
+        "fit",
+        common::path_arg(&out.join("probe.json")),
+        "--out",
+        common::path_arg(&dir.join("my-disk.toml")),
+        "--json",
+    ]);
+    let fit = json(&output);
+    let band = fit["band_bytes"].as_u64().expect("a fitted band");
+    let preset_band = tierd_device::model::smr::SmrConfig::archive_8tb().band_bytes;
+    assert_ne!(band, preset_band, "the fit should differ from the preset");
+    std::fs::remove_file(&disk).unwrap();
+    common::write_file(
+        dir,
+        "config.toml",
+        r#"data_dir = "data"
+[server]
+listen = ["unix:tierd.sock"]
+
+[[tier]]
+name = "ssd"
+backend = "file"
+path = "ssd.img"
+size = "64MiB"
+model = "p3700"
+
+[[tier]]
+name = "smr"
+backend = "file"
+path = "smr.img"
+size = "1GiB"
+model_file = "my-disk.toml"
+
+[[volume]]
+name = "smr"
+size = "1GiB"
+segment = "1GiB"
+tiers = ["ssd", "smr"]
+period = "10s"
+cache = { tier = "ssd", block = "4KiB", mode = "writeback", policy = "lru", admission = "always", smr_staging = true, smr_idle = "1s" }
+"#,
+    );
+    let mut server = Server::start(dir, Some(Path::new("config.toml")));
+    let smr = smr_status(dir);
+    assert_eq!(smr["band_bytes"].as_u64(), Some(band), "{smr:#}");
+    let mut client = tierd_nbd::Client::connect_uri(&server.uri("smr")).unwrap();
+    let written: Vec<(u64, Vec<u8>)> = [3u64, 100, 1000]
+        .iter()
+        .map(|block| (band + block * 4096, vec![*block as u8 + 1; 4096]))
+        .collect();
+    for (at, data) in &written {
+        client.write(*at, data, false).unwrap();
+    }
+    client.flush().unwrap();
+    let mut smr = smr_status(dir);
+    for _ in 0..600 {
+        if smr["staged_bytes"] == 0 && smr["band_rewrites"].as_u64() >= Some(1) {
+            break;
+        }
+        std::thread::park_timeout(std::time::Duration::from_millis(100));
+        smr = smr_status(dir);
+    }
+    assert_eq!(smr["staged_bytes"], 0, "destaged: {smr:#}");
+    assert_eq!(smr["band_rewrites"], 1, "{smr:#}");
+    assert_eq!(smr["destage_written_bytes"].as_u64(), Some(band), "{smr:#}");
+    assert_eq!(smr["home_model"]["media_cache_writes"], 0, "{smr:#}");
+    assert_eq!(smr["home_model"]["dirty_bands"], 0, "{smr:#}");
+    let mut back = vec![0u8; 4096];
+    for (at, data) in &written {
+        client.read(*at, &mut back).unwrap();
+        assert!(back == *data, "block at byte {at}");
+    }
+    drop(client);
+    server.stop();
+}
+
 #[test]
 fn probe_runs_on_a_block_device_and_refuses_it_mounted() {
     use common::tools::{self, Cleanup};

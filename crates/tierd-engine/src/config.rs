@@ -388,8 +388,23 @@ pub struct TierConfig {
     pub io_engine: Option<IoEngineKind>,
     /// Emulate this device: completions are held back to what the
     /// simulator's model of the preset says (`savvio10k4`, `x25e`, ...).
+    /// With `model_file`, it may be left out (the file names the device).
     #[serde(default)]
     pub model: Option<DevicePreset>,
+    /// Parameter overrides of the emulated `model`: the keys of the
+    /// simulator's `[tier.model]` for the device's kind, e.g.
+    /// `{ band_bytes = 31457280 }` (an SMR disk's). Checked at load.
+    #[serde(default)]
+    pub model_params: Option<toml::Table>,
+    /// A device TOML as `tierd model fit` writes it (a tier stack of one
+    /// `[[tier]]`: its `device` and `[tier.model]` overrides); relative to
+    /// the config file's directory. Read at load.
+    #[serde(default)]
+    pub model_file: Option<PathBuf>,
+    /// The overrides in force, from `model_params` or `model_file`'s
+    /// `[tier.model]` (filled in and checked by [`Config::parse`]).
+    #[serde(skip)]
+    pub model_overrides: Option<toml::Table>,
     /// Memory tier without write-through to home: faster writes, but writes
     /// to segments on it are lost when the process ends. For benchmarks.
     #[serde(default)]
@@ -438,7 +453,35 @@ impl TierConfig {
         if let Some(smr) = &self.smr {
             return Some((smr.band.0, smr.first_band.0));
         }
-        tierd_device::model::smr::SmrConfig::preset(self.model?).map(|model| (model.band_bytes, 0))
+        self.smr_model().map(|model| (model.band_bytes, 0))
+    }
+
+    /// The emulated model's settings when it is a drive-managed SMR disk:
+    /// its preset with the tier's overrides (`model_params` or
+    /// `model_file`) applied. `None`: not an emulated SMR disk.
+    pub fn smr_model(&self) -> Option<tierd_device::model::smr::SmrConfig> {
+        use tierd_device::model::smr::{SmrConfig, SmrOverrides};
+        let mut config = SmrConfig::preset(self.model?)?;
+        if let Some(table) = &self.model_overrides {
+            // Checked when the configuration was loaded.
+            if let Ok(overrides) = SmrOverrides::deserialize(table.clone()) {
+                overrides.apply(&mut config);
+            }
+        }
+        Some(config)
+    }
+
+    /// The emulated device's timing model, `capacity_bytes` addressable
+    /// (`None`: the preset's own), with the tier's overrides; `None` when
+    /// the tier is not emulated.
+    pub fn build_model(
+        &self,
+        capacity_bytes: Option<u64>,
+        seed: u64,
+    ) -> Option<Result<Box<dyn tierd_device::DeviceModel>, tierd_device::model::hdd::ConfigError>>
+    {
+        let preset = self.model?;
+        Some(preset.build_with(capacity_bytes, self.model_overrides.clone(), seed))
     }
 
     /// The bytes the tier presents to its volume: its size, or for a
@@ -988,7 +1031,18 @@ impl Config {
                     tier.path = Some(config.data_dir.join(path));
                 }
             }
+            // A model file is configuration, not data: beside the config
+            // file (where `tierd model fit ... --out FILE` is run).
+            if let Some(path) = &tier.model_file {
+                if path.is_relative() {
+                    tier.model_file = Some(base_dir.join(path));
+                }
+            }
         }
+        config.resolve_models(text).map_err(|message| ConfigError {
+            file: file.to_string(),
+            message,
+        })?;
         config.apply_default_placement();
         config.check().map_err(|message| ConfigError {
             file: file.to_string(),
@@ -1074,6 +1128,12 @@ impl Config {
             if let Some(path) = &tier.path {
                 check(&format!("tier[{index}] (name {:?}).path", tier.name), path)?;
             }
+            if let Some(path) = &tier.model_file {
+                check(
+                    &format!("tier[{index}] (name {:?}).model_file", tier.name),
+                    path,
+                )?;
+            }
         }
         for entry in &self.server.listen {
             if let Some(path) = entry.strip_prefix("unix:") {
@@ -1086,6 +1146,123 @@ impl Config {
             if let Some(client_ca) = &tls.client_ca {
                 check("server.tls.client_ca", client_ca)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Fills in each emulated tier's `model_overrides` from its
+    /// `model_params` or `model_file` (and its `model` from the file when
+    /// left out), and checks them against the device's model: errors name
+    /// the key, its line in `text` (and the model file's), and what to do.
+    fn resolve_models(&mut self, text: &str) -> Result<(), String> {
+        /// Where each tier's model keys are written (for messages only).
+        #[derive(Deserialize)]
+        struct Lines {
+            #[serde(default)]
+            tier: Vec<TierLines>,
+        }
+        #[derive(Deserialize)]
+        struct TierLines {
+            #[serde(default)]
+            model: Option<toml::Spanned<serde::de::IgnoredAny>>,
+            #[serde(default)]
+            model_params: Option<toml::Spanned<serde::de::IgnoredAny>>,
+            #[serde(default)]
+            model_file: Option<toml::Spanned<serde::de::IgnoredAny>>,
+        }
+        let lines: Vec<TierLines> = toml::from_str::<Lines>(text)
+            .map(|lines| lines.tier)
+            .unwrap_or_default();
+        let line_of = |index: usize, pick: fn(&TierLines) -> Option<std::ops::Range<usize>>| {
+            lines
+                .get(index)
+                .and_then(pick)
+                .map(|span| format!(" (line {})", line_at(text, span.start)))
+                .unwrap_or_default()
+        };
+        for (index, tier) in self.tiers.iter_mut().enumerate() {
+            let key = format!("tier[{index}] (name {:?})", tier.name);
+            let params_at = line_of(index, |lines| lines.model_params.as_ref().map(|s| s.span()));
+            let file_at = line_of(index, |lines| lines.model_file.as_ref().map(|s| s.span()));
+            let (overrides, place) = match (&tier.model_params, &tier.model_file) {
+                (None, None) => continue,
+                (Some(_), Some(_)) => {
+                    return Err(format!(
+                        "{key}: model_params{params_at} and model_file{file_at} are both given; use one: model_file for the device TOML `tierd model fit` wrote, or model_params for overrides written here"
+                    ))
+                }
+                (Some(params), None) => {
+                    if tier.model.is_none() {
+                        return Err(format!(
+                            "{key}.model_params{params_at}: overrides need the `model` they apply to, e.g. model = \"archive8tb\" (or use model_file, which names its device)"
+                        ));
+                    }
+                    (params.clone(), format!("{key}.model_params{params_at}"))
+                }
+                (None, Some(path)) => {
+                    let shown = format!("{key}.model_file = {:?}{file_at}", path.display().to_string());
+                    let model_file = read_model_file(path).map_err(|error| format!("{shown}: {error}"))?;
+                    match tier.model {
+                        Some(model) if model != model_file.device => {
+                            let model_at = line_of(index, |lines| lines.model.as_ref().map(|s| s.span()));
+                            return Err(format!(
+                                "{key}.model = {:?}{model_at}: the model file {} is of device {:?}; leave `model` out (the file names the device) or make them agree",
+                                model.name(),
+                                path.display(),
+                                model_file.device.name()
+                            ));
+                        }
+                        _ => tier.model = Some(model_file.device),
+                    }
+                    let Some(table) = model_file.overrides else {
+                        // A file without overrides: the preset as it is.
+                        continue;
+                    };
+                    let place = format!(
+                        "{shown}: {} line {} [tier.model]",
+                        path.display(),
+                        model_file.overrides_line
+                    );
+                    (table, place)
+                }
+            };
+            let Some(preset) = tier.model else {
+                continue;
+            };
+            if overrides.contains_key("capacity_bytes") {
+                return Err(format!(
+                    "{place}: capacity_bytes: an emulated model addresses exactly the tier's bytes; remove the key and set the tier's `size` (a block device's own size when omitted)"
+                ));
+            }
+            // A model built with them checks every key and value.
+            let capacity = tier.size.map(|size| size.0);
+            let build = |overrides: toml::Table| preset.build_with(capacity, Some(overrides), 1);
+            if let Err(error) = build(overrides.clone()) {
+                // Name the key at fault: the first that fails alone.
+                let (name, error) = overrides
+                    .iter()
+                    .find_map(|(name, value)| {
+                        let alone = toml::Table::from_iter([(name.clone(), value.clone())]);
+                        build(alone).err().map(|error| (name.as_str(), error))
+                    })
+                    .unwrap_or(("", error));
+                // serde's messages may run over lines.
+                let reason = error
+                    .reason
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                return Err(if error.key == "model" {
+                    let (kind, doc) = model_kind(preset);
+                    format!(
+                        "{place}: {name}: {reason}; {} is {kind} model, whose settings and their units are in {doc} (the keys the simulator's [tier.model] takes for it)",
+                        preset.name(),
+                    )
+                } else {
+                    format!("{place}: {}: {reason}", error.key)
+                });
+            }
+            tier.model_overrides = Some(overrides);
         }
         Ok(())
     }
@@ -1223,13 +1400,10 @@ impl Config {
                         smr.first_band.0
                     ));
                 }
-                let modelled = tier
-                    .model
-                    .and_then(tierd_device::model::smr::SmrConfig::preset)
-                    .map(|model| model.band_bytes);
+                let modelled = tier.smr_model().map(|model| model.band_bytes);
                 if let Some(model_band) = modelled.filter(|&band| band != smr.band.0) {
                     return Err(format!(
-                        "{key}.smr.band = {}: the emulated model {:?} has bands of {model_band} bytes; leave `smr` out to use the model's",
+                        "{key}.smr.band = {}: the emulated model {:?} (with its model_params or model_file) has bands of {model_band} bytes; leave `smr` out to use the model's",
                         smr.band.0,
                         tier.model.map(|model| model.name()).unwrap_or_default()
                     ));
@@ -1556,6 +1730,93 @@ fn parse_listen(entry: &str, data_dir: &Path) -> Result<ListenTarget, String> {
             "server.listen = {entry:?}: expected \"unix:PATH\" or \"tcp:IP:PORT\""
         ))
     }
+}
+
+/// The 1-based line of byte `offset` in `text`.
+fn line_at(text: &str, offset: usize) -> usize {
+    text.get(..offset)
+        .map_or(0, |before| before.matches('\n').count())
+        + 1
+}
+
+/// The kind of a preset's model ("an HDD", ...), whose overrides it takes,
+/// and the page that lists its settings.
+fn model_kind(preset: DevicePreset) -> (&'static str, &'static str) {
+    use tierd_device::model::{
+        hdd::HddConfig, memory::MemoryConfig, smr::SmrConfig, ssd::SsdConfig,
+    };
+    if HddConfig::preset(preset).is_some() {
+        ("an HDD", "docs/devices/hdd.md")
+    } else if SsdConfig::preset(preset).is_some() {
+        ("an SSD", "docs/devices/ssd.md")
+    } else if MemoryConfig::preset(preset).is_some() {
+        ("a memory", "docs/devices/memory.md")
+    } else if SmrConfig::preset(preset).is_some() {
+        ("a drive-managed SMR", "docs/devices/smr.md")
+    } else {
+        ("a", "docs/devices/")
+    }
+}
+
+/// What a tier's `model_file` gives: the device TOML `tierd model fit`
+/// writes (`crates/tierd-cli/src/probe/fit.rs`, `stack_toml`), a tier stack
+/// of one `[[tier]]`. Only its `device` and `[tier.model]` are read (the
+/// simulator's other keys, `capacity`, `[migration]`, ..., mean nothing to
+/// an emulated tier, which is as large as its `size`).
+struct ModelFile {
+    device: DevicePreset,
+    overrides: Option<toml::Table>,
+    /// Where `[tier.model]` starts (1-based).
+    overrides_line: usize,
+}
+
+fn read_model_file(path: &Path) -> Result<ModelFile, String> {
+    #[derive(Deserialize)]
+    struct Stack {
+        #[serde(default)]
+        tier: Vec<Tier>,
+    }
+    #[derive(Deserialize)]
+    struct Tier {
+        device: DevicePreset,
+        #[serde(default)]
+        model: Option<toml::Spanned<toml::Table>>,
+    }
+    /// A fitted model is under 2 KiB; anything past this is not one (and a
+    /// device or a FIFO is never read: it could block or never end).
+    const MAX_MODEL_FILE_BYTES: u64 = 1 << 20;
+    let what = "the device TOML `tierd model fit PROBE.json --out FILE` writes (a relative path is relative to the config file's directory)";
+    let cannot_read =
+        |error: std::io::Error| format!("cannot read {}: {error}; give {what}", path.display());
+    let metadata = std::fs::metadata(path).map_err(cannot_read)?;
+    if !metadata.is_file() || metadata.len() > MAX_MODEL_FILE_BYTES {
+        return Err(format!(
+            "{} is not a model file (a regular file of at most 1 MiB); give {what}",
+            path.display()
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(cannot_read)?;
+    let stack: Stack = toml::from_str(&text)
+        .map_err(|error| format!("{}: {}", path.display(), error.to_string().trim_end()))?;
+    let count = stack.tier.len();
+    let Some(tier) = stack.tier.into_iter().next().filter(|_| count == 1) else {
+        return Err(format!(
+            "{} has {count} [[tier]] tables; model_file takes {what}: one [[tier]] with its `device` and [tier.model]",
+            path.display()
+        ));
+    };
+    let (overrides, overrides_line) = match tier.model {
+        Some(model) => {
+            let line = line_at(&text, model.span().start);
+            (Some(model.into_inner()), line)
+        }
+        None => (None, 0),
+    };
+    Ok(ModelFile {
+        device: tier.device,
+        overrides,
+        overrides_line,
+    })
 }
 
 fn is_loopback(address: &str) -> bool {
@@ -2323,5 +2584,259 @@ tiers = ["ssd", "home"]
         assert_eq!(defaults.max_in_flight_bytes_per_connection, Bytes(64 << 20));
         assert_eq!(defaults.max_in_flight_bytes, Bytes(1 << 30));
         assert_eq!(defaults.shutdown_grace, Duration(5_000_000_000));
+    }
+
+    const SMR_HOME: &str = include_str!("../../../examples/configs/smr-home.toml");
+    /// What `tierd model fit` wrote for a probe of the emulated Archive 8 TB
+    /// (`tierd probe --model smr-archive8tb --scale 0.004 --fit-only` on a
+    /// 4 GiB file; the CLI's probe tests check a fresh one is accepted).
+    const FITTED: &str = include_str!("../tests/data/fitted-archive8tb.toml");
+
+    /// The smr-home example with its SMR tier's model line replaced, parsed
+    /// from `dir` (where model files are looked up).
+    fn smr_home(dir: &Path, model_lines: &str) -> Result<Config, String> {
+        let text = SMR_HOME
+            .replace("\nmodel = \"archive8tb\"\n", &format!("\n{model_lines}\n"))
+            .replace("block = \"8KiB\"", "block = \"4KiB\"");
+        assert_ne!(text, SMR_HOME);
+        Config::parse(&text, "smr.toml", dir).map_err(|error| error.to_string())
+    }
+
+    fn fitted_value(key: &str) -> u64 {
+        let table: toml::Table = toml::from_str(FITTED).unwrap();
+        table["tier"][0]["model"][key].as_integer().unwrap() as u64
+    }
+
+    /// `model_params` overrides the preset's parameters: the SMR band a
+    /// cache volume stages by is the overridden one, and the model built
+    /// for the tier has it.
+    #[test]
+    fn model_params_override_the_emulated_model_and_its_band() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = smr_home(
+            dir.path(),
+            "model = \"archive8tb\"\nmodel_params = { band_bytes = 31457280, media_cache_bytes = \"ignored\" }",
+        );
+        // A bad value names the key.
+        let error = config.unwrap_err();
+        assert!(
+            error.contains("tier[1] (name \"smr\").model_params (line ")
+                && error.contains("media_cache_bytes"),
+            "{error}"
+        );
+        let config = smr_home(
+            dir.path(),
+            "model = \"archive8tb\"\nmodel_params = { band_bytes = 31457280, media_cache_bytes = 67108864 }",
+        )
+        .unwrap();
+        let tier = &config.tiers[1];
+        assert_eq!(tier.smr_geometry(), Some((31_457_280, 0)));
+        let model = tier.smr_model().unwrap();
+        assert_eq!(model.band_bytes, 31_457_280);
+        assert_eq!(model.media_cache_bytes, 64 << 20);
+        let staging = config
+            .smr_staging(
+                "v",
+                &config.volumes[0],
+                config.volumes[0].cache.as_ref().unwrap(),
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(staging.band_bytes, 31_457_280);
+        assert!(tier.build_model(Some(4 << 30), 1).unwrap().is_ok());
+        // Without overrides: the preset, unchanged.
+        let plain = Config::parse(SMR_HOME, "smr.toml", dir.path()).unwrap();
+        assert_eq!(plain.tiers[1].smr_geometry(), Some((30_236_672, 0)));
+        assert!(plain.tiers[1].model_overrides.is_none());
+        // The default placement (no `cache` written) picks the largest
+        // cache block up to 64 KiB that divides the overridden band.
+        let cache_line = SMR_HOME
+            .lines()
+            .find(|line| line.starts_with("cache = "))
+            .unwrap();
+        for (band, block) in [(31_457_280u64, 64u64 << 10), (31_461_376, 4 << 10)] {
+            let text = SMR_HOME.replace(cache_line, "").replace(
+                "\nmodel = \"archive8tb\"\n",
+                &format!("\nmodel = \"archive8tb\"\nmodel_params = {{ band_bytes = {band} }}\n"),
+            );
+            let config = Config::parse(&text, "smr.toml", dir.path()).unwrap();
+            let cache = config.volumes[0].cache.as_ref().unwrap();
+            assert!(config.volumes[0].default_cache);
+            assert_eq!(cache.block, Bytes(block), "band {band}");
+            let staging = config
+                .smr_staging("v", &config.volumes[0], cache)
+                .unwrap()
+                .unwrap();
+            assert_eq!(staging.band_bytes, band);
+        }
+    }
+
+    /// `model_file` takes what `tierd model fit` writes, relative to the
+    /// config file's directory; the file names the device, so `model` may
+    /// be left out or must agree.
+    #[test]
+    fn model_file_takes_the_fitted_device_toml_beside_the_config() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("my-disk.toml"), FITTED).unwrap();
+        let band = fitted_value("band_bytes");
+        for lines in [
+            "model_file = \"my-disk.toml\"",
+            "model = \"archive8tb\"\nmodel_file = \"my-disk.toml\"",
+        ] {
+            let config = smr_home(dir.path(), lines).unwrap();
+            let tier = &config.tiers[1];
+            assert_eq!(tier.model, Some(DevicePreset::Archive8tb), "{lines}");
+            assert_eq!(tier.model_file, Some(dir.path().join("my-disk.toml")));
+            assert_eq!(tier.smr_geometry(), Some((band, 0)));
+            let model = tier.smr_model().unwrap();
+            assert_eq!(model.media_cache_bytes, fitted_value("media_cache_bytes"));
+            assert_eq!(model.cylinders as u64, fitted_value("cylinders"));
+        }
+        // An absolute path is taken as it is.
+        let absolute = dir.path().join("my-disk.toml");
+        let config = smr_home(
+            Path::new("/elsewhere"),
+            &format!("model_file = {:?}", absolute.display().to_string()),
+        )
+        .unwrap();
+        assert_eq!(config.tiers[1].smr_geometry(), Some((band, 0)));
+    }
+
+    #[test]
+    fn model_override_errors_name_the_key_the_file_and_the_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+        write("my-disk.toml", FITTED);
+        write("typo.toml", &FITTED.replace("band_bytes =", "band_bites ="));
+        write(
+            "unknown-device.toml",
+            &FITTED.replace("\"archive8tb\"", "\"archive9tb\""),
+        );
+        write(
+            "two.toml",
+            &format!("{FITTED}\n[[tier]]\nname = \"ssd\"\ndevice = \"p3700\"\n"),
+        );
+        write("broken.toml", "[[tier]\n");
+        write(
+            "zero.toml",
+            &FITTED.replace("band_bytes =", "band_bytes = 0\n# was"),
+        );
+        write(
+            "plain.toml",
+            "[[tier]]\nname = \"hdd\"\ndevice = \"savvio10k4\"\n",
+        );
+        // The line of the SMR tier's `model` in the example.
+        let model_line = SMR_HOME
+            .lines()
+            .position(|line| line == "model = \"archive8tb\"")
+            .unwrap()
+            + 1;
+        let at = format!("(line {model_line})");
+        let cases: Vec<(String, Vec<String>)> = vec![
+            (
+                "model = \"archive8tb\"\nmodel_params = { band_bytez = 31457280 }".into(),
+                vec![
+                    format!("tier[1] (name \"smr\").model_params (line {})", model_line + 1),
+                    "unknown field `band_bytez`".into(),
+                    "expected one of".into(),
+                    "archive8tb is a drive-managed SMR model".into(),
+                ],
+            ),
+            (
+                "model = \"archive8tb\"\nmodel_params = { band_bytes = 0 }".into(),
+                vec!["model_params (line".into(), "band_bytes: must be above zero".into()],
+            ),
+            (
+                "model = \"archive8tb\"\nmodel_params = { capacity_bytes = 4096 }".into(),
+                vec!["capacity_bytes".into(), "set the tier's `size`".into()],
+            ),
+            (
+                "model_params = { band_bytes = 31457280 }".into(),
+                vec![
+                    format!("tier[1] (name \"smr\").model_params {at}"),
+                    "need the `model`".into(),
+                ],
+            ),
+            (
+                "model = \"archive8tb\"\nmodel_params = { band_bytes = 31457280 }\nmodel_file = \"my-disk.toml\"".into(),
+                vec!["model_params (line".into(), "model_file (line".into(), "both given; use one".into()],
+            ),
+            (
+                "model_file = \"missing.toml\"".into(),
+                vec![
+                    format!("tier[1] (name \"smr\").model_file = \"{}\" {at}", dir.path().join("missing.toml").display()),
+                    "cannot read".into(),
+                    "tierd model fit PROBE.json --out FILE".into(),
+                    "relative to the config file's directory".into(),
+                ],
+            ),
+            (
+                "model_file = \"../my-disk.toml\"".into(),
+                vec!["model_file = \"../my-disk.toml\"".into(), "may not leave".into()],
+            ),
+            (
+                "model_file = \"typo.toml\"".into(),
+                vec![
+                    "typo.toml line ".into(),
+                    "[tier.model]".into(),
+                    "unknown field `band_bites`".into(),
+                ],
+            ),
+            (
+                "model_file = \"zero.toml\"".into(),
+                vec!["zero.toml line ".into(), "band_bytes: must be above zero".into()],
+            ),
+            (
+                "model_file = \"unknown-device.toml\"".into(),
+                vec!["unknown-device.toml".into(), "line ".into(), "archive9tb".into()],
+            ),
+            (
+                "model_file = \"broken.toml\"".into(),
+                vec!["broken.toml".into(), "line 1".into()],
+            ),
+            (
+                "model_file = \".\"".into(),
+                vec!["is not a model file (a regular file of at most 1 MiB)".into()],
+            ),
+            (
+                "model_file = \"/dev/zero\"".into(),
+                vec!["/dev/zero is not a model file".into()],
+            ),
+            (
+                "model_file = \"two.toml\"".into(),
+                vec!["two.toml has 2 [[tier]] tables".into(), "one [[tier]]".into()],
+            ),
+            (
+                "model = \"savvio10k4\"\nmodel_file = \"my-disk.toml\"".into(),
+                vec![
+                    format!("tier[1] (name \"smr\").model = \"savvio10k4\" {at}"),
+                    "is of device \"archive8tb\"".into(),
+                    "leave `model` out".into(),
+                ],
+            ),
+            (
+                // The P3700's overrides are an SSD's: a band is not one of them.
+                "model = \"p3700\"\nmodel_params = { band_bytes = 31457280 }".into(),
+                vec!["p3700 is an SSD model".into(), "unknown field `band_bytes`".into()],
+            ),
+            (
+                // An explicit `smr` must agree with the overridden model's band.
+                "model = \"archive8tb\"\nmodel_params = { band_bytes = 31457280 }\nsmr = { band = 30236672 }".into(),
+                vec!["smr.band = 30236672".into(), "has bands of 31457280 bytes".into()],
+            ),
+        ];
+        for (lines, wanted) in cases {
+            let error = smr_home(dir.path(), &lines).unwrap_err();
+            for piece in wanted {
+                assert!(
+                    error.contains(&piece),
+                    "{lines}:\n{error}\n(wanted {piece:?})"
+                );
+            }
+        }
+        // A model file without [tier.model] is the preset; a non-SMR one
+        // makes the home not SMR (the example's smr_staging = true is then refused).
+        let plain = smr_home(dir.path(), "model_file = \"plain.toml\"").unwrap_err();
+        assert!(plain.contains("is not an SMR disk"), "{plain}");
     }
 }

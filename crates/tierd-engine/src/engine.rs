@@ -135,13 +135,17 @@ pub fn build_tier(
         faults = Some(fault.clone());
         device = fault;
     }
-    if let Some(preset) = tier.model {
+    if let Some(model) = tier.build_model(Some(device.size_bytes()), seed) {
         // The model addresses exactly the backend's bytes (a short-stroked
         // disk, as the simulator's tier stacks model a tier's capacity), so
-        // offsets map straight through.
-        let model = preset
-            .build(Some(device.size_bytes()), seed)
-            .map_err(|error| fail(format!("model {}: {error}", preset.name())))?;
+        // offsets map straight through. Its parameters: the preset's, with
+        // the tier's `model_params` or `model_file` overrides.
+        let model = model.map_err(|error| {
+            fail(format!(
+                "model {}: {error}",
+                tier.model.map(|preset| preset.name()).unwrap_or_default()
+            ))
+        })?;
         device = Arc::new(LatencyDevice::new(device, model, clock.clone()));
     }
     if let Some(reduce) = &tier.reduce {
@@ -768,7 +772,8 @@ impl Engine {
 }
 
 /// Adaptive admission's priors for a cache volume: the service times and
-/// peak capacity of idle copies of the emulated tiers' models (`model = ...`), the core's
+/// peak capacity of idle copies of the emulated tiers' models (`model = ...`, with
+/// their `model_params` or `model_file` overrides), the core's
 /// generic prior for a tier that is not emulated.
 fn emulated_priors(
     config: &Config,
@@ -791,15 +796,13 @@ fn emulated_priors(
             &mut priors.fast_capacity,
         ),
     ] {
-        let Some(preset) = config
+        // The model with the tier's overrides (a fitted disk's own).
+        let Some(Ok(mut model)) = config
             .tiers
             .iter()
             .find(|tier| tier.name == name)
-            .and_then(|tier| tier.model)
+            .and_then(|tier| tier.build_model(None, 1))
         else {
-            continue;
-        };
-        let Ok(mut model) = preset.build(None, 1) else {
             continue;
         };
         if let Some(((small, small_ns), (large, large_ns))) =

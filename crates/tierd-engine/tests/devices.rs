@@ -110,3 +110,109 @@ fn injected_faults_reach_the_stats_and_leave_data_alone() {
     let faults = stack.fault.counters();
     assert_eq!((faults.writes_failed, faults.gone_ops), (1, 1));
 }
+
+/// Writes `count` MiB sequentially from `offset` to the emulated tier,
+/// 1 MiB at a time; its SMR model's counters after.
+fn smr_after_writes(
+    device: &Arc<dyn BlockDevice>,
+    offset: u64,
+    count: u64,
+) -> tierd_device::model::smr::SmrStats {
+    let data = vec![7u8; 1 << 20];
+    for index in 0..count {
+        device.write_at(offset + index * (1 << 20), &data).unwrap();
+    }
+    device.smr_model_stats().expect("an emulated SMR tier")
+}
+
+/// A tier's `model_params` and `model_file` reach the `LatencyDevice` the
+/// engine wraps it in (`engine::build_tier`): the SMR model runs with the
+/// overridden band. 8 MiB written in order from a band's first byte
+/// replaces that band (straight to the platter, nothing for the drive to
+/// clean); the same writes into the middle of a band of the preset's size
+/// go through the media cache and leave the band dirty.
+#[test]
+fn an_emulated_tier_runs_its_model_with_the_overridden_parameters() {
+    use tierd_engine::config::Config;
+    let dir = tempfile::tempdir().unwrap();
+    let fitted = include_str!("data/fitted-archive8tb.toml");
+    std::fs::write(dir.path().join("my-disk.toml"), fitted).unwrap();
+    let fitted_band = toml::from_str::<toml::Table>(fitted).unwrap()["tier"][0]["model"]
+        ["band_bytes"]
+        .as_integer()
+        .unwrap() as u64;
+    let preset_band = tierd_device::model::smr::SmrConfig::archive_8tb().band_bytes;
+    assert_ne!(fitted_band, preset_band);
+    let text = r#"
+data_dir = "data"
+[server]
+listen = ["unix:tierd.sock"]
+[[tier]]
+name = "params"
+backend = "file"
+path = "params.img"
+size = "256MiB"
+model = "archive8tb"
+model_params = { band_bytes = 8388608 }
+[[tier]]
+name = "file"
+backend = "file"
+path = "file.img"
+size = "256MiB"
+model_file = "my-disk.toml"
+[[tier]]
+name = "preset"
+backend = "file"
+path = "preset.img"
+size = "256MiB"
+model = "archive8tb"
+[[volume]]
+name = "a"
+size = "256MiB"
+segment = "64MiB"
+tiers = ["params"]
+[[volume]]
+name = "b"
+size = "256MiB"
+segment = "64MiB"
+tiers = ["file"]
+[[volume]]
+name = "c"
+size = "256MiB"
+segment = "64MiB"
+tiers = ["preset"]
+"#;
+    let config = Config::parse(text, "test.toml", dir.path()).unwrap();
+    assert_eq!(config.tiers[0].smr_geometry(), Some((8 << 20, 0)));
+    assert_eq!(config.tiers[1].smr_geometry(), Some((fitted_band, 0)));
+    assert_eq!(config.tiers[2].smr_geometry(), Some((preset_band, 0)));
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+    let build = |index: usize| {
+        tierd_engine::engine::build_tier(&config.tiers[index], &clock, 1, true)
+            .unwrap()
+            .device
+    };
+    // Band 1 of the overridden model, whole.
+    let params = smr_after_writes(&build(0), 8 << 20, 8);
+    assert_eq!(
+        (params.direct_writes, params.cache_writes),
+        (8, 0),
+        "{params:?}"
+    );
+    assert_eq!(params.dirty_bands, 0, "{params:?}");
+    // The same bytes on the preset's model: inside band 0.
+    let preset = build(2);
+    let inside = smr_after_writes(&preset, 8 << 20, 8);
+    assert_eq!(
+        (inside.direct_writes, inside.cache_writes),
+        (0, 8),
+        "{inside:?}"
+    );
+    assert_eq!(inside.dirty_bands, 1, "{inside:?}");
+    // From the fitted band's first byte: a band start only for the fitted
+    // model.
+    let file = smr_after_writes(&build(1), fitted_band, 1);
+    assert_eq!((file.direct_writes, file.cache_writes), (1, 0), "{file:?}");
+    let preset = smr_after_writes(&preset, fitted_band, 1);
+    assert_eq!(preset.cache_writes, inside.cache_writes + 1, "{preset:?}");
+}

@@ -45,8 +45,8 @@ use tierd_common::op::Op;
 
 use super::hdd::{
     build_mechanics, clamp_io, count_completion, ms_to_ns, non_negative, ns_per_byte, positive,
-    settings, validate_seek, CommandTiming, ConfigError, Location, Mechanics, Pending, SeekFigures,
-    SegmentCache,
+    settings, validate_platters, validate_seek, CommandTiming, ConfigError, Location, Mechanics,
+    Pending, SeekFigures, SegmentCache,
 };
 use super::{Completion, DeviceCounters, DeviceIo, DeviceModel, DevicePreset};
 
@@ -178,6 +178,14 @@ impl SmrConfig {
         }
         positive(device, "outer_rate_mb_s", self.outer_rate_mb_s)?;
         positive(device, "inner_rate_mb_s", self.inner_rate_mb_s)?;
+        validate_platters(
+            device,
+            self.heads,
+            self.cylinders,
+            self.rpm,
+            self.outer_rate_mb_s,
+            self.inner_rate_mb_s,
+        )?;
         validate_seek(device, "read_seek", &self.read_seek)?;
         validate_seek(device, "write_seek", &self.write_seek)?;
         for (key, value) in [

@@ -3,7 +3,7 @@
 
 use super::queue::QueueOrder;
 use super::seek::SeekFigures;
-use super::shared::{non_negative, positive, settings, ConfigError};
+use super::shared::{non_negative, positive, settings, validate_platters, ConfigError};
 
 settings! {
     /// Every parameter of an HDD model. Times in milliseconds, rates in
@@ -85,6 +85,14 @@ impl HddConfig {
         }
         positive(device, "outer_rate_mb_s", self.outer_rate_mb_s)?;
         positive(device, "inner_rate_mb_s", self.inner_rate_mb_s)?;
+        validate_platters(
+            device,
+            self.heads,
+            self.cylinders,
+            self.rpm,
+            self.outer_rate_mb_s,
+            self.inner_rate_mb_s,
+        )?;
         validate_seek(device, "read_seek", &self.read_seek)?;
         validate_seek(device, "write_seek", &self.write_seek)?;
         non_negative(device, "track_switch_ms", self.track_switch_ms)?;
@@ -157,5 +165,30 @@ mod tests {
         let mut config = HddConfig::savvio_10k4();
         config.read_seek.average_ms = 9.0;
         assert_eq!(Hdd::new(&config, 0).unwrap_err().key, "read_seek");
+    }
+
+    /// Settings valid one by one that together describe platters past
+    /// 2^60 bytes are refused (their byte offsets would overflow), naming
+    /// the settings; the SMR model shares the check.
+    #[test]
+    fn platters_too_large_for_byte_offsets_are_refused() {
+        use crate::model::smr::{Smr, SmrConfig};
+        let huge = |config: &mut HddConfig, case: usize| match case {
+            0 => config.heads = u32::MAX,
+            1 => config.outer_rate_mb_s = 1e308,
+            2 => config.inner_rate_mb_s = u32::MAX as f64,
+            _ => config.rpm = 1e-300,
+        };
+        for case in 0..4 {
+            let mut config = HddConfig::savvio_10k4();
+            huge(&mut config, case);
+            let error = Hdd::new(&config, 0).unwrap_err();
+            assert!(error.key.contains("heads, cylinders"), "{error}");
+            assert!(error.reason.contains("at most 2^60"), "{error}");
+        }
+        let mut config = SmrConfig::archive_8tb();
+        config.heads = u32::MAX;
+        assert!(Smr::new(&config, 0).unwrap_err().key.contains("cylinders"));
+        assert!(Smr::new(&SmrConfig::archive_8tb(), 0).is_ok());
     }
 }

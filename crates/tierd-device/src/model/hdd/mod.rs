@@ -56,7 +56,8 @@ pub(crate) use config::validate_seek;
 pub(crate) use mechanics::build_mechanics;
 pub(crate) use queue::{CommandTiming, Pending, RequestQueue};
 pub(crate) use shared::{
-    clamp_io, count_completion, ms_to_ns, non_negative, ns_per_byte, positive, settings, Timed,
+    clamp_io, count_completion, ms_to_ns, non_negative, ns_per_byte, positive, settings,
+    validate_platters, Timed,
 };
 
 /// What the actuator is doing.

@@ -56,6 +56,38 @@ pub(crate) fn non_negative(device: &str, key: &str, value: f64) -> Result<(), Co
     }
 }
 
+/// Most bytes a disk's platters may hold: 2^60 (an exabyte, a million
+/// times today's disks), far inside what the geometry's byte arithmetic
+/// holds.
+pub(crate) const MAX_PLATTER_BYTES: f64 = (1u64 << 60) as f64;
+
+/// Checks that heads × cylinders × the longest track (the faster of the
+/// two media rates over one revolution) stays within [`MAX_PLATTER_BYTES`]:
+/// the settings are each valid, but together they could describe a disk
+/// whose byte offsets overflow.
+pub(crate) fn validate_platters(
+    device: &str,
+    heads: u32,
+    cylinders: u32,
+    rpm: f64,
+    outer_rate_mb_s: f64,
+    inner_rate_mb_s: f64,
+) -> Result<(), ConfigError> {
+    let track_bytes = outer_rate_mb_s.max(inner_rate_mb_s) * 1e6 * 60.0 / rpm;
+    let bytes = f64::from(heads) * f64::from(cylinders) * track_bytes;
+    // Also refuses NaN and infinity.
+    if bytes < MAX_PLATTER_BYTES {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        device,
+        "heads, cylinders, rpm, outer_rate_mb_s, inner_rate_mb_s",
+        format!(
+            "together they make platters of {bytes:.3e} bytes (heads × cylinders × the faster media rate × 60 / rpm); at most 2^60: lower heads, cylinders or the rates"
+        ),
+    ))
+}
+
 /// Defines a model's `Config` (every field required, `deny_unknown_fields`)
 /// and its `Overrides` twin (every field optional) with `apply`, so a tier
 /// file can change a few parameters of a preset and keep the rest.
