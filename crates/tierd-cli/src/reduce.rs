@@ -323,6 +323,8 @@ pub struct Options {
     pub queue_order: Option<tierd_sim::reduce::QueueOrder>,
     /// `smr-staging`: workload size against paper 001's (1 = 10 GiB written).
     pub scale: Option<f64>,
+    /// `smr-staging`: write the workloads as traces here instead of running.
+    pub export_traces: Option<PathBuf>,
 }
 
 fn parse_loads(text: &str) -> Result<Vec<f64>, CliError> {
@@ -354,9 +356,11 @@ pub fn run(experiment: Experiment, options: Options) -> Result<(), CliError> {
             CliError(format!("{}: cannot create: {error}", directory.display()))
         })?;
     }
-    if experiment != Experiment::SmrStaging && options.scale.is_some() {
+    if experiment != Experiment::SmrStaging
+        && (options.scale.is_some() || options.export_traces.is_some())
+    {
         return Err(CliError(
-            "--scale goes with --experiment smr-staging".to_string(),
+            "--scale and --export-traces go with --experiment smr-staging".to_string(),
         ));
     }
     match experiment {

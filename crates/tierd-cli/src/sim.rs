@@ -69,6 +69,12 @@ pub struct SimArgs {
     /// 001's (1, the default: 10 GiB of random writes, 10,240 reads).
     #[arg(long, value_name = "S", requires = "experiment")]
     scale: Option<f64>,
+    /// With --experiment smr-staging: write its workloads (at --scale, with
+    /// --seed) as tierd-native traces into DIR, with workloads.json saying
+    /// how each is replayed, and run nothing (for `tierd replay` against a
+    /// live server: bench/smr/live.sh).
+    #[arg(long, value_name = "DIR", requires = "experiment")]
+    export_traces: Option<PathBuf>,
     /// With --matrix: write matrix.json (every run's full result) into DIR.
     /// With --experiment: write its table, CSV, SVG and JSON into DIR.
     #[arg(long, value_name = "DIR")]
@@ -379,6 +385,7 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
                 calibrate: args.calibrate,
                 queue_order: args.queue_order,
                 scale: args.scale,
+                export_traces: args.export_traces.clone(),
             },
         );
     }

@@ -397,6 +397,13 @@ impl DirectionRecorder {
         }
     }
 
+    /// Adds `other`'s requests (e.g. another connection's, in a live replay).
+    pub fn merge(&mut self, other: &DirectionRecorder) {
+        self.read.merge(&other.read);
+        self.write.merge(&other.write);
+        self.reads_over_100ms += other.reads_over_100ms;
+    }
+
     pub fn figures(&self) -> DirectionFigures {
         let us = |ns: Option<u64>| ns.map_or(0.0, |ns| ns as f64 / 1e3);
         let reads = self.read.count();
