@@ -6,7 +6,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::serve::ServeProcess as Server;
@@ -16,19 +15,8 @@ use tierd_nbd::Client;
 const EXAMPLE: &str = include_str!("../../../examples/configs/writeback-cache.toml");
 const MIB: u64 = 1 << 20;
 
-fn tierd_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tierd"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run tierd")
-}
-
 fn cache_status(dir: &Path) -> Value {
-    let output = tierd_in(dir, &["status", "--config", "config.toml", "--json"]);
-    assert!(output.status.success(), "{}", common::stderr(&output));
-    let status: Value = serde_json::from_slice(&output.stdout).unwrap();
-    status["volumes"][0]["cache"].clone()
+    common::status_json(dir)["volumes"][0]["cache"].clone()
 }
 
 fn pattern(seed: u64, length: usize) -> Vec<u8> {
@@ -105,7 +93,7 @@ fn the_writeback_cache_example_serves_survives_kill_9_warm_and_detaches() {
     );
 
     // Detach online, with a client writing meanwhile.
-    let output = tierd_in(
+    let output = common::tierd_in(
         dir,
         &[
             "cache",
@@ -137,7 +125,7 @@ fn the_writeback_cache_example_serves_survives_kill_9_warm_and_detaches() {
     client.read(0, &mut back).unwrap();
     assert!(back == model, "data differs after the detach");
     // And back to writeback online.
-    let output = tierd_in(
+    let output = common::tierd_in(
         dir,
         &[
             "cache",
@@ -152,7 +140,7 @@ fn the_writeback_cache_example_serves_survives_kill_9_warm_and_detaches() {
     assert!(output.status.success(), "{}", common::stderr(&output));
     assert_eq!(cache_status(dir)["mode"], "writeback");
     // A mode that does not exist is refused naming the choices.
-    let output = tierd_in(
+    let output = common::tierd_in(
         dir,
         &[
             "cache",

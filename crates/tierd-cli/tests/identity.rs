@@ -41,14 +41,6 @@ fn serve_refused(dir: &Path, extra: &[&str]) -> (Output, String) {
     (output, stderr)
 }
 
-fn tierd_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tierd"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap()
-}
-
 fn data(dir: &Path, name: &str) -> PathBuf {
     dir.join("data").join(name)
 }
@@ -61,7 +53,7 @@ fn populate(dir: &Path) -> Vec<u8> {
     let pattern: Vec<u8> = (0..4 * MIB).map(|i| (i * 7 % 251) as u8 | 1).collect();
     client.write(0, &pattern, true).unwrap();
     client.disconnect().unwrap();
-    let output = tierd_in(
+    let output = common::tierd_in(
         dir,
         &[
             "move",
@@ -81,7 +73,7 @@ fn populate(dir: &Path) -> Vec<u8> {
         String::from_utf8_lossy(&output.stderr)
     );
     wait_until(|| {
-        let output = tierd_in(dir, &["status", "--config", "config.toml", "--json"]);
+        let output = common::tierd_in(dir, &["status", "--config", "config.toml", "--json"]);
         let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
         status["volumes"][0]["placement"]
             .as_str()
@@ -279,7 +271,7 @@ fn a_second_server_on_the_same_files_is_refused_naming_the_holder() {
             &format!("path = {:?}", data_dir.join("disk.img")),
         );
     std::fs::write(dir.join("second.toml"), &config).unwrap();
-    let output = tierd_in(dir, &["serve", "--config", "second.toml"]);
+    let output = common::tierd_in(dir, &["serve", "--config", "second.toml"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(
@@ -289,7 +281,7 @@ fn a_second_server_on_the_same_files_is_refused_naming_the_holder() {
     // Without the shared metadata directory, the tier file's lock refuses.
     let config = config.replace(&format!("metadata_dir = {:?}", data_dir.join("meta")), "");
     std::fs::write(dir.join("second.toml"), &config).unwrap();
-    let output = tierd_in(dir, &["serve", "--config", "second.toml"]);
+    let output = common::tierd_in(dir, &["serve", "--config", "second.toml"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(
@@ -343,7 +335,7 @@ fn a_tier_file_truncated_under_the_server_fails_with_eio_not_zeroes() {
     // Within the file that is left, the tier is failed too (the periodic
     // check or the read above), and status names it with the reason.
     wait_until(|| {
-        let output = tierd_in(dir, &["status", "--config", "config.toml", "--json"]);
+        let output = common::tierd_in(dir, &["status", "--config", "config.toml", "--json"]);
         let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
         status["volumes"][0]["tiers"][1]["failed"]
             .as_str()
@@ -351,7 +343,7 @@ fn a_tier_file_truncated_under_the_server_fails_with_eio_not_zeroes() {
     });
     let mut client = Client::connect_uri(&server.uri("vol0")).unwrap();
     assert!(client.read(0, &mut back).is_err());
-    let text = tierd_in(dir, &["status", "--config", "config.toml"]);
+    let text = common::tierd_in(dir, &["status", "--config", "config.toml"]);
     assert!(String::from_utf8_lossy(&text.stdout).contains("FAILED: "));
     server.stop();
 }
@@ -372,7 +364,7 @@ fn a_torn_last_journal_record_is_repaired_and_logged_as_a_warning() {
     });
     assert!(warned, "{}", server.stderr());
     assert_eq!(read_all(&mut server, 4 * MIB), pattern);
-    let output = tierd_in(dir, &["status", "--config", "config.toml"]);
+    let output = common::tierd_in(dir, &["status", "--config", "config.toml"]);
     assert!(String::from_utf8_lossy(&output.stdout).contains("dropped a torn record"));
     server.stop();
 }
@@ -406,7 +398,7 @@ fn a_volume_from_before_identities_is_adopted_with_its_data() {
     assert!(data(dir, "meta/vol0/identity").exists());
     let mut server = serve(dir);
     assert_eq!(read_all(&mut server, 4 * MIB), pattern);
-    let output = tierd_in(dir, &["status", "--config", "config.toml", "--json"]);
+    let output = common::tierd_in(dir, &["status", "--config", "config.toml", "--json"]);
     let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert!(status["volumes"][0]["placement"]
         .as_str()

@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use common::serve::ServeProcess as Server;
@@ -27,31 +27,10 @@ fn small_config(top: &str, volume_extra: &str) -> String {
     common::small_stack_config("data", top, common::FastTier::Memory, volume_extra)
 }
 
-fn tierd_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tierd"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run tierd")
-}
-
-/// `tierd status --json` (must succeed).
-fn status_json(dir: &Path) -> Value {
-    let output = tierd_in(dir, &["status", "--config", "config.toml", "--json"]);
-    assert!(
-        output.status.success(),
-        "tierd status failed:\n{}",
-        common::stderr(&output)
-    );
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
-        panic!("status is not JSON ({error}):\n{}", common::stdout(&output))
-    })
-}
-
 /// `tierd move` of `segment` of vol0 to `tier`, with the test's config.
 fn tierd_move(dir: &Path, segment: u32, tier: &str) -> Output {
     let segment = segment.to_string();
-    tierd_in(
+    common::tierd_in(
         dir,
         &[
             "move",
@@ -80,7 +59,7 @@ fn move_segment(dir: &Path, segment: u32, tier: &str) {
 fn wait_for_status(dir: &Path, what: &str, done: impl Fn(&Value) -> bool) -> Value {
     let clock = SystemClock::new();
     loop {
-        let status = status_json(dir);
+        let status = common::status_json(dir);
         let volume = &status["volumes"][0];
         if done(volume) {
             return volume.clone();
@@ -233,7 +212,7 @@ fn kill_9_and_restart_keep_placement_and_flushed_data() {
 
     server.kill();
     let mut server = Server::start(dir, Some(Path::new("config.toml")));
-    let status = status_json(dir);
+    let status = common::status_json(dir);
     assert_eq!(status["server_running"], true);
     assert_eq!(placement(&status["volumes"][0]), placed);
     let mut client = Client::connect_uri(&server.uri("vol0")).unwrap();
@@ -270,10 +249,10 @@ fn clean_stop_and_restart_keep_placement_data_and_policy_history() {
     assert!(status.success(), "{status:?}\n{}", server.stderr());
     assert!(!dir.join("data/tierd.sock").exists());
     assert!(!dir.join("data/tierd-admin.sock").exists());
-    let offline = status_json(dir);
+    let offline = common::status_json(dir);
     assert_eq!(offline["server_running"], false);
     assert_eq!(placement(&offline["volumes"][0]), placed);
-    let text = tierd_in(dir, &["status", "--config", "config.toml"]);
+    let text = common::tierd_in(dir, &["status", "--config", "config.toml"]);
     assert!(
         common::stdout(&text).starts_with("server not running; placement from metadata"),
         "{}",
@@ -300,7 +279,7 @@ fn clean_stop_and_restart_keep_placement_data_and_policy_history() {
         "the restarted server did not come back with the saved history"
     );
     assert_eq!(after.policy_state, before.policy_state);
-    assert_eq!(placement(&status_json(dir)["volumes"][0]), placed);
+    assert_eq!(placement(&common::status_json(dir)["volumes"][0]), placed);
     let mut client = Client::connect_uri(&server.uri("vol0")).unwrap();
     check_reads(&mut client, &model);
 }
@@ -349,7 +328,7 @@ fn corrupted_journal_refuses_to_start_naming_the_file_and_offset() {
         "a server that refuses to start printed {printed:?}"
     );
     // Offline status reports the same damage instead of guessing.
-    let output = tierd_in(dir, &["status", "--config", "config.toml"]);
+    let output = common::tierd_in(dir, &["status", "--config", "config.toml"]);
     assert_eq!(output.status.code(), Some(1));
     assert!(
         common::stderr(&output).contains("byte offset 24"),
@@ -398,7 +377,7 @@ fn config_errors_name_the_key() {
         }
     }
     let dir = tempfile::tempdir().unwrap();
-    let output = tierd_in(dir.path(), &["serve", "--config", "missing.toml"]);
+    let output = common::tierd_in(dir.path(), &["serve", "--config", "missing.toml"]);
     assert_eq!(output.status.code(), Some(1));
     assert!(common::stderr(&output).contains("missing.toml"));
 }
@@ -409,7 +388,7 @@ fn status_json_keys_are_stable_online_and_offline() {
     let (dir, _) = setup(&small_config("", ""));
     let dir = dir.path();
     let mut server = Server::start(dir, Some(Path::new("config.toml")));
-    let online = status_json(dir);
+    let online = common::status_json(dir);
     let keys = |value: &Value| -> Vec<String> {
         let mut keys: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
         keys.sort();
@@ -460,7 +439,7 @@ fn status_json_keys_are_stable_online_and_offline() {
     let online_volume_keys = keys(volume);
     assert!(server.stop().success());
 
-    let offline = status_json(dir);
+    let offline = common::status_json(dir);
     assert_eq!(keys(&offline), ["server_running", "volumes"]);
     assert_eq!(offline["server_running"], false);
     assert_eq!(keys(&offline["volumes"][0]), online_volume_keys);
@@ -593,7 +572,7 @@ fn garbage_from_clients_does_not_stop_the_server() {
     let mut back = vec![0u8; data.len()];
     client.read(10 * MIB, &mut back).unwrap();
     assert_eq!(back, data);
-    assert_eq!(status_json(dir)["server_running"], true);
+    assert_eq!(common::status_json(dir)["server_running"], true);
 }
 
 #[test]
@@ -601,7 +580,7 @@ fn a_second_server_on_the_same_data_dir_is_refused() {
     let (dir, _) = setup(&small_config("", ""));
     let dir = dir.path();
     let server = Server::start(dir, Some(Path::new("config.toml")));
-    let output = tierd_in(dir, &["serve", "--config", "config.toml"]);
+    let output = common::tierd_in(dir, &["serve", "--config", "config.toml"]);
     assert_eq!(output.status.code(), Some(1));
     let stderr = common::stderr(&output);
     assert!(
@@ -616,7 +595,7 @@ fn status_where_no_server_ever_ran_says_so_and_fails() {
     let directory = tempfile::tempdir().unwrap();
     let dir = directory.path();
     // No config, no ./tierd-data: the embedded default finds nothing.
-    let output = tierd_in(dir, &["status"]);
+    let output = common::tierd_in(dir, &["status"]);
     assert_eq!(output.status.code(), Some(1), "{}", common::stdout(&output));
     let message = common::stderr(&output);
     assert!(
@@ -630,7 +609,7 @@ fn status_where_no_server_ever_ran_says_so_and_fails() {
     );
     // A configuration whose data directory does not exist yet: the same.
     std::fs::write(dir.join("config.toml"), small_config("", "")).unwrap();
-    let output = tierd_in(dir, &["status", "--config", "config.toml", "--json"]);
+    let output = common::tierd_in(dir, &["status", "--config", "config.toml", "--json"]);
     assert_eq!(output.status.code(), Some(1), "{}", common::stdout(&output));
     let message = common::stderr(&output);
     assert!(
@@ -640,7 +619,7 @@ fn status_where_no_server_ever_ran_says_so_and_fails() {
 }
 
 fn tierd_ok(dir: &Path, args: &[&str]) -> String {
-    let output = tierd_in(dir, args);
+    let output = common::tierd_in(dir, args);
     assert!(
         output.status.success(),
         "tierd {args:?} failed:\n{}",
@@ -654,7 +633,7 @@ fn as_strs(args: &[String]) -> Vec<&str> {
 }
 
 fn tierd_refused(dir: &Path, args: &[&str]) -> String {
-    let output = tierd_in(dir, args);
+    let output = common::tierd_in(dir, args);
     assert_eq!(output.status.code(), Some(1), "tierd {args:?} did not fail");
     common::stderr(&output)
 }
@@ -752,7 +731,7 @@ fn a_pin_is_honoured_by_the_policy_and_survives_kill_9() {
 
     // kill -9: the pins were acknowledged, so they are on disk.
     server.kill();
-    let offline = status_json(dir);
+    let offline = common::status_json(dir);
     assert_eq!(offline["volumes"][0]["pins"].as_array().unwrap().len(), 2);
     let _server = Server::start(dir, Some(Path::new("config.toml")));
     let volume = wait_for_status(dir, "four periods after the restart", |volume| {

@@ -9,7 +9,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::serve::ServeProcess as Server;
@@ -21,19 +20,8 @@ const EXAMPLE: &str = include_str!("../../../examples/configs/smr-home.toml");
 /// The Archive 8 TB's band (16 tracks of 1,889,792 bytes).
 const BAND: u64 = 30_236_672;
 
-fn tierd_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tierd"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run tierd")
-}
-
 fn smr_status(dir: &Path) -> Value {
-    let output = tierd_in(dir, &["status", "--config", "config.toml", "--json"]);
-    assert!(output.status.success(), "{}", common::stderr(&output));
-    let status: Value = serde_json::from_slice(&output.stdout).unwrap();
-    status["volumes"][0]["cache"]["smr"].clone()
+    common::status_json(dir)["volumes"][0]["cache"]["smr"].clone()
 }
 
 fn wait_for(dir: &Path, what: &str, done: impl Fn(&Value) -> bool) -> Value {
@@ -124,7 +112,7 @@ fn the_smr_home_example_stages_destages_whole_bands_and_survives_kill_9() {
     );
     check(&mut client, &written);
     // The text status names it.
-    let output = tierd_in(dir, &["status", "--config", "config.toml"]);
+    let output = common::tierd_in(dir, &["status", "--config", "config.toml"]);
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(text.contains("SMR home (bands of"), "{text}");
     assert!(text.contains("SMR disk model: 0 dirty bands"), "{text}");

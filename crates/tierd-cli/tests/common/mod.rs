@@ -13,6 +13,27 @@ pub fn tierd(args: &[&str]) -> Output {
         .expect("run tierd")
 }
 
+/// Runs the binary in `dir` (a config's relative paths resolve there).
+pub fn tierd_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tierd"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run tierd")
+}
+
+/// `tierd status --config config.toml --json` in `dir` (must succeed).
+pub fn status_json(dir: &Path) -> serde_json::Value {
+    let output = tierd_in(dir, &["status", "--config", "config.toml", "--json"]);
+    assert!(
+        output.status.success(),
+        "tierd status failed:\n{}",
+        stderr(&output)
+    );
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|error| panic!("status is not JSON ({error}):\n{}", stdout(&output)))
+}
+
 pub fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
