@@ -367,6 +367,17 @@ pub enum Backend {
     File,
 }
 
+/// `model_mode` of a tier with a model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelMode {
+    /// Completions held back to the model's timing.
+    #[default]
+    Emulate,
+    /// No latency added; the model only follows the device.
+    Predict,
+}
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TierConfig {
@@ -409,6 +420,12 @@ pub struct TierConfig {
     /// to segments on it are lost when the process ends. For benchmarks.
     #[serde(default)]
     pub unsafe_volatile: bool,
+    /// What the model does: `"emulate"` (default) holds every completion
+    /// back to the model's timing; `"predict"` adds no latency and only
+    /// tracks what the model predicts the device does (a real SMR disk's
+    /// media cache and cleaning, shown by `tierd status`).
+    #[serde(default)]
+    pub model_mode: ModelMode,
     /// Injected faults (tests and drills).
     #[serde(default)]
     pub faults: Option<FaultConfig>,
@@ -1387,6 +1404,11 @@ impl Config {
             if tier.size.is_some_and(|size| size.0 == 0) {
                 return Err(format!("{key}.size: must be more than 0"));
             }
+            if tier.model_mode == ModelMode::Predict && tier.model.is_none() {
+                return Err(format!(
+                    "{key}.model_mode = \"predict\": needs the model to predict with (`model`, or `model_file` from `tierd model fit`)"
+                ));
+            }
             if let Some(smr) = &tier.smr {
                 if smr.band.0 < 1 << 20 || smr.band.0 % 4096 != 0 {
                     return Err(format!(
@@ -1895,6 +1917,14 @@ tiers = ["ssd", "home"]
             (staging.band_bytes, staging.first_band_offset_bytes),
             (32 << 20, 1 << 20)
         );
+        // A real SMR disk whose model only predicts (no latency added).
+        let config = parse(&smr_stack(
+            "model = \"archive8tb\"\nmodel_mode = \"predict\"",
+            "",
+        ))
+        .unwrap();
+        assert_eq!(config.tiers[1].model_mode, ModelMode::Predict);
+        assert!(staging_of(&config).is_some());
         // Turned off, and a home that is not SMR.
         let config = parse(&smr_stack(
             "model = \"archive8tb\"",
@@ -1931,12 +1961,17 @@ tiers = ["ssd", "home"]
             (
                 "model = \"archive8tb\"\nsmr = { band = \"32MiB\" }",
                 "",
-                "the emulated model \"archive8tb\" has bands of 30236672 bytes",
+                "the emulated model \"archive8tb\" (with its model_params or model_file) has bands of 30236672 bytes",
             ),
             (
                 "model = \"archive8tb\"",
                 "cache = { tier = \"ssd\", block = \"8KiB\", smr_idle = \"2h\" }",
                 "cache.smr_idle = 7200 s: at most 1h",
+            ),
+            (
+                "model_mode = \"predict\"",
+                "",
+                "model_mode = \"predict\": needs the model to predict with",
             ),
         ] {
             let error = parse(&smr_stack(home, volume)).unwrap_err();

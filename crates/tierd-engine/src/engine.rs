@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tierd_common::clock::Clock;
 
-use crate::config::{Backend, Config, TierConfig, VolumeConfig};
+use crate::config::{Backend, Config, ModelMode, TierConfig, VolumeConfig};
 use crate::device::fault::FaultDevice;
 use crate::device::file::FileDevice;
 use crate::device::latency::LatencyDevice;
@@ -146,7 +146,11 @@ pub fn build_tier(
                 tier.model.map(|preset| preset.name()).unwrap_or_default()
             ))
         })?;
-        device = Arc::new(LatencyDevice::new(device, model, clock.clone()));
+        let latency = LatencyDevice::new(device, model, clock.clone());
+        device = Arc::new(match tier.model_mode {
+            ModelMode::Emulate => latency,
+            ModelMode::Predict => latency.predicting(),
+        });
     }
     if let Some(reduce) = &tier.reduce {
         // Above the physical chain (model, faults, backing), below the

@@ -216,3 +216,36 @@ tiers = ["preset"]
     let preset = smr_after_writes(&preset, fitted_band, 1);
     assert_eq!(preset.cache_writes, inside.cache_writes + 1, "{preset:?}");
 }
+
+/// `model_mode = "predict"`: the model follows the device without adding
+/// latency (the clock never moves for an operation), and tracks what an
+/// SMR disk does with the writes: a small write lands in its media cache
+/// and dirties a band, which the model cleans once the disk has been idle.
+#[test]
+fn a_predicting_model_adds_no_latency_and_tracks_the_smr_media_cache() {
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let memory: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new("smr", 1 << 30));
+    let model = DevicePreset::Archive8tb.build(Some(1 << 30), 3).unwrap();
+    let latency = LatencyDevice::new(memory, model, clock.clone())
+        .with_time_mode(TimeMode::Virtual)
+        .predicting();
+    assert!(latency.predicts_only());
+    let device: Arc<dyn BlockDevice> = Arc::new(StatsDevice::new(Arc::new(latency), clock.clone()));
+    let start_ns = clock.now_ns();
+    device.write_at(12 << 10, &[7u8; 4096]).unwrap();
+    let mut back = [0u8; 4096];
+    device.read_at(12 << 10, &mut back).unwrap();
+    assert_eq!(back, [7u8; 4096]);
+    assert_eq!(clock.now_ns(), start_ns, "a predicting model added latency");
+    let stats = device
+        .smr_model_stats()
+        .expect("the SMR model, through the stats wrapper");
+    assert_eq!((stats.cache_writes, stats.dirty_bands), (1, 1), "{stats:?}");
+    clock.advance_ns(30_000_000_000);
+    let stats = device.smr_model_stats().unwrap();
+    assert_eq!(
+        (stats.dirty_bands, stats.bands_cleaned),
+        (0, 1),
+        "{stats:?}"
+    );
+}

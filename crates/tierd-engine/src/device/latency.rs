@@ -102,6 +102,9 @@ struct ModelState {
     scratch: Vec<Completion>,
     /// Time the model was last advanced or submitted to.
     model_now_ns: u64,
+    /// Predicting only ([`LatencyDevice::predicting`]): nobody waits, so
+    /// completions are dropped.
+    discard: bool,
 }
 
 impl ModelState {
@@ -132,7 +135,9 @@ impl ModelState {
     fn collect(&mut self) -> bool {
         let produced = !self.scratch.is_empty();
         for completion in self.scratch.drain(..) {
-            self.finished.insert(completion.id, completion);
+            if !self.discard {
+                self.finished.insert(completion.id, completion);
+            }
         }
         produced
     }
@@ -152,6 +157,8 @@ pub struct LatencyDevice {
     time_mode: TimeMode,
     /// Auto mode saw a clock that does not move by itself.
     virtual_time_seen: AtomicBool,
+    /// [`LatencyDevice::predicting`]: no operation waits for the model.
+    predict_only: bool,
 }
 
 /// Timer slack of threads that wait for emulated completions.
@@ -206,6 +213,7 @@ impl LatencyDevice {
                 finished: FastMap::default(),
                 scratch: Vec::with_capacity(64),
                 model_now_ns: 0,
+                discard: false,
             }),
             completions: Condvar::new(),
             model_name,
@@ -214,7 +222,24 @@ impl LatencyDevice {
             chunk_bytes,
             time_mode: TimeMode::default(),
             virtual_time_seen: AtomicBool::new(false),
+            predict_only: false,
         }
+    }
+
+    /// Predicts instead of emulating: every operation is fed to the model
+    /// at its arrival and returns as soon as the inner device does, so the
+    /// model tracks what the device is predicted to do (an SMR disk's media
+    /// cache and cleaning, for `tierd status`) without adding latency. A
+    /// real disk's tier with `model_mode = "predict"`.
+    pub fn predicting(mut self) -> Self {
+        self.lock_state().discard = true;
+        self.predict_only = true;
+        self
+    }
+
+    /// Whether this device only predicts ([`LatencyDevice::predicting`]).
+    pub fn predicts_only(&self) -> bool {
+        self.predict_only
     }
 
     pub fn with_time_mode(mut self, time_mode: TimeMode) -> Self {
@@ -241,9 +266,18 @@ impl LatencyDevice {
         self.lock_state().model.counters()
     }
 
-    /// The model's SMR translation layer, when it models an SMR disk.
+    /// The model's SMR translation layer, when it models an SMR disk, as
+    /// of the clock's now (the model advanced to it: cleaning in idle time).
     pub fn model_smr_stats(&self) -> Option<tierd_device::model::smr::SmrStats> {
-        self.lock_state().model.smr_stats()
+        let mut state = self.lock_state();
+        let now_ns = self.clock.now_ns().max(state.model_now_ns);
+        let produced = state.advance_to(now_ns);
+        let stats = state.model.smr_stats();
+        drop(state);
+        if produced {
+            self.completions.notify_all();
+        }
+        stats
     }
 
     fn lock_state(&self) -> MutexGuard<'_, ModelState> {
@@ -365,7 +399,9 @@ impl LatencyDevice {
         }
         let id = self.submit(op, offset_bytes, model_length_bytes);
         let result = operation();
-        self.wait(id);
+        if !self.predict_only {
+            self.wait(id);
+        }
         result
     }
 }

@@ -91,8 +91,9 @@ pub struct SmrStatus {
     /// Write blocks that went home outside a band rewrite (no free slot,
     /// writethrough, draining): each lands in the drive's media cache.
     pub unstaged_home_write_blocks: u64,
-    /// The emulated disk's translation layer (`model = ...` tiers only):
-    /// what its media cache holds and what it has cleaned.
+    /// The disk's translation layer as its model predicts it (a home with
+    /// `model`: emulated, or `model_mode = "predict"` on a real disk): what
+    /// its media cache holds and what it has cleaned.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub home_model: Option<SmrModelStatus>,
 }
