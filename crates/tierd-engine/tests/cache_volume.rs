@@ -1311,3 +1311,46 @@ fn writes_into_a_band_being_rewritten_wait_for_it_and_land() {
         assert_eq!(read_block(&volume, block), block_of(block), "block {block}");
     }
 }
+
+/// A write over adjacent blocks that land in adjacent slots (a fresh cache
+/// hands slots out in order) is one write of the cache tier, and reads
+/// back.
+#[test]
+fn a_write_over_adjacent_blocks_in_adjacent_slots_is_one_cache_tier_write() {
+    use tierd_engine::device::stats::StatsDevice;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(0));
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let fast = Arc::new(StatsDevice::new(
+        Arc::new(CrashDisk::new("ssd", 64 * BLOCK)),
+        dyn_clock.clone(),
+    ));
+    let home: Arc<dyn BlockDevice> = Arc::new(CrashDisk::new("hdd", SEGMENT));
+    let volume = Volume::open_with_cache(
+        options(SEGMENT),
+        two_tiers(fast.clone(), home),
+        dir.path(),
+        dyn_clock,
+        Some(cache_options(CacheMode::Writeback)),
+    )
+    .unwrap()
+    .0;
+    let writes = || fast.stats().unwrap().writes;
+    let before = writes();
+    let data: Vec<u8> = (0..8).flat_map(block_of).collect();
+    volume.write(16 * BLOCK, &data, false).unwrap();
+    assert_eq!(writes() - before, 1, "8 blocks in 8 adjacent slots");
+    for block in 0..8 {
+        assert_eq!(read_block(&volume, 16 + block), block_of(block));
+    }
+    // A partial first block and a partial last one, still one write.
+    let before = writes();
+    let piece = vec![5u8; (3 * BLOCK) as usize];
+    volume.write(16 * BLOCK + 512, &piece, false).unwrap();
+    assert_eq!(writes() - before, 1);
+    let mut back = vec![0u8; piece.len()];
+    volume.read(16 * BLOCK + 512, &mut back).unwrap();
+    assert_eq!(back, piece);
+    assert_eq!(&read_block(&volume, 16)[..512], &block_of(0)[..512]);
+    assert_eq!(&read_block(&volume, 19)[512..], &block_of(3)[512..]);
+}

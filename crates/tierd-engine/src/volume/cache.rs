@@ -460,6 +460,26 @@ fn home_run(
     (end, last_start + last_length - start)
 }
 
+/// The run of `WriteSlot` steps from `index` whose blocks and slots both
+/// follow on (block + 1 in slot + 1): where it ends. The request's parts of
+/// them are adjacent in the request and on the cache tier (every part but
+/// the run's last reaches its block's end), so the run is one write.
+fn slot_run(steps: &[Step], index: usize) -> usize {
+    let slot_of = |step: &Step| match step.io {
+        BlockIo::WriteSlot { ticket } => Some(ticket.slot),
+        _ => None,
+    };
+    let mut end = index + 1;
+    while end < steps.len()
+        && steps[end].block == steps[end - 1].block + 1
+        && slot_of(&steps[end])
+            .is_some_and(|slot| Some(slot) == slot_of(&steps[end - 1]).map(|previous| previous + 1))
+    {
+        end += 1;
+    }
+    end
+}
+
 /// The part of a request `offset..offset+length` inside `block`:
 /// (offset in the volume, length, offset in the request, offset in the block).
 fn part_of(
@@ -719,16 +739,27 @@ impl Volume {
                 }
                 BlockIo::WriteSlot { ticket } => {
                     slot_touched = true;
-                    if let Err(error) = data_of(at, length).apply(
+                    // One device write for a run of adjacent blocks in
+                    // adjacent slots (a fresh cache hands slots out in
+                    // order): a 4 MiB write staged in 4 KiB blocks was
+                    // 1,024 writes of the cache tier, 20 ms on an emulated
+                    // P3700 where home took 8 ms (EVIDENCE.md, SMR live).
+                    let end = slot_run(&steps, index);
+                    let (last_start, last_length, ..) =
+                        part_of(&settings, steps[end - 1].block, offset_bytes, length_bytes);
+                    let run_length = last_start + last_length - start;
+                    if let Err(error) = data_of(at, run_length).apply(
                         device,
                         slot_offset(ticket.slot) + within,
-                        length,
+                        run_length,
                         fua,
                     ) {
-                        outcomes[index] = false;
+                        outcomes[index..end].fill(false);
                         cache_failure.get_or_insert_with(|| error.to_string());
                         result = Err(error.into());
                     }
+                    index = end;
+                    continue;
                 }
                 BlockIo::WriteSlotMerged { ticket } => {
                     slot_touched = true;
