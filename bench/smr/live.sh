@@ -11,10 +11,10 @@
 #                 mode = "writeback", policy = "lru", admission = "always",
 #                 smr_staging = false } (per-block writeback);
 #   staging-on    the same with smr_staging = true (whole-band destage).
-# Until the engine takes the `smr_staging` key (the script asks the binary:
-# a tiny server started with the key), both cache setups run without it,
-# which is per-block writeback, and the staging-on rows say "pending
-# engine". No edit is needed once the engine takes it.
+# STAGING_SUPPORTED=auto asks the binary whether it takes the key (a tiny
+# server started with it): an engine older than the live staging runs both
+# cache setups without it, per-block writeback, and marks the staging-on
+# rows "pending engine".
 #
 # Workloads: the simulator's own (`tierd sim --experiment smr-staging
 # --scale SCALE --export-traces DIR`, crates/tierd-sim/src/smr.rs), all
@@ -48,9 +48,9 @@
 #          STAGING_KEY (smr_staging)  STAGING_SUPPORTED (auto | yes | no)
 #          MAX_INFLIGHT (128: open-loop workloads)  SIM (1; 0 skips tierd sim)
 #          TIERD (a tierd binary; default: build release into CARGO_TARGET_DIR)
-# Needs:   jq. Nothing is written inside the repository. Takes ~18 min at
-#          SCALE=0.1 (1,052 s measured: RW→RR 2-3 min per setup, write bursts
-#          3 min per setup, the simulations 2 s).
+# Needs:   jq. Nothing is written inside the repository. Takes ~15 min at
+#          SCALE=0.1 (886 s measured: RW→RR 1-3 min per setup, write bursts
+#          3 min per setup, the simulations 2 s); WORKLOADS=hm_0 ~9 min.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -88,6 +88,9 @@ if [ -z "${TIERD:-}" ]; then
   (cd "$repo" && CARGO_TARGET_DIR=$target_dir cargo build --release -q -p tierd-cli)
   TIERD=$target_dir/release/tierd
 fi
+# The commit the binary was built from (read now: the tree may change
+# during a run of a quarter of an hour).
+commit=$(cd "$repo" && git rev-parse --short HEAD)$(cd "$repo" && git diff --quiet HEAD -- crates || echo '+changes')
 [ -x "$TIERD" ] || die "no tierd binary at $TIERD"
 
 mkdir -p "$OUT/runs" "$OUT/sim" "$OUT/traces"
@@ -298,7 +301,6 @@ fi
 # ------------------------------------------------------------------ results
 
 runtime_s=$(( $(date +%s) - started ))
-commit=$(cd "$repo" && git rev-parse --short HEAD)$(cd "$repo" && git diff --quiet HEAD -- crates || echo '+changes')
 rows=$OUT/rows.jsonl
 : > "$rows"
 for workload in $WORKLOADS; do
