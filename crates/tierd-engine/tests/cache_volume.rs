@@ -1313,10 +1313,10 @@ fn writes_into_a_band_being_rewritten_wait_for_it_and_land() {
 }
 
 /// A write over adjacent blocks that land in adjacent slots (a fresh cache
-/// hands slots out in order) is one write of the cache tier, and reads
-/// back.
+/// hands slots out in order) is one write of the cache tier, and a read of
+/// them one read.
 #[test]
-fn a_write_over_adjacent_blocks_in_adjacent_slots_is_one_cache_tier_write() {
+fn adjacent_blocks_in_adjacent_slots_are_one_cache_tier_write_and_read() {
     use tierd_engine::device::stats::StatsDevice;
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(0));
@@ -1340,6 +1340,13 @@ fn a_write_over_adjacent_blocks_in_adjacent_slots_is_one_cache_tier_write() {
     let data: Vec<u8> = (0..8).flat_map(block_of).collect();
     volume.write(16 * BLOCK, &data, false).unwrap();
     assert_eq!(writes() - before, 1, "8 blocks in 8 adjacent slots");
+    // Read back in one request: one read of the cache tier too.
+    let reads = || fast.stats().unwrap().reads;
+    let before = reads();
+    let mut back = vec![0u8; data.len()];
+    volume.read(16 * BLOCK, &mut back).unwrap();
+    assert_eq!(reads() - before, 1, "8 hits in 8 adjacent slots");
+    assert!(back == data);
     for block in 0..8 {
         assert_eq!(read_block(&volume, 16 + block), block_of(block));
     }
