@@ -2295,7 +2295,7 @@ tiers = ["ssd", "home"]
 
     /// Issue 11: values that would exhaust the machine, hang or panic tierd
     /// are refused naming the key and the limit. Each was tried against a
-    /// real `tierd serve` first (see notes-reliability-ops.md): a 64 GiB
+    /// real `tierd serve` first (RELIABILITY.md, "Operator mistakes and hostile clients"): a 64 GiB
     /// memory tier on a 23 GiB machine, probabilities of 2 and NaN and a
     /// zero migration rate started silently; a period of 1e12 s panicked the
     /// policy thread (overflow); a volume of 2^64 − 512 bytes panicked the
