@@ -36,14 +36,20 @@ use tierd_core::reduce::{
 
 use super::{check_range, BlockDevice, DeviceError, DeviceErrorKind, DeviceResult};
 use layout::{Fragment, Geometry, Record, Superblock, UNMAPPED, ZERO};
-use state::{Located, NoRoom, PackKind, PackWrite, State};
+use state::{Appender, Located, NoRoom, PackKind, PackWrite, State};
 
 /// Stripes of the per-block write locks.
 /// Blocks a read locates at once (bounds the pins and the lock hold).
 const READ_CHUNK_BLOCKS: u64 = 256;
+/// Cleaning passes a write that finds the tier full may run before ENOSPC.
+const MAX_CLEANINGS_PER_WRITE: u32 = 8;
 /// Largest single device read of adjacent fragments.
 const READ_RUN_BYTES: u64 = 1 << 20;
 const STRIPES: usize = 256;
+/// Packs one cleaning pass empties at most.
+const CLEAN_BATCH_PACKS: usize = 16;
+/// Block map entries the cleaner scans per hold of the state lock.
+const CLEAN_SCAN_BLOCKS: u64 = 1 << 16;
 
 /// Settings of a reduced tier (`reduce = { ... }` on a tier).
 #[derive(Clone, Debug, PartialEq)]
@@ -118,6 +124,20 @@ pub struct ReductionStatus {
     pub dedup_mismatches: u64,
     /// Post writes reduced inline because the stage was full.
     pub stage_overflows: u64,
+    /// Bytes of packs in use that hold no live fragment (overwritten or
+    /// trimmed data, pack tails): what the cleaner can win back.
+    #[serde(default)]
+    pub dead_bytes: u64,
+    /// Cleaning passes run, packs they emptied, and the live bytes and
+    /// block map entries they moved to do it.
+    #[serde(default)]
+    pub cleaner_passes: u64,
+    #[serde(default)]
+    pub cleaned_packs: u64,
+    #[serde(default)]
+    pub cleaner_relocated_bytes: u64,
+    #[serde(default)]
+    pub cleaner_relocated_blocks: u64,
     pub last_switch: Option<SwitchEvent>,
     /// Post-process's measured worker time per write over inline's (once
     /// both ran), and the largest the thresholds tolerate (paper 004's
@@ -152,6 +172,8 @@ enum Job {
     },
     /// A staged block: reduce it if `lbn` still maps to `entry`.
     Staged { lbn: u64, entry: u64 },
+    /// Free packs ran low: clean in the background.
+    Clean,
 }
 
 struct Shared {
@@ -172,6 +194,10 @@ struct Shared {
     /// The measured post/inline work ratio broke the thresholds' inequality
     /// (warned once).
     ratio_warned: AtomicBool,
+    /// One cleaner at a time (background or a write that found no room).
+    cleaner: Mutex<()>,
+    /// A background cleaning job is queued or running.
+    clean_queued: AtomicBool,
 }
 
 /// See the module docs.
@@ -253,7 +279,19 @@ impl ReducedDevice {
         // formatted; `index_memory` may change since (memory holds more or
         // fewer entries, a checkpoint keeps the newest that fit).
         let formatted_index = superblock.geometry.index_capacity;
-        let configured = plan_geometry_with_index(device_bytes, &options, formatted_index)?;
+        // Unset `logical` means the formatted tier's (its default when it
+        // was made may differ from today's).
+        let configured = if options.logical_bytes.is_none() {
+            let formatted = ReduceOptions {
+                logical_bytes: Some(
+                    superblock.geometry.logical_blocks * superblock.geometry.block_bytes,
+                ),
+                ..options.clone()
+            };
+            plan_geometry_with_index(device_bytes, &formatted, formatted_index)?
+        } else {
+            plan_geometry_with_index(device_bytes, &options, formatted_index)?
+        };
         if index_kept != formatted_index {
             tracing::info!(
                 tier = %name,
@@ -295,6 +333,8 @@ impl ReducedDevice {
             clock,
             stop: AtomicBool::new(false),
             ratio_warned: AtomicBool::new(false),
+            cleaner: Mutex::new(()),
+            clean_queued: AtomicBool::new(false),
         });
         if replayed > 0 {
             // Start the journal afresh so its use is known exactly.
@@ -401,6 +441,16 @@ pub fn plan_geometry(device_bytes: u64, options: &ReduceOptions) -> Result<Geome
     )
 }
 
+/// Pack space a reduced tier of the default logical size keeps beyond its
+/// logical bytes: a 16th of its packs (as an SSD's spare area), at least
+/// the cleaner's reserve and 2 more. Packs are never written in place, so
+/// even data that does not compress needs room for the new copy of a block
+/// before the old one dies, and the cleaner copies less the more spare
+/// room there is (its victims hold fewer live bytes).
+fn spare_bytes(geometry: &Geometry) -> u64 {
+    (geometry.pack_count / 16).max(state::CLEANER_RESERVE_PACKS + 2) * geometry.pack_bytes
+}
+
 /// The geometry with checkpoints that hold `index_capacity` entries: a
 /// formatted tier keeps its own whatever `index_memory` says now.
 fn plan_geometry_with_index(
@@ -447,9 +497,13 @@ fn plan_geometry_with_index(
                     options.pack_bytes,
                     index_capacity,
                 ) {
-                    Ok(geometry) if geometry.packs_bytes() >= logical => break logical,
+                    Ok(geometry) if geometry.packs_bytes() >= logical + spare_bytes(&geometry) => {
+                        break logical
+                    }
                     Ok(geometry) => {
-                        logical = geometry.packs_bytes() / options.block_bytes * options.block_bytes
+                        logical = (geometry.packs_bytes() - spare_bytes(&geometry))
+                            / options.block_bytes
+                            * options.block_bytes
                     }
                     Err(error) => return Err(error),
                 }
@@ -704,6 +758,7 @@ impl Shared {
                             .wait_for(&mut jobs, std::time::Duration::from_millis(100));
                     }
                 }
+                Job::Clean => self.clean_in_background(),
             }
         }
     }
@@ -716,6 +771,7 @@ impl Shared {
         };
         match job {
             Job::Staged { lbn, entry } => self.reduce_staged_block(lbn, entry)?,
+            Job::Clean => self.clean_in_background(),
             Job::Inline { lbn, data, done } => {
                 let result = self.store_block(lbn, &data, None);
                 let mut state = done.state.lock();
@@ -870,6 +926,9 @@ impl Shared {
                 let same = self.equals(lbn, located, data);
                 let mut state = self.state.lock();
                 let result = match same {
+                    // The cleaner started emptying its pack since: store a
+                    // copy instead (a reference now would keep it in use).
+                    Ok(true) if state.in_cleaning(entry) => None,
                     Ok(true) => {
                         if still(&mut state) {
                             state.install(lbn, entry);
@@ -928,19 +987,24 @@ impl Shared {
         mut placed: impl FnMut(&mut MutexGuard<'_, State>, u64),
     ) -> DeviceResult<Option<u64>> {
         let mut flushed = false;
+        let mut cleanings = 0;
         loop {
             let mut state = self.state.lock();
             if !proceed(&mut state) {
                 return Ok(None);
             }
-            match state.append(kind, bytes, staged) {
+            match state.append(kind, bytes, staged, Appender::User) {
                 Ok((fragment, sealed)) => {
                     let entry = fragment.encode();
                     state.install(lbn, entry);
                     placed(&mut state, entry);
+                    let clean = sealed.is_some() && self.wants_cleaning(&state);
                     drop(state);
                     if let Some(write) = sealed {
                         self.write_pack(write);
+                    }
+                    if clean {
+                        self.queue_clean();
                     }
                     return Ok(Some(entry));
                 }
@@ -949,12 +1013,211 @@ impl Shared {
                     self.flush()?;
                     flushed = true;
                 }
+                // Dead fragments may hold the room: clean now, on this
+                // thread, while each pass makes room.
+                Err(_) if cleanings < MAX_CLEANINGS_PER_WRITE => {
+                    drop(state);
+                    cleanings += 1;
+                    if !self.clean(true)? {
+                        return Err(self.full_error(lbn));
+                    }
+                    flushed = false;
+                }
                 Err(_) => {
                     drop(state);
                     return Err(self.full_error(lbn));
                 }
             }
         }
+    }
+
+    // ---- the cleaner --------------------------------------------------------
+
+    /// Free packs below which the background cleaner starts: a 32nd of the
+    /// packs, at least the reserve and 4 more.
+    fn clean_low_packs(&self) -> u64 {
+        (self.geometry.pack_count / 32).max(state::CLEANER_RESERVE_PACKS + 4)
+    }
+
+    /// Whether a background cleaning pass is due (with workers to run it).
+    fn wants_cleaning(&self, state: &State) -> bool {
+        self.options.workers > 0
+            && !self.clean_queued.load(Ordering::Relaxed)
+            && state.wants_cleaning(self.clean_low_packs(), self.geometry.block_bytes)
+    }
+
+    fn queue_clean(&self) {
+        if self.clean_queued.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let mut jobs = self.jobs.lock();
+        jobs.push(Urgency::Background, Job::Clean);
+        self.jobs_ready.notify_one();
+    }
+
+    /// Background cleaning: passes until free packs are back to twice the
+    /// low mark or a pass cannot make room.
+    fn clean_in_background(&self) {
+        let high = 2 * self.clean_low_packs();
+        loop {
+            if self.stop.load(Ordering::SeqCst) || self.state.lock().free_packs() >= high {
+                break;
+            }
+            match self.clean(false) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(error) => {
+                    tracing::warn!(tier = %self.name, %error, "cleaning failed; dead fragments keep their space until the next pass");
+                    break;
+                }
+            }
+        }
+        self.clean_queued.store(false, Ordering::SeqCst);
+    }
+
+    /// One cleaning pass: empties up to [`CLEAN_BATCH_PACKS`] packs with the
+    /// fewest live bytes into the open packs and flushes, which frees them.
+    /// `urgent` (a write found no room): waits for a pass under way and
+    /// returns at once if users have room again. True when there is room
+    /// now or the pass freed packs.
+    fn clean(&self, urgent: bool) -> DeviceResult<bool> {
+        let _cleaner = if urgent {
+            self.cleaner.lock()
+        } else {
+            match self.cleaner.try_lock() {
+                Some(guard) => guard,
+                None => return Ok(false),
+            }
+        };
+        let victims = {
+            let mut state = self.state.lock();
+            if urgent && state.free_packs() > state.reserve_packs() {
+                return Ok(true);
+            }
+            let victims = state.pick_victims(CLEAN_BATCH_PACKS, self.geometry.block_bytes);
+            if !victims.is_empty() {
+                state.cleaner.passes += 1;
+            }
+            victims
+        };
+        if victims.is_empty() {
+            return Ok(false);
+        }
+        let relocated = self.relocate_victims(&victims);
+        let emptied = {
+            let mut state = self.state.lock();
+            let before = state.cleaner.packs_cleaned;
+            state.end_cleaning(&victims);
+            state.cleaner.packs_cleaned - before
+        };
+        relocated?;
+        // Journals the remapping: only then may the emptied packs be reused.
+        self.flush()?;
+        tracing::debug!(tier = %self.name, urgent, victims = victims.len(), emptied, "cleaning pass");
+        Ok(emptied > 0)
+    }
+
+    /// Copies the live fragments of `victims` (marked and pinned by
+    /// `pick_victims`) to the open packs and remaps every block that
+    /// pointed at them. Stops early when even the reserve is used up.
+    fn relocate_victims(&self, victims: &[u32]) -> DeviceResult<()> {
+        // The blocks that point into the victims: nothing adds a reference
+        // to a pack being cleaned, so one pass over the map finds them all.
+        let mut refs = Vec::new();
+        let mut lbn = 0;
+        while lbn < self.geometry.logical_blocks {
+            refs.extend(
+                self.state
+                    .lock()
+                    .refs_in_cleaning(lbn..lbn + CLEAN_SCAN_BLOCKS),
+            );
+            lbn += CLEAN_SCAN_BLOCKS;
+        }
+        let pack_of =
+            |entry: u64| Fragment::decode(entry).map_or(u32::MAX, |fragment| fragment.pack);
+        refs.sort_unstable_by_key(|&(lbn, entry)| (pack_of(entry), entry, lbn));
+        let block = self.geometry.block_bytes as usize;
+        let mut pack_buf = vec![0u8; self.geometry.pack_bytes as usize];
+        let mut scratch = vec![0u8; block];
+        for &victim in victims {
+            let start = refs.partition_point(|&(_, entry)| pack_of(entry) < victim);
+            let end = refs.partition_point(|&(_, entry)| pack_of(entry) <= victim);
+            let these = &refs[start..end];
+            if these.is_empty() {
+                continue;
+            }
+            self.inner
+                .read_at(self.geometry.pack_offset(victim), &mut pack_buf)?;
+            let bytes_of = |entry: u64| {
+                let fragment = Fragment::decode(entry).expect("a mapped fragment");
+                let from = fragment.offset as usize;
+                &pack_buf[from..from + fragment.len as usize]
+            };
+            // Fingerprints (outside the lock) to move the index hints along.
+            let mut fingerprints: tierd_common::hash::FastMap<u64, codec::Fingerprint> =
+                Default::default();
+            if self.options.dedup {
+                for &(_, entry) in these {
+                    if fingerprints.contains_key(&entry) {
+                        continue;
+                    }
+                    let bytes = bytes_of(entry);
+                    let block_bytes = if bytes.len() == block {
+                        Some(bytes)
+                    } else {
+                        codec::decompress(bytes, &mut scratch)
+                            .ok()
+                            .map(|()| &scratch[..])
+                    };
+                    if let Some(block_bytes) = block_bytes {
+                        fingerprints.insert(entry, codec::fingerprint(block_bytes));
+                    }
+                }
+            }
+            let mut writes = Vec::new();
+            let mut full = false;
+            {
+                let mut state = self.state.lock();
+                let mut copies: tierd_common::hash::FastMap<u64, u64> = Default::default();
+                for &(lbn, entry) in these {
+                    if !state.maps(lbn, entry) {
+                        continue;
+                    }
+                    let copy = match copies.get(&entry) {
+                        Some(&copy) => copy,
+                        None => match state.relocate(entry, bytes_of(entry)) {
+                            Ok((copy, sealed)) => {
+                                writes.extend(sealed);
+                                if let Some(&fingerprint) = fingerprints.get(&entry) {
+                                    if state.index.get(fingerprint) == Some(entry) {
+                                        state.index.insert(fingerprint, copy);
+                                        state.records.push(Record::Index {
+                                            fingerprint,
+                                            entry: copy,
+                                        });
+                                    }
+                                }
+                                copies.insert(entry, copy);
+                                copy
+                            }
+                            Err(_) => {
+                                full = true;
+                                break;
+                            }
+                        },
+                    };
+                    state.install(lbn, copy);
+                    state.cleaner.relocated_blocks += 1;
+                }
+            }
+            for write in writes {
+                self.write_pack(write);
+            }
+            if full {
+                break;
+            }
+        }
+        Ok(())
     }
 
     fn full_error(&self, lbn: u64) -> DeviceError {
@@ -965,9 +1228,9 @@ impl Shared {
             self.geometry.block_bytes,
             libc::ENOSPC,
             format!(
-                "reduced tier {} is full: all {} packs of {} bytes hold live data ({} bytes of fragments, \
-                 {} logical blocks mapped); nothing was changed — free space (TRIM) or give the tier a \
-                 larger device",
+                "reduced tier {} is full: its {} packs of {} bytes hold {} bytes of live fragments ({} \
+                 logical blocks mapped) and cleaning freed no pack; nothing was changed — free space \
+                 (TRIM) or give the tier a larger device",
                 self.name,
                 self.geometry.pack_count,
                 self.geometry.pack_bytes,
@@ -1114,11 +1377,17 @@ impl Shared {
                 Mode::Inline
             };
             match taken {
-                Mode::Post => {
-                    if let Some(entry) = self.stage_block(lbn, &bytes)? {
-                        staged.push((lbn, entry));
+                Mode::Post => match self.stage_block(lbn, &bytes) {
+                    Ok(Some(entry)) => staged.push((lbn, entry)),
+                    Ok(None) => {}
+                    // No room for a raw copy (and nothing to clean): reduce
+                    // it now, which may fit.
+                    Err(error) if error.errno() == libc::ENOSPC => {
+                        self.state.lock().staging.overflows += 1;
+                        inline.push((lbn, bytes));
                     }
-                }
+                    Err(error) => return Err(error),
+                },
                 Mode::Inline => inline.push((lbn, bytes)),
             }
         }
@@ -1488,6 +1757,11 @@ impl Shared {
             dedup_hits: state.tallies.dedup_hits,
             dedup_mismatches: state.tallies.dedup_mismatches,
             stage_overflows: state.staging.overflows,
+            dead_bytes: physical_bytes.saturating_sub(state.tallies.fragment_bytes),
+            cleaner_passes: state.cleaner.passes,
+            cleaned_packs: state.cleaner.packs_cleaned,
+            cleaner_relocated_bytes: state.cleaner.relocated_bytes,
+            cleaner_relocated_blocks: state.cleaner.relocated_blocks,
             last_switch,
             post_work_ratio,
             max_post_work_ratio,

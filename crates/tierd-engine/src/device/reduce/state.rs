@@ -293,7 +293,44 @@ pub struct State {
     /// Staged blocks found by recovery, for the device to queue: (lbn, entry).
     pub recovered_staged: Vec<(u64, u64)>,
     pub staging: Staging,
+    /// Per pack: bytes of its live fragments, each counted once (what the
+    /// cleaner would copy to free it).
+    pack_live: Vec<u32>,
+    /// Per pack: the kind it was opened for (recovered from its fragments).
+    pack_kind: Vec<PackKind>,
+    /// Packs the cleaner is emptying: no new references to them (dedup
+    /// refuses them as candidates), so its scan of the map stays complete.
+    cleaning: Vec<bool>,
+    /// Free packs only the cleaner may take (it needs room to copy live
+    /// fragments into before it frees anything).
+    reserve_packs: u64,
+    pub cleaner: CleanerTallies,
 }
+
+/// What the cleaner did (status).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CleanerTallies {
+    /// Cleaning passes run (background and on a full tier).
+    pub passes: u64,
+    /// Packs emptied by copying their live fragments elsewhere.
+    pub packs_cleaned: u64,
+    /// Bytes of live fragments copied (the cleaner's write amplification).
+    pub relocated_bytes: u64,
+    /// Block map entries moved to the copies.
+    pub relocated_blocks: u64,
+}
+
+/// Who takes a free pack: users never take the last
+/// [`State::reserve_packs`], the cleaner may.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Appender {
+    User,
+    Cleaner,
+}
+
+/// Free packs kept for the cleaner: enough for one open pack of each kind
+/// it copies into (raw and compressed).
+pub const CLEANER_RESERVE_PACKS: u64 = 2;
 
 impl State {
     /// The state of a recovered (or new) map: reference counts, pack states
@@ -326,11 +363,17 @@ impl State {
             tallies: Tallies::default(),
             recovered_staged: Vec::new(),
             staging: Staging::new(stage_limit_blocks),
+            pack_live: vec![0; geometry.pack_count as usize],
+            pack_kind: vec![PackKind::Raw; geometry.pack_count as usize],
+            cleaning: vec![false; geometry.pack_count as usize],
+            reserve_packs: CLEANER_RESERVE_PACKS.min(geometry.pack_count / 4),
+            cleaner: CleanerTallies::default(),
         };
         for (lbn, &entry) in map.iter().enumerate() {
             state.acquire(entry);
             if let Some(fragment) = Fragment::decode(entry) {
                 state.pack_state[fragment.pack as usize] = PackState::Sealed;
+                state.pack_kind[fragment.pack as usize] = state.kind_of(fragment);
                 if fragment.staged {
                     state.recovered_staged.push((lbn as u64, entry));
                     state.staging.staged_blocks += 1;
@@ -365,6 +408,7 @@ impl State {
             .or_insert(0);
         *refs += 1;
         if *refs == 1 {
+            self.pack_live[fragment.pack as usize] += fragment.len;
             self.tallies.fragment_bytes += u64::from(fragment.len);
             self.tallies.compress_saved_bytes +=
                 self.geometry.block_bytes - u64::from(fragment.len);
@@ -390,6 +434,7 @@ impl State {
         *refs -= 1;
         if *refs == 0 {
             self.fragment_refs.remove(&key);
+            self.pack_live[fragment.pack as usize] -= fragment.len;
             self.tallies.fragment_bytes -= u64::from(fragment.len);
             self.tallies.compress_saved_bytes -=
                 self.geometry.block_bytes - u64::from(fragment.len);
@@ -421,6 +466,11 @@ impl State {
     pub fn candidate(&mut self, fingerprint: Fingerprint) -> Option<(u64, Located)> {
         let entry = self.index.get(fingerprint)?;
         let fragment = Fragment::decode(entry)?;
+        if self.cleaning[fragment.pack as usize] {
+            // Its fragments are being copied away: a new reference here
+            // would keep it from coming free.
+            return None;
+        }
         let end = u64::from(fragment.offset) + u64::from(fragment.len);
         match self.pack_state[fragment.pack as usize] {
             PackState::Free => return None,
@@ -490,6 +540,7 @@ impl State {
         kind: PackKind,
         bytes: &[u8],
         staged: bool,
+        appender: Appender,
     ) -> Result<(Fragment, Option<PackWrite>), NoRoom> {
         let len = bytes.len() as u64;
         let mut sealed = None;
@@ -501,7 +552,16 @@ impl State {
             sealed = self.seal(kind);
         }
         if self.open[kind as usize].is_none() {
-            let Some(pack) = self.free.pop() else {
+            let reserved = match appender {
+                Appender::User => self.reserve_packs,
+                Appender::Cleaner => 0,
+            };
+            let pack = if self.free.len() as u64 > reserved {
+                self.free.pop()
+            } else {
+                None
+            };
+            let Some(pack) = pack else {
                 // The sealed pack's write must still happen.
                 if let Some(write) = sealed {
                     self.end_write(&write);
@@ -514,6 +574,7 @@ impl State {
                 });
             };
             self.pack_state[pack as usize] = PackState::Open(kind);
+            self.pack_kind[pack as usize] = kind;
             self.open[kind as usize] = Some(OpenPack {
                 pack,
                 buf: vec![0; self.geometry.pack_bytes as usize],
@@ -736,6 +797,134 @@ impl State {
     pub fn is_unmapped(&self, lbn: u64) -> bool {
         self.map[lbn as usize] == UNMAPPED
     }
+
+    // ---- the cleaner ------------------------------------------------------
+    //
+    // Packs are never written in place, so an overwritten fragment leaves
+    // dead bytes in its pack until every fragment of it is dead. Under
+    // random overwrites that never happens by itself and the tier fills
+    // with dead bytes. The cleaner (as a log-structured file system's) picks
+    // the packs with the fewest live bytes, copies their live fragments to
+    // the open packs, remaps every block that pointed at them and lets the
+    // next flush free them (rule 3). The copies go through the same append
+    // and journal path as user writes, so rules 1 and 2 hold for them.
+
+    /// The kind of pack a fragment belongs in.
+    pub fn kind_of(&self, fragment: Fragment) -> PackKind {
+        if fragment.staged {
+            PackKind::Staged
+        } else if u64::from(fragment.len) == self.geometry.block_bytes {
+            PackKind::Raw
+        } else {
+            PackKind::Compressed
+        }
+    }
+
+    /// Free packs users may not take.
+    pub fn reserve_packs(&self) -> u64 {
+        self.reserve_packs
+    }
+
+    /// Whether free packs are below `low` while some sealed pack holds dead
+    /// bytes worth at least `min_dead` (cleaning would help).
+    pub fn wants_cleaning(&self, low: u64, min_dead: u64) -> bool {
+        (self.free.len() as u64) < low
+            && self
+                .eligible()
+                .any(|pack| self.dead_bytes(pack) >= min_dead)
+    }
+
+    fn dead_bytes(&self, pack: usize) -> u64 {
+        self.geometry.pack_bytes - u64::from(self.pack_live[pack])
+    }
+
+    /// Packs the cleaner may empty: on the device, referenced, not staged
+    /// (staged packs come free whole once reduced) and not already being
+    /// cleaned.
+    fn eligible(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.pack_state.len()).filter(|&pack| {
+            self.pack_state[pack] == PackState::Sealed
+                && self.pack_refs[pack] > 0
+                && self.pack_kind[pack] != PackKind::Staged
+                && !self.cleaning[pack]
+        })
+    }
+
+    /// Picks up to `max` packs to empty, fewest live bytes first, each with
+    /// at least `min_dead` dead bytes, and no more live bytes in all than
+    /// the free packs (the reserve included) and the open packs' room can
+    /// take. Marks them as being cleaned and pins them (their bytes are
+    /// read while users may drop their last references).
+    pub fn pick_victims(&mut self, max: usize, min_dead: u64) -> Vec<u32> {
+        let mut candidates: Vec<usize> = self
+            .eligible()
+            .filter(|&pack| self.dead_bytes(pack) >= min_dead.max(1))
+            .collect();
+        candidates.sort_unstable_by_key(|&pack| (self.pack_live[pack], pack));
+        let open_room: u64 = [PackKind::Raw, PackKind::Compressed]
+            .iter()
+            .filter_map(|&kind| self.open[kind as usize].as_ref())
+            .map(|open| open.buf.len() as u64 - open.fill)
+            .sum();
+        // A copy may not fit the open pack's tail and waste up to a block
+        // per pack it fills.
+        let room = self.free.len() as u64 * (self.geometry.pack_bytes - self.geometry.block_bytes)
+            + open_room;
+        let mut taken = 0u64;
+        let mut victims = Vec::new();
+        for pack in candidates.into_iter().take(max) {
+            let live = u64::from(self.pack_live[pack]);
+            if taken + live > room {
+                break;
+            }
+            taken += live;
+            self.cleaning[pack] = true;
+            *self.readers.entry(pack as u32).or_insert(0) += 1;
+            victims.push(pack as u32);
+        }
+        victims
+    }
+
+    /// Whether `entry` is a fragment in a pack being cleaned.
+    pub fn in_cleaning(&self, entry: u64) -> bool {
+        Fragment::decode(entry).is_some_and(|fragment| self.cleaning[fragment.pack as usize])
+    }
+
+    /// The blocks in `lbns` that map into packs being cleaned, as
+    /// (lbn, entry): one slice of the cleaner's scan of the map.
+    pub fn refs_in_cleaning(&self, lbns: std::ops::Range<u64>) -> Vec<(u64, u64)> {
+        let end = lbns.end.min(self.map.len() as u64);
+        (lbns.start..end)
+            .filter_map(|lbn| {
+                let entry = self.map[lbn as usize];
+                self.in_cleaning(entry).then_some((lbn, entry))
+            })
+            .collect()
+    }
+
+    /// Copies a fragment being cleaned (`old`, whose bytes are `bytes`) to
+    /// an open pack, as the cleaner: the new entry and a sealed pack's write
+    /// to do. Nothing is remapped yet ([`State::install`] does that per
+    /// block).
+    pub fn relocate(&mut self, old: u64, bytes: &[u8]) -> Result<(u64, Option<PackWrite>), NoRoom> {
+        let fragment = Fragment::decode(old).expect("a mapped fragment");
+        let kind = self.kind_of(fragment);
+        let (copy, sealed) = self.append(kind, bytes, false, Appender::Cleaner)?;
+        self.cleaner.relocated_bytes += bytes.len() as u64;
+        Ok((copy.encode(), sealed))
+    }
+
+    /// The cleaner is done with `victims` (emptied or not): they take
+    /// references again and may be freed.
+    pub fn end_cleaning(&mut self, victims: &[u32]) {
+        for &pack in victims {
+            self.cleaning[pack as usize] = false;
+            if self.pack_refs[pack as usize] == 0 {
+                self.cleaner.packs_cleaned += 1;
+            }
+            self.unpin(pack);
+        }
+    }
 }
 
 pub struct FlushPlan {
@@ -762,7 +951,9 @@ mod tests {
         let mut writes = Vec::new();
         // Fill one raw pack (16 blocks) and start the next: the first seals.
         for lbn in 0..17 {
-            let (fragment, sealed) = state.append(PackKind::Raw, &block, false).unwrap();
+            let (fragment, sealed) = state
+                .append(PackKind::Raw, &block, false, Appender::User)
+                .unwrap();
             state.install(lbn, fragment.encode());
             writes.extend(sealed);
         }
@@ -799,10 +990,14 @@ mod tests {
         let mut writes = Vec::new();
         for lbn in 0..32u64 {
             let block = vec![lbn as u8 + 1; 4096];
-            let (staged, sealed) = state.append(PackKind::Staged, &block, true).unwrap();
+            let (staged, sealed) = state
+                .append(PackKind::Staged, &block, true, Appender::User)
+                .unwrap();
             state.install(lbn, staged.encode());
             writes.extend(sealed);
-            let (stored, sealed) = state.append(PackKind::Raw, &block, false).unwrap();
+            let (stored, sealed) = state
+                .append(PackKind::Raw, &block, false, Appender::User)
+                .unwrap();
             state.install(lbn, stored.encode());
             writes.extend(sealed);
         }
@@ -826,7 +1021,9 @@ mod tests {
         let mut state = state();
         let block = vec![2u8; 4096];
         for lbn in 0..17 {
-            let (fragment, sealed) = state.append(PackKind::Raw, &block, false).unwrap();
+            let (fragment, sealed) = state
+                .append(PackKind::Raw, &block, false, Appender::User)
+                .unwrap();
             state.install(lbn, fragment.encode());
             if let Some(write) = sealed {
                 state.write_done(write, true);
@@ -852,7 +1049,7 @@ mod tests {
     fn dedup_and_compression_tallies_follow_the_map() {
         let mut state = state();
         let (fragment, _) = state
-            .append(PackKind::Compressed, &[9u8; 1000], false)
+            .append(PackKind::Compressed, &[9u8; 1000], false, Appender::User)
             .unwrap();
         state.install(0, fragment.encode());
         state.install(1, fragment.encode());
@@ -876,7 +1073,7 @@ mod tests {
         let block = vec![3u8; 4096];
         let mut lbn = 0;
         let error = loop {
-            match state.append(PackKind::Raw, &block, false) {
+            match state.append(PackKind::Raw, &block, false, Appender::User) {
                 Ok((fragment, sealed)) => {
                     state.install(lbn % geometry.logical_blocks, fragment.encode());
                     lbn += 1;
@@ -900,7 +1097,9 @@ mod tests {
     fn a_pack_with_a_failed_write_is_read_from_memory_until_the_retry_lands() {
         let mut state = state();
         let block = vec![5u8; 4096];
-        let (first, _) = state.append(PackKind::Raw, &block, false).unwrap();
+        let (first, _) = state
+            .append(PackKind::Raw, &block, false, Appender::User)
+            .unwrap();
         state.install(0, first.encode());
         let plan = state.begin_flush();
         assert_eq!(plan.writes.len(), 1, "the open pack's tail");
@@ -910,7 +1109,9 @@ mod tests {
         // Fill the pack: the seal writes only what follows the tail.
         let mut seal = None;
         for lbn in 1..17 {
-            let (fragment, sealed) = state.append(PackKind::Raw, &block, false).unwrap();
+            let (fragment, sealed) = state
+                .append(PackKind::Raw, &block, false, Appender::User)
+                .unwrap();
             state.install(lbn, fragment.encode());
             seal = seal.or(sealed);
         }
@@ -943,7 +1144,9 @@ mod tests {
     fn a_sealed_pack_waits_for_its_tail_write_in_flight() {
         let mut state = state();
         let block = vec![6u8; 4096];
-        let (first, _) = state.append(PackKind::Raw, &block, false).unwrap();
+        let (first, _) = state
+            .append(PackKind::Raw, &block, false, Appender::User)
+            .unwrap();
         state.install(0, first.encode());
         let plan = state.begin_flush();
         let tail = plan
@@ -953,7 +1156,9 @@ mod tests {
             .expect("the open pack's tail");
         let mut seal = None;
         for lbn in 1..17 {
-            let (fragment, sealed) = state.append(PackKind::Raw, &block, false).unwrap();
+            let (fragment, sealed) = state
+                .append(PackKind::Raw, &block, false, Appender::User)
+                .unwrap();
             state.install(lbn, fragment.encode());
             seal = seal.or(sealed);
         }
