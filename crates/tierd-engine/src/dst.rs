@@ -125,7 +125,8 @@ pub struct DstReduceConfig {
     /// Home is reduced too.
     pub home: bool,
     /// Physical bytes per logical byte of each reduced tier's device
-    /// (below 1: overcommitted, writes may find it full).
+    /// (below 1: overcommitted; the cleaner makes room, and writes may
+    /// find it full).
     pub physical_per_logical: f64,
     /// Per workload step: reduce a few staged blocks.
     pub reduce_probability: f64,
@@ -342,7 +343,8 @@ pub fn derive_config(seed: u64, steps: u32) -> DstConfig {
         config.reduce = Some(DstReduceConfig {
             mode: ["inline", "post", "auto"][reduce_rng.below(3) as usize].to_string(),
             home: reduce_rng.below(2) == 0,
-            physical_per_logical: if reduce_rng.below(4) == 0 { 0.25 } else { 2.0 },
+            // Full (ENOSPC), tight (the cleaner keeps making room), roomy.
+            physical_per_logical: [0.25, 0.1, 2.0, 2.0][reduce_rng.below(4) as usize],
             reduce_probability: 0.05 + reduce_rng.next_f64() * 0.2,
             switch_probability: if reduce_rng.below(2) == 0 { 0.05 } else { 0.0 },
         });
@@ -496,6 +498,8 @@ impl Run {
                 ("reduce_zero_bytes", status.zero_bytes),
                 ("reduce_compress_saved_bytes", status.compress_saved_bytes),
                 ("reduce_stage_overflows", status.stage_overflows),
+                ("reduce_cleaner_passes", status.cleaner_passes),
+                ("reduce_cleaned_packs", status.cleaned_packs),
             ] {
                 *self.report.faults.entry(key.into()).or_insert(0) += value;
             }
@@ -1138,11 +1142,28 @@ impl Run {
             ));
         }
         let placement_after = volume.placement();
-        if placement_after != placement_before {
+        // A segment of an overcommitted reduced volatile tier that could not
+        // be refilled (ENOSPC) is placed on home, and the restart says so.
+        let home = (self.tiers.len() - 1) as u8;
+        let mut expected = placement_before.clone();
+        for note in &notes {
+            let sent_home = note
+                .strip_prefix("segment ")
+                .filter(|_| note.contains("could not be refilled"))
+                .and_then(|rest| rest.split(' ').next())
+                .and_then(|segment| segment.parse::<usize>().ok());
+            if let Some(segment) = sent_home.filter(|&segment| segment < expected.len()) {
+                expected[segment] = home;
+                self.count("reduce_refills_sent_home");
+            }
+        }
+        if placement_after != expected {
             return Err(format!(
-                "placement after restart {placement_after:?} differs from the last durable one {placement_before:?}"
+                "placement after restart {placement_after:?} differs from the last durable one {placement_before:?} (expected {expected:?}; notes: {notes:?})"
             ));
         }
+        // Sent home by the restart: journaled.
+        self.durable_placement = placement_after;
         // Every sector must hold something the checker allows after a crash.
         let total = self.volume_bytes();
         let mut buffer = vec![0u8; self.config.segment_bytes as usize];

@@ -141,6 +141,35 @@ fn seed_1090_a_checkpoint_fault_preempted_by_a_device_error() {
     );
 }
 
+/// Regression (reduced tiers): seeds 14, 62 and 518 failed once reduce
+/// seeds drew tight tiers (a tenth of the logical size): a memory tier,
+/// reduced and overcommitted, could not take back at restart the segments
+/// it held (its last writes, refused there with ENOSPC, had reached home
+/// by write-through), and the volume would not open. The refill now
+/// places such a segment on home (journaled, named in a restart note).
+#[test]
+fn seeds_14_62_518_a_full_reduced_memory_tier_refill_sends_segments_home() {
+    let scratch = tempfile::tempdir().unwrap();
+    let mut sent_home = 0;
+    for seed in [14, 62, 518] {
+        let (config, report) = run_seed(seed, STEPS, scratch.path());
+        assert!(
+            config
+                .reduce
+                .as_ref()
+                .is_some_and(|reduce| reduce.physical_per_logical < 0.2),
+            "seed {seed}: {config:?}"
+        );
+        assert_eq!(report.failure, None, "seed {seed}");
+        sent_home += report
+            .faults
+            .get("reduce_refills_sent_home")
+            .copied()
+            .unwrap_or(0);
+    }
+    assert!(sent_home > 0, "no refill was sent home");
+}
+
 /// Regression (cache volumes): seeds 51 and 88 failed when a cache tier
 /// was lost (an injected EIO) while mapping changes were still pending: the
 /// next FLUSH journaled them after the `cache-lost` record, so the restart

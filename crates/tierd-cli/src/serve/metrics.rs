@@ -608,7 +608,7 @@ fn render_statuses(statuses: &[VolumeStatus], nbd: &ServerStats) -> String {
     }
     cache_families.retain(|family| !family.samples.is_empty());
     type ReductionFigure = fn(&ReductionStatus) -> String;
-    let reduction_figures: [(&str, &str, &str, ReductionFigure); 11] = [
+    let reduction_figures: [(&str, &str, &str, ReductionFigure); 14] = [
         (
             "tierd_reduction_logical_bytes",
             "gauge",
@@ -668,6 +668,24 @@ fn render_statuses(statuses: &[VolumeStatus], nbd: &ServerStats) -> String {
             "counter",
             "Written blocks stored as a reference to an identical stored block since start.",
             |r| r.dedup_hits.to_string(),
+        ),
+        (
+            "tierd_reduction_dead_bytes",
+            "gauge",
+            "Bytes of packs in use that hold no live fragment (what cleaning can win back).",
+            |r| r.dead_bytes.to_string(),
+        ),
+        (
+            "tierd_reduction_cleaned_packs_total",
+            "counter",
+            "Packs the cleaner emptied (copying their live fragments) since start.",
+            |r| r.cleaned_packs.to_string(),
+        ),
+        (
+            "tierd_reduction_cleaner_relocated_bytes_total",
+            "counter",
+            "Live fragment bytes the cleaner copied since start (its write amplification).",
+            |r| r.cleaner_relocated_bytes.to_string(),
         ),
         (
             "tierd_reduction_mode",

@@ -375,7 +375,7 @@ pub fn render_text(report: &Value) -> String {
                     out,
                     "      reduction {} ({}), now {}: {} logical in {} physical ({:.2}:1; zero {}, dedup {}, \
                      compression saved {}); staged {}; {} workers at {:.0}% utilisation; {} switches; \
-                     {} of {} free",
+                     {} of {} free ({} dead; cleaner emptied {} packs, copied {})",
                     text(reduction, "setting"),
                     text(reduction, "rule"),
                     text(reduction, "mode"),
@@ -391,6 +391,9 @@ pub fn render_text(report: &Value) -> String {
                     number(reduction, "switches"),
                     size_text(number(reduction, "free_bytes")),
                     size_text(number(reduction, "capacity_bytes")),
+                    size_text(number(reduction, "dead_bytes")),
+                    number(reduction, "cleaned_packs"),
+                    size_text(number(reduction, "cleaner_relocated_bytes")),
                 );
             }
         }

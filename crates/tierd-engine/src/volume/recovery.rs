@@ -378,6 +378,7 @@ impl Volume {
             }
             let mut buffer = vec![0u8; self.options.chunk_bytes as usize];
             let mut done = 0;
+            let mut full = None;
             while done < self.options.segment_bytes {
                 let length = self
                     .options
@@ -388,9 +389,30 @@ impl Volume {
                     u64::from(segment) * self.options.segment_bytes + done,
                     piece,
                 )?;
-                tier.device
-                    .write_at(self.slot_offset(location) + done, piece)?;
+                match tier
+                    .device
+                    .write_at(self.slot_offset(location) + done, piece)
+                {
+                    Ok(()) => {}
+                    // An overcommitted reduced tier may not take back what
+                    // it held (its last writes, refused there, reached
+                    // home): home is current, so the segment stays there.
+                    Err(error) if error.errno() == libc::ENOSPC => {
+                        full = Some(error);
+                        break;
+                    }
+                    Err(error) => return Err(error.into()),
+                }
                 done += length;
+            }
+            if let Some(error) = full {
+                let mut planner = self.planner.lock();
+                self.send_home(&mut planner, segment)?;
+                notes.push(format!(
+                    "segment {segment} could not be refilled on volatile tier {} ({error}): it is served from home",
+                    tier.name
+                ));
+                continue;
             }
             refilled += 1;
         }
@@ -485,25 +507,37 @@ impl Volume {
             if location.tier as usize != index || planner.table.is_moving(segment) {
                 continue;
             }
-            if let Some(undone) = planner.table.cancel(segment) {
-                planner.dropped.refused += 1;
-                planner.dropped.room_taken_back += undone.shed.len() as u64;
-            }
-            let to = Location {
-                tier: home,
-                slot: segment,
-            };
-            self.meta.lock().append(&Record::Place {
-                segment,
-                location: to,
-                move_ns: None,
-            })?;
-            self.entries[segment as usize].write().location = to;
-            self.home_current[segment as usize].store(true, Ordering::Release);
-            planner.table.force_home(segment);
+            self.send_home(&mut planner, segment)?;
             forgotten.push(segment);
         }
         Ok(forgotten)
+    }
+
+    /// Places `segment` on home (journaled; home's copy is served), at
+    /// startup, when its tier cannot serve it.
+    fn send_home(
+        &self,
+        planner: &mut parking_lot::MutexGuard<'_, Planner>,
+        segment: SegmentId,
+    ) -> Result<(), VolumeError> {
+        let home = self.home();
+        if let Some(undone) = planner.table.cancel(segment) {
+            planner.dropped.refused += 1;
+            planner.dropped.room_taken_back += undone.shed.len() as u64;
+        }
+        let to = Location {
+            tier: home,
+            slot: segment,
+        };
+        self.meta.lock().append(&Record::Place {
+            segment,
+            location: to,
+            move_ns: None,
+        })?;
+        self.entries[segment as usize].write().location = to;
+        self.home_current[segment as usize].store(true, Ordering::Release);
+        planner.table.force_home(segment);
+        Ok(())
     }
 }
 
