@@ -656,8 +656,17 @@ fn a_death_at_any_device_operation_loses_no_flushed_write() {
 /// reads back its own blocks as it goes, and all are checked at the end.
 #[test]
 fn concurrent_writers_readers_and_workers_keep_every_block() {
-    for setting in [ModeSetting::Post, ModeSetting::Auto, ModeSetting::Inline] {
-        let inner = Arc::new(MemoryDevice::new("ssd", 24 * MIB));
+    // Roomy, then tight: on 4 MiB the background cleaner (and the writers'
+    // own passes) move blocks while the threads write, trim and read them.
+    for (device_bytes, setting) in [
+        (24 * MIB, ModeSetting::Post),
+        (24 * MIB, ModeSetting::Auto),
+        (24 * MIB, ModeSetting::Inline),
+        (4 * MIB, ModeSetting::Post),
+        (4 * MIB, ModeSetting::Auto),
+        (4 * MIB, ModeSetting::Inline),
+    ] {
+        let inner = Arc::new(MemoryDevice::new("ssd", device_bytes));
         let device = Arc::new(
             ReducedDevice::open(
                 "ssd",
@@ -713,7 +722,7 @@ fn concurrent_writers_readers_and_workers_keep_every_block() {
                             .unwrap();
                         assert!(
                             back == mine[check as usize],
-                            "thread {thread} step {step}: block {} changed under it",
+                            "{setting:?} on {device_bytes} bytes, thread {thread} step {step}: block {} changed under it",
                             check * 4 + thread
                         );
                     }
@@ -741,6 +750,9 @@ fn concurrent_writers_readers_and_workers_keep_every_block() {
         }
         let status = device.status();
         assert!(status.dedup_hits > 100, "{setting:?}: {status:?}");
+        if device_bytes == 4 * MIB {
+            assert!(status.cleaned_packs > 0, "{setting:?}: {status:?}");
+        }
     }
 }
 
