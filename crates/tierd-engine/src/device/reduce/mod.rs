@@ -1043,7 +1043,7 @@ impl Shared {
     fn wants_cleaning(&self, state: &State) -> bool {
         self.options.workers > 0
             && !self.clean_queued.load(Ordering::Relaxed)
-            && state.wants_cleaning(self.clean_low_packs(), self.geometry.block_bytes)
+            && state.wants_cleaning(self.clean_low_packs())
     }
 
     fn queue_clean(&self) {

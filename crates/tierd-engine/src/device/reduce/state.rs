@@ -825,13 +825,13 @@ impl State {
         self.reserve_packs
     }
 
-    /// Whether free packs are below `low` while some sealed pack holds dead
-    /// bytes worth at least `min_dead` (cleaning would help).
-    pub fn wants_cleaning(&self, low: u64, min_dead: u64) -> bool {
-        (self.free.len() as u64) < low
-            && self
-                .eligible()
-                .any(|pack| self.dead_bytes(pack) >= min_dead)
+    /// Whether free packs are below `low` while the packs in use hold at
+    /// least two packs' worth of bytes that are not live fragments
+    /// (cleaning would help). Cheap: no pass over the packs.
+    pub fn wants_cleaning(&self, low: u64) -> bool {
+        let free = self.free.len() as u64;
+        let in_use = (self.geometry.pack_count - free) * self.geometry.pack_bytes;
+        free < low && in_use >= self.tallies.fragment_bytes + 2 * self.geometry.pack_bytes
     }
 
     fn dead_bytes(&self, pack: usize) -> u64 {
@@ -860,7 +860,14 @@ impl State {
             .eligible()
             .filter(|&pack| self.dead_bytes(pack) >= min_dead.max(1))
             .collect();
-        candidates.sort_unstable_by_key(|&pack| (self.pack_live[pack], pack));
+        // The `max` emptiest, in order (one pass over the packs, no sort of
+        // them all).
+        let key = |pack: &usize| (self.pack_live[*pack], *pack);
+        if candidates.len() > max && max > 0 {
+            candidates.select_nth_unstable_by_key(max - 1, key);
+            candidates.truncate(max);
+        }
+        candidates.sort_unstable_by_key(key);
         let open_room: u64 = [PackKind::Raw, PackKind::Compressed]
             .iter()
             .filter_map(|&kind| self.open[kind as usize].as_ref())
