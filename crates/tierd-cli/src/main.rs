@@ -5,17 +5,19 @@ mod dst;
 mod manual;
 mod matrix;
 mod probe;
-mod progress;
 mod reduce;
 mod replay;
 mod serve;
 mod sim;
 mod smr;
+mod sweep;
 mod trace;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+// The progress line lives beside the simulator's runs in tierd-lab.
+use tierd_lab::progress;
 
 #[derive(Parser)]
 #[command(
@@ -82,15 +84,9 @@ enum Command {
 }
 
 /// A failure to report to the user: the message says what went wrong, where,
-/// and what to do.
-#[derive(Debug)]
-pub struct CliError(pub String);
-
-impl<E: std::error::Error> From<E> for CliError {
-    fn from(error: E) -> Self {
-        CliError(error.to_string())
-    }
-}
+/// and what to do. The library's error, so what tierd-lab reports reaches
+/// the user unchanged (and Python users get the same text).
+pub use tierd_lab::LabError as CliError;
 
 /// Restores the default SIGPIPE action, so `tierd ... | head` ends quietly
 /// when the reader goes away (Rust ignores SIGPIPE, which turns every later
