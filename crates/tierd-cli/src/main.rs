@@ -43,6 +43,10 @@ enum Command {
     /// them in the papers' tables. With no arguments: a generated usr_1-like
     /// spike workload on hdd-ssd, replayed x8, through none, otf-ast and atsmf.
     Sim(Box<sim::SimArgs>),
+    /// Run a grid of simulations (traces × tier stacks × policies ×
+    /// fast-tier sizes, SPEC.toml), each cell one run, the results one row
+    /// each in a CSV or Parquet file; resumable; locally or on Ray.
+    Sweep(sweep::SweepArgs),
     /// Serve tiered volumes over NBD. With no --config: a 1 GiB volume of a
     /// 256 MiB memory tier over a file tier in ./tierd-data, on a Unix socket.
     Serve(serve::ServeArgs),
@@ -106,6 +110,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Trace(command) => trace::run(command),
         Command::Sim(args) => sim::run(*args),
+        Command::Sweep(args) => sweep::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Status(args) => serve::status(args),
         Command::Move(args) => serve::move_segment(args),

@@ -6,6 +6,7 @@
 //! both give the same numbers from the same code.
 
 pub mod glob;
+pub mod parquet;
 pub mod progress;
 pub mod sim;
 pub mod sweep;
