@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
-use tierd_common::units::{parse_bytes, parse_duration_ns};
+use tierd_common::units::parse_bytes;
 use tierd_lab::sim::{SimSettings, DEFAULT_POLICIES, DEFAULT_PRESET};
 use tierd_trace::Format;
 
@@ -138,7 +138,7 @@ pub struct SimArgs {
     /// Statistics and policy period (virtual time) for every run; default:
     /// each policy's paper period (atsmf 24s, otf-ast 60s; 60s for none and
     /// the caches).
-    #[arg(long, value_parser = duration_ns)]
+    #[arg(long, value_parser = tierd_lab::sim::parse_period)]
     period: Option<u64>,
     /// Fast-tier sizes to run every policy at, comma-separated: absolute
     /// sizes (512MiB,2GiB) or percentages of the trace's working set
@@ -158,7 +158,7 @@ pub struct SimArgs {
     cache_bytes: Option<u64>,
     /// Block caches (fifo/lru/arc/s3fifo): cache block, a power of two from
     /// 4KiB to 1MiB; default: the tier stack's [cache] block_bytes (64KiB).
-    #[arg(long, value_name = "SIZE", value_parser = cache_block)]
+    #[arg(long, value_name = "SIZE", value_parser = tierd_lab::sim::parse_cache_block)]
     cache_block: Option<u64>,
     /// Block caches: writeback (default: flashcache, the papers' baseline,
     /// is write-back), writethrough or writearound.
@@ -178,7 +178,7 @@ pub struct SimArgs {
     /// whole bands, so the disk's media cache is never used
     /// (docs/engine/smr.md); `off` writes dirty blocks back one by one, as
     /// over any other home. No effect on other homes.
-    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    #[arg(long, value_name = "on|off", value_parser = tierd_lab::sim::parse_on_off)]
     smr_staging: Option<bool>,
     /// Print JSON instead of tables.
     #[arg(long)]
@@ -200,14 +200,6 @@ fn bytes(text: &str) -> Result<u64, String> {
     parse_bytes(text).map_err(|error| error.to_string())
 }
 
-fn cache_block(text: &str) -> Result<u64, String> {
-    let value = parse_bytes(text).map_err(|error| error.to_string())?;
-    tierd_sim::stack::check_cache_block_bytes("options", "cache_block", value).map_err(|_| {
-        format!("{value} bytes: a cache block is a power of two from 4KiB to 1MiB (4KiB, 8KiB, ..., 1MiB)")
-    })?;
-    Ok(value)
-}
-
 fn queue_order(text: &str) -> Result<tierd_sim::reduce::QueueOrder, String> {
     use tierd_sim::reduce::QueueOrder;
     [QueueOrder::ForegroundFirst, QueueOrder::Fifo]
@@ -216,13 +208,6 @@ fn queue_order(text: &str) -> Result<tierd_sim::reduce::QueueOrder, String> {
         .ok_or_else(|| format!("{text:?}: expected foreground-first or fifo"))
 }
 
-fn on_off(text: &str) -> Result<bool, String> {
-    match text {
-        "on" => Ok(true),
-        "off" => Ok(false),
-        other => Err(format!("{other:?}: expected on or off")),
-    }
-}
 
 fn cache_mode(text: &str) -> Result<tierd_sim::stack::CacheMode, String> {
     tierd_sim::stack::CacheMode::parse(text)
@@ -232,13 +217,6 @@ fn admission(text: &str) -> Result<tierd_sim::stack::AdmissionKind, String> {
     tierd_sim::stack::AdmissionKind::parse(text)
 }
 
-fn duration_ns(text: &str) -> Result<u64, String> {
-    match parse_duration_ns(text) {
-        Ok(0) => Err("must be longer than zero".to_string()),
-        Ok(value) => Ok(value),
-        Err(error) => Err(error.to_string()),
-    }
-}
 
 impl SimArgs {
     /// The replay's settings (every flag but the output ones).

@@ -101,6 +101,33 @@ pub struct Simulation {
     pub source: Source,
 }
 
+/// A cache block as `--cache-block` takes it: a power of two from 4KiB to 1MiB.
+pub fn parse_cache_block(text: &str) -> Result<u64, String> {
+    let value = tierd_common::units::parse_bytes(text).map_err(|error| error.to_string())?;
+    tierd_sim::stack::check_cache_block_bytes("options", "cache_block", value).map_err(|_| {
+        format!("{value} bytes: a cache block is a power of two from 4KiB to 1MiB (4KiB, 8KiB, ..., 1MiB)")
+    })?;
+    Ok(value)
+}
+
+/// A period as `--period` takes it (`60s`, `24s`): longer than zero.
+pub fn parse_period(text: &str) -> Result<u64, String> {
+    match tierd_common::units::parse_duration_ns(text) {
+        Ok(0) => Err("must be longer than zero".to_string()),
+        Ok(value) => Ok(value),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// `on` or `off` (`--smr-staging`).
+pub fn parse_on_off(text: &str) -> Result<bool, String> {
+    match text {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("{other:?}: expected on or off")),
+    }
+}
+
 /// The acceleration the papers replayed a volume at (000 §5.1 Table 2).
 pub fn paper_speed(preset: &str) -> f64 {
     match preset {
