@@ -33,6 +33,7 @@ __all__ = [
     "analyze",
     "simulate",
     "simulate_report",
+    "cache_replay",
     "sweep",
     "sweep_report",
 ]
@@ -136,6 +137,27 @@ def simulate(trace=None, tiers="hdd-ssd", policies=None, fast_bytes=None, *, as_
     frame = pd.DataFrame.from_records(runs)
     frame.attrs["report"] = report
     return frame
+
+
+def cache_replay(pages, policy, size_pages, is_write=None):
+    """Replays a page stream (a NumPy array of page numbers, uint64) through
+    one of tierd's page caches (``fifo``, ``lru``, ``arc``, ``s3fifo``: the
+    eviction orders of the simulator's block caches) of ``size_pages`` pages.
+    Returns ``{"accesses", "hits", "miss_ratio", "evictions",
+    "dirty_evictions"}``; ``is_write`` (bool array) marks writes, whose
+    pages are dirty until evicted.
+
+    >>> tierd.cache_replay(np.array([1, 2, 1, 3], dtype=np.uint64), "lru", 2)["hits"]
+    1
+    """
+    import numpy as np
+
+    pages = np.ascontiguousarray(pages, dtype=np.uint64)
+    if is_write is not None:
+        is_write = np.ascontiguousarray(is_write, dtype=np.bool_)
+    accesses, hits, miss_ratio, evictions, dirty = _native.cache_replay(pages, policy, size_pages, is_write)
+    return {"accesses": accesses, "hits": hits, "miss_ratio": miss_ratio, "evictions": evictions,
+            "dirty_evictions": dirty}
 
 
 from .sweep import SweepFailed, sweep, sweep_report  # noqa: E402

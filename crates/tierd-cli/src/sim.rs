@@ -208,7 +208,6 @@ fn queue_order(text: &str) -> Result<tierd_sim::reduce::QueueOrder, String> {
         .ok_or_else(|| format!("{text:?}: expected foreground-first or fifo"))
 }
 
-
 fn cache_mode(text: &str) -> Result<tierd_sim::stack::CacheMode, String> {
     tierd_sim::stack::CacheMode::parse(text)
 }
@@ -216,7 +215,6 @@ fn cache_mode(text: &str) -> Result<tierd_sim::stack::CacheMode, String> {
 fn admission(text: &str) -> Result<tierd_sim::stack::AdmissionKind, String> {
     tierd_sim::stack::AdmissionKind::parse(text)
 }
-
 
 impl SimArgs {
     /// The replay's settings (every flag but the output ones).

@@ -19,7 +19,12 @@ use tierd_lab::sweep::{Cell, Output, Spec};
 use tierd_lab::LabError;
 use tierd_trace::{open_trace, Format, OpenOptions, TraceReader};
 
-create_exception!(tierd, TierdError, PyValueError, "A tierd failure: the message is the CLI's (what went wrong, where, what to do).");
+create_exception!(
+    tierd,
+    TierdError,
+    PyValueError,
+    "A tierd failure: the message is the CLI's (what went wrong, where, what to do)."
+);
 create_exception!(tierd, TraceError, TierdError, "A trace that cannot be read: the message names the file and the line or byte offset, shows the text and says what the format expects.");
 
 fn lab_error(error: LabError) -> PyErr {
@@ -130,7 +135,10 @@ impl TraceChunks {
     /// The next chunk as a dict of NumPy arrays; `None` ends the iteration.
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         let columns = py.detach(|| -> Result<Option<Columns>, tierd_trace::TraceError> {
-            let mut done = self.done.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut done = self
+                .done
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
             if *done {
                 return Ok(None);
             }
@@ -244,9 +252,13 @@ fn trace_stats(
     py.detach(|| {
         let outcome = tierd_lab::trace::stats(&path, &options, period_ns)?;
         let mut notes: Vec<String> = outcome.skipped_note().into_iter().collect();
-        notes.extend(outcome.value.warnings.iter().map(|warning| {
-            format!("tierd: warning: {}: {warning}", outcome.provenance.trace)
-        }));
+        notes.extend(
+            outcome
+                .value
+                .warnings
+                .iter()
+                .map(|warning| format!("tierd: warning: {}: {warning}", outcome.provenance.trace)),
+        );
         Ok((outcome.json()?.to_string(), notes))
     })
     .map_err(lab_error)
@@ -403,6 +415,67 @@ fn simulate(
     .map_err(lab_error)
 }
 
+/// Replays a page stream through one of tierd's page caches (the caches
+/// the simulator's block-cache policies evict with; what
+/// `tierd-policy/examples/cache_replay.rs` runs): `pages` are page numbers,
+/// `is_write` (optional) marks writes. Returns (accesses, hits, miss ratio,
+/// evictions, dirty evictions).
+#[pyfunction]
+#[pyo3(signature = (pages, policy, size_pages, is_write=None))]
+fn cache_replay(
+    py: Python<'_>,
+    pages: numpy::PyReadonlyArray1<'_, u64>,
+    policy: &str,
+    size_pages: u64,
+    is_write: Option<numpy::PyReadonlyArray1<'_, bool>>,
+) -> PyResult<(u64, u64, f64, u64, u64)> {
+    use tierd_policy::cache::{arc::ArcCache, fifo::Fifo, lru::Lru, replay_pages, s3fifo::S3Fifo};
+    if size_pages > tierd_policy::cache::MAX_CAPACITY_PAGES {
+        return Err(value_error(
+            "size_pages",
+            format!(
+                "{size_pages} exceeds the maximum of {}",
+                tierd_policy::cache::MAX_CAPACITY_PAGES
+            ),
+        ));
+    }
+    let pages = pages.as_slice()?;
+    let writes = is_write
+        .as_ref()
+        .map(|writes| writes.as_slice())
+        .transpose()?;
+    if let Some(writes) = writes {
+        if writes.len() != pages.len() {
+            return Err(value_error(
+                "is_write",
+                format!("{} entries for {} pages", writes.len(), pages.len()),
+            ));
+        }
+    }
+    let accesses = || {
+        pages
+            .iter()
+            .enumerate()
+            .map(|(index, page)| (*page, writes.is_some_and(|writes| writes[index])))
+    };
+    let stats = py
+        .detach(|| match policy {
+            "fifo" => Ok(replay_pages(accesses(), &mut Fifo::new(size_pages))),
+            "lru" => Ok(replay_pages(accesses(), &mut Lru::new(size_pages))),
+            "arc" => Ok(replay_pages(accesses(), &mut ArcCache::new(size_pages))),
+            "s3fifo" | "s3-fifo" => Ok(replay_pages(accesses(), &mut S3Fifo::new(size_pages))),
+            other => Err(format!("{other:?}: fifo, lru, arc or s3fifo")),
+        })
+        .map_err(|message| value_error("policy", message))?;
+    Ok((
+        stats.accesses,
+        stats.hits,
+        stats.miss_ratio,
+        stats.evictions,
+        stats.dirty_evictions,
+    ))
+}
+
 fn parse_spec(text: &str, kind: &str, source_name: &str) -> PyResult<Spec> {
     match kind {
         "toml" => Spec::from_toml(text, source_name),
@@ -519,6 +592,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(trace_stats, m)?)?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
+    m.add_function(wrap_pyfunction!(cache_replay, m)?)?;
     m.add_function(wrap_pyfunction!(sweep_cells, m)?)?;
     m.add_function(wrap_pyfunction!(sweep_run_cell, m)?)?;
     m.add_function(wrap_pyfunction!(sweep_local, m)?)?;
