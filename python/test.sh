@@ -15,6 +15,8 @@ venv=${TIERD_VENV:-$target/venv-tierd}
 python=${PYTHON:-python3}
 command -v "$python" > /dev/null || { echo "python/test.sh: $python not found (install Python 3.9+)" >&2; exit 1; }
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+# maturin's PEP 517 hooks run the `maturin` the venv installs.
+export PATH="$venv/bin:$PATH"
 "$venv/bin/pip" install -q --disable-pip-version-check maturin pytest numpy pandas pyarrow ray
 MATURIN_PEP517_ARGS="--profile ${TIERD_PY_PROFILE:-release}" \
   "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./python
