@@ -132,8 +132,11 @@ def test_errors_carry_the_cli_message_with_file_and_line(traces, tierd_bin, tmp_
             pass
     assert str(raised.value) == message
     assert isinstance(raised.value, ValueError)
-    with pytest.raises(tierd.TierdError) as raised:
+    with pytest.raises(tierd.TraceError) as raised:
         tierd.trace_stats(broken, format="msr")
+    assert str(raised.value) == message
+    with pytest.raises(tierd.TraceError) as raised:
+        tierd.analyze(broken, format="msr")
     assert str(raised.value) == message
     # Settings errors too: the CLI's text, named by the option.
     done = cli(tierd_bin, "sim", "--trace", traces / HM_0, "--tiers", "ssd-mem", "--policy", "nosuch")

@@ -11,6 +11,36 @@ use tierd_trace::{open_trace, Format, IteratorReader, OpenOptions, TraceReader};
 
 use crate::LabError;
 
+/// Why [`stats`] or [`analyze`] failed: the trace (its reader's error, for
+/// callers that tell those apart, as Python's `tierd.TraceError`), or
+/// anything else. Displays as the message the CLI prints.
+#[derive(Debug)]
+pub enum Failure {
+    Trace(tierd_trace::TraceError),
+    Other(LabError),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Trace(error) => error.fmt(formatter),
+            Failure::Other(error) => error.fmt(formatter),
+        }
+    }
+}
+
+impl std::error::Error for Failure {}
+
+impl From<tierd_trace::TraceError> for Failure {
+    fn from(error: tierd_trace::TraceError) -> Self {
+        Failure::Trace(error)
+    }
+}
+
+fn other(error: impl std::fmt::Display) -> Failure {
+    Failure::Other(LabError(error.to_string()))
+}
+
 /// The preset `tierd trace analyze` analyses when no file is given.
 pub const DEFAULT_PRESET: &str = "usr_1";
 pub const DEFAULT_SEED: u64 = 1;
@@ -68,7 +98,7 @@ pub fn stats(
     file: &std::path::Path,
     open: &OpenOptions,
     period_ns: u64,
-) -> Result<Outcome<Stats>, LabError> {
+) -> Result<Outcome<Stats>, Failure> {
     let mut reader = open_trace(file, open)?;
     let stats = compute(reader.as_mut(), &StatsOptions { period_ns })?;
     Ok(Outcome {
@@ -88,14 +118,14 @@ pub fn analyze(
     file: Option<&std::path::Path>,
     open: &OpenOptions,
     options: &AnalyzeOptions,
-) -> Result<Outcome<Analysis>, LabError> {
+) -> Result<Outcome<Analysis>, Failure> {
     if !options.segment_bytes.is_power_of_two() || options.segment_bytes < 4096 {
-        return Err(LabError(format!(
+        return Err(other(format!(
             "--segment-bytes {} is not a power of two of at least 4 KiB (try 1GiB, 256MiB)",
             options.segment_bytes
         )));
     }
-    options.validate().map_err(LabError)?;
+    options.validate().map_err(other)?;
     let mut options = options.clone();
     let (mut reader, provenance): (Box<dyn TraceReader>, Provenance) = match file {
         Some(file) => (
@@ -106,9 +136,10 @@ pub fn analyze(
             },
         ),
         None => {
-            let preset = tierd_synth::preset(DEFAULT_PRESET)?;
+            let preset = tierd_synth::preset(DEFAULT_PRESET).map_err(other)?;
             let hours = preset.default_hours;
-            let generator = tierd_synth::Generator::new(preset, DEFAULT_SEED, hours)?;
+            let generator =
+                tierd_synth::Generator::new(preset, DEFAULT_SEED, hours).map_err(other)?;
             let label = tierd_synth::label(preset, DEFAULT_SEED, hours);
             if options.volume_bytes.is_none() {
                 options.volume_bytes = Some(preset.volume_bytes);

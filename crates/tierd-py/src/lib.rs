@@ -35,6 +35,13 @@ fn trace_error(error: tierd_trace::TraceError) -> PyErr {
     TraceError::new_err(error.to_string())
 }
 
+fn trace_failure(failure: tierd_lab::trace::Failure) -> PyErr {
+    match failure {
+        tierd_lab::trace::Failure::Trace(error) => trace_error(error),
+        tierd_lab::trace::Failure::Other(error) => lab_error(error),
+    }
+}
+
 fn value_error(option: &str, message: impl std::fmt::Display) -> PyErr {
     TierdError::new_err(format!("{option}: {message}"))
 }
@@ -259,9 +266,10 @@ fn trace_stats(
                 .iter()
                 .map(|warning| format!("tierd: warning: {}: {warning}", outcome.provenance.trace)),
         );
-        Ok((outcome.json()?.to_string(), notes))
+        let json = outcome.json().map_err(tierd_lab::trace::Failure::Other)?;
+        Ok((json.to_string(), notes))
     })
-    .map_err(lab_error)
+    .map_err(trace_failure)
 }
 
 #[pyfunction]
@@ -295,9 +303,10 @@ fn analyze(
     py.detach(|| {
         let outcome = tierd_lab::trace::analyze(path.as_deref(), &open, &options)?;
         let notes: Vec<String> = outcome.skipped_note().into_iter().collect();
-        Ok((outcome.json()?.to_string(), notes))
+        let json = outcome.json().map_err(tierd_lab::trace::Failure::Other)?;
+        Ok((json.to_string(), notes))
     })
-    .map_err(lab_error)
+    .map_err(trace_failure)
 }
 
 /// `tierd sim --json`: the settings are `tierd sim`'s flags with `_` for
