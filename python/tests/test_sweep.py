@@ -39,7 +39,7 @@ def test_local_sweep_is_resumable_and_equals_the_cli(traces, tierd_bin, tmp_path
     grid = spec(traces)
     out = tmp_path / "sweep.csv"
     summary = tierd.sweep(grid, out, jobs=2)
-    assert summary == {"cells": CELLS, "skipped": 0, "ran": CELLS, "failed": []}
+    assert summary == {"cells": CELLS, "skipped": 0, "ran": CELLS, "failed": [], "out": str(out)}
     full = out.read_bytes()
     lines = full.decode().splitlines()
     assert len(lines) == 1 + CELLS and lines[0].startswith("cell_id,trace,")
@@ -56,6 +56,9 @@ def test_local_sweep_is_resumable_and_equals_the_cli(traces, tierd_bin, tmp_path
     # The CLI, from a TOML spec, writes the same bytes.
     spec_file = tmp_path / "spec.toml"
     spec_file.write_text(toml(grid))
+    # tierd.sweep(spec) alone writes beside the spec: spec.csv.
+    assert tierd.sweep(spec_file, jobs=2)["out"] == str(tmp_path / "spec.csv")
+    assert (tmp_path / "spec.csv").read_bytes() == full
     cli_out = tmp_path / "cli.csv"
     done = subprocess.run([tierd_bin, "sweep", spec_file, "--out", cli_out, "--report", tmp_path / "report"],
                           capture_output=True, text=True)
@@ -96,7 +99,7 @@ def test_ray_sweep_equals_local_byte_for_byte(traces, tmp_path):
     try:
         remote = tmp_path / "ray.csv"
         summary = tierd.sweep(grid, remote, executor="ray")
-        assert summary == {"cells": CELLS, "skipped": 0, "ran": CELLS, "failed": []}
+        assert summary == {"cells": CELLS, "skipped": 0, "ran": CELLS, "failed": [], "out": str(remote)}
         assert remote.read_bytes() == local.read_bytes()
         # A cell whose trace breaks at line 3 fails in its task, is retried,
         # then reported with the trace reader's message; the other rows are

@@ -123,17 +123,23 @@ def _sweep_ray(text, kind, name, out, ray_address, max_retries, progress):
     }
 
 
-def sweep(spec, out, *, executor="local", ray_address=None, jobs=None, max_retries=2, report=None,
+def sweep(spec, out=None, *, executor="local", ray_address=None, jobs=None, max_retries=2, report=None,
           progress=True):
     """Runs the grid of ``spec`` (a TOML file as ``tierd sweep`` takes, or a
     dict of the same keys) and writes one row per cell to ``out`` (``.csv``
     or ``.parquet``); cells already there are skipped. ``executor`` is
     ``"local"`` (``jobs`` threads, default the cores) or ``"ray"`` (the Ray
     instance already initialised, else ``ray.init(address=ray_address)``).
-    ``report``: a directory for the sweep report (HTML). Returns the summary
-    ``{"cells", "skipped", "ran", "failed"}``; raises :class:`SweepFailed`
-    when cells failed."""
+    ``report``: a directory for the sweep report (HTML). ``out`` defaults to
+    the spec file's name with ``.csv`` (``grid.toml`` → ``grid.csv``).
+    Returns the summary ``{"cells", "skipped", "ran", "failed", "out"}``
+    (``pandas.read_csv(summary["out"])`` for the rows); raises
+    :class:`SweepFailed` when cells failed."""
     text, kind, name = _spec(spec)
+    if out is None:
+        if kind != "toml":
+            raise TierdError("a spec given as a dict needs out= (FILE.csv or FILE.parquet)")
+        out = os.path.splitext(name)[0] + ".csv"
     out = os.fspath(out)
     if executor == "local":
         summary = json.loads(_native.sweep_local(text, kind, name, out, jobs, progress))
@@ -142,6 +148,7 @@ def sweep(spec, out, *, executor="local", ray_address=None, jobs=None, max_retri
         summary = _sweep_ray(text, kind, name, out, ray_address, max_retries, progress)
     else:
         raise TierdError(f"executor {executor!r}: local or ray")
+    summary["out"] = out
     if report is not None:
         sweep_report(out, report)
     if summary["failed"]:
