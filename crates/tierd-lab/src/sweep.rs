@@ -88,12 +88,10 @@ pub struct Spec {
 impl Spec {
     /// Parses TOML text; errors name `source_name`.
     pub fn from_toml(text: &str, source_name: &str) -> Result<Spec, LabError> {
-        toml::from_str(text).map_err(|error| {
-            LabError(format!(
-                "{source_name}: {}(a sweep spec takes the keys {SPEC_KEYS})",
-                error.to_string().trim_end().to_string() + " "
-            ))
-        })
+        // The parser's message shows the line and, for an unknown key, the
+        // keys a spec takes.
+        toml::from_str(text)
+            .map_err(|error| LabError(format!("{source_name}: {}", error.to_string().trim_end())))
     }
 
     /// Parses JSON text (what Python passes for a dict); errors name
