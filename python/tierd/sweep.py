@@ -54,6 +54,13 @@ def _run_cell(cell):
     return native.sweep_run_cell(cell)
 
 
+def _trace_bytes(cell_json):
+    try:
+        return os.path.getsize(json.loads(cell_json)["open_trace"])
+    except OSError:
+        return 0
+
+
 def _cell_name(cell_json):
     cell = json.loads(cell_json)
     name = cell["trace"]
@@ -76,6 +83,9 @@ def _sweep_ray(text, kind, name, out, ray_address, max_retries, progress):
     output = _native.SweepOutput(os.fspath(out))
     done = set(output.done())
     todo = [(cell_id, cell) for cell_id, cell in cells if cell_id not in done]
+    # Largest traces first: the longest cells start early instead of
+    # trailing at the end (rows are sorted by cell id at the end anyway).
+    todo.sort(key=lambda entry: -_trace_bytes(entry[1]))
     started = False
     if not ray.is_initialized():
         ray.init(address=ray_address)
