@@ -5,17 +5,19 @@ mod dst;
 mod manual;
 mod matrix;
 mod probe;
-mod progress;
 mod reduce;
 mod replay;
 mod serve;
 mod sim;
 mod smr;
+mod sweep;
 mod trace;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+// The progress line lives beside the simulator's runs in tierd-lab.
+use tierd_lab::progress;
 
 #[derive(Parser)]
 #[command(
@@ -41,6 +43,10 @@ enum Command {
     /// them in the papers' tables. With no arguments: a generated usr_1-like
     /// spike workload on hdd-ssd, replayed x8, through none, otf-ast and atsmf.
     Sim(Box<sim::SimArgs>),
+    /// Run a grid of simulations (traces × tier stacks × policies ×
+    /// fast-tier sizes, SPEC.toml), each cell one run, the results one row
+    /// each in a CSV or Parquet file; resumable; locally or on Ray.
+    Sweep(sweep::SweepArgs),
     /// Serve tiered volumes over NBD. With no --config: a 1 GiB volume of a
     /// 256 MiB memory tier over a file tier in ./tierd-data, on a Unix socket.
     Serve(serve::ServeArgs),
@@ -82,15 +88,9 @@ enum Command {
 }
 
 /// A failure to report to the user: the message says what went wrong, where,
-/// and what to do.
-#[derive(Debug)]
-pub struct CliError(pub String);
-
-impl<E: std::error::Error> From<E> for CliError {
-    fn from(error: E) -> Self {
-        CliError(error.to_string())
-    }
-}
+/// and what to do. The library's error, so what tierd-lab reports reaches
+/// the user unchanged (and Python users get the same text).
+pub use tierd_lab::LabError as CliError;
 
 /// Restores the default SIGPIPE action, so `tierd ... | head` ends quietly
 /// when the reader goes away (Rust ignores SIGPIPE, which turns every later
@@ -110,6 +110,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Trace(command) => trace::run(command),
         Command::Sim(args) => sim::run(*args),
+        Command::Sweep(args) => sweep::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Status(args) => serve::status(args),
         Command::Move(args) => serve::move_segment(args),

@@ -104,18 +104,20 @@ fn cli_error(error: LoadError) -> CliError {
     }
 }
 
-/// The progress line (`src/progress.rs`) as the load generator's progress.
-impl Progress for ProgressLine {
+/// The progress line (`tierd_lab::progress`) as the load generator's progress.
+struct ReplayProgress(ProgressLine);
+
+impl Progress for ReplayProgress {
     fn is_shown(&self) -> bool {
-        ProgressLine::is_shown(self)
+        self.0.is_shown()
     }
 
     fn update(&self, completed: u64, eta_ns: u64) {
-        self.update_with_eta(completed, Some(eta_ns));
+        self.0.update_with_eta(completed, Some(eta_ns));
     }
 
     fn finish(&self) {
-        ProgressLine::finish(self);
+        self.0.finish();
     }
 }
 
@@ -180,7 +182,11 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
     }
     let connected = plan.connect().map_err(cli_error)?;
     eprintln!("tierd replay: {}", plan.summary(&connected));
-    let progress = ProgressLine::new("tierd replay", "replayed", Some(plan.scan.requests));
+    let progress = ReplayProgress(ProgressLine::new(
+        "tierd replay",
+        "replayed",
+        Some(plan.scan.requests),
+    ));
     let outcome = plan
         .run(connected, &SystemClock::new(), &progress)
         .map_err(cli_error)?;

@@ -4,20 +4,18 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use serde_json::{json, Value};
-use tierd_analysis::analyze::{analyze, AnalyzeOptions};
-use tierd_analysis::stats::{compute, StatsOptions};
+use serde_json::Value;
+use tierd_analysis::analyze::AnalyzeOptions;
 use tierd_common::units::{parse_bytes, parse_duration_ns};
 use tierd_trace::{
-    create_writer, open_trace, BlkparseEvent, Format, IteratorReader, OpenOptions, TraceReader,
-    WriteOptions,
+    create_writer, open_trace, BlkparseEvent, Format, OpenOptions, TraceReader, WriteOptions,
 };
 
 use crate::CliError;
 
-/// The preset the README's first quick-start command analyses when no file is given.
-pub const DEFAULT_PRESET: &str = "usr_1";
-pub const DEFAULT_SEED: u64 = 1;
+/// The preset the README's first quick-start command analyses when no file
+/// is given, and its seed (tierd_lab::trace::analyze).
+pub use tierd_lab::trace::DEFAULT_SEED;
 
 #[derive(Subcommand)]
 pub enum TraceCommand {
@@ -193,12 +191,6 @@ pub fn run(command: TraceCommand) -> Result<(), CliError> {
     }
 }
 
-/// What a report says about where its requests came from.
-struct Provenance {
-    trace: String,
-    kind: &'static str,
-}
-
 fn report_skipped(reader: &dyn TraceReader) {
     let skipped = reader.skipped_lines();
     if skipped > 0 {
@@ -209,16 +201,6 @@ fn report_skipped(reader: &dyn TraceReader) {
     }
 }
 
-fn with_provenance(value: Value, provenance: &Provenance) -> Value {
-    let mut object = serde_json::Map::new();
-    object.insert("trace".into(), json!(provenance.trace));
-    object.insert("trace_kind".into(), json!(provenance.kind));
-    if let Value::Object(fields) = value {
-        object.extend(fields);
-    }
-    Value::Object(object)
-}
-
 fn print_json(value: &Value) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
     serde_json::to_writer_pretty(&mut out, value)?;
@@ -227,38 +209,26 @@ fn print_json(value: &Value) -> Result<(), CliError> {
 }
 
 fn stats(args: StatsArgs) -> Result<(), CliError> {
-    let mut reader = open_trace(&args.file, &args.read.open_options())?;
-    let stats = compute(
-        reader.as_mut(),
-        &StatsOptions {
-            period_ns: args.period,
-        },
-    )?;
-    report_skipped(reader.as_ref());
-    let provenance = Provenance {
-        trace: args.file.display().to_string(),
-        kind: "file",
-    };
+    let outcome = tierd_lab::trace::stats(&args.file, &args.read.open_options(), args.period)?;
+    if let Some(note) = outcome.skipped_note() {
+        eprintln!("{note}");
+    }
+    let stats = &outcome.value;
+    let provenance = &outcome.provenance;
     for warning in &stats.warnings {
         eprintln!("tierd: warning: {}: {warning}", provenance.trace);
     }
     if args.json {
-        print_json(&with_provenance(serde_json::to_value(&stats)?, &provenance))
+        print_json(&outcome.json()?)
     } else {
         println!("trace: {} ({})", provenance.trace, stats.format);
-        print!("{}", tierd_analysis::stats::render_text(&stats));
+        print!("{}", tierd_analysis::stats::render_text(stats));
         Ok(())
     }
 }
 
 fn analyze_command(args: AnalyzeArgs) -> Result<(), CliError> {
-    if !args.segment_bytes.is_power_of_two() || args.segment_bytes < 4096 {
-        return Err(CliError(format!(
-            "--segment-bytes {} is not a power of two of at least 4 KiB (try 1GiB, 256MiB)",
-            args.segment_bytes
-        )));
-    }
-    let mut options = AnalyzeOptions {
+    let options = AnalyzeOptions {
         segment_bytes: args.segment_bytes,
         period_ns: args.period,
         volume_bytes: args.volume_bytes,
@@ -268,53 +238,24 @@ fn analyze_command(args: AnalyzeArgs) -> Result<(), CliError> {
         spike_iops: args.spike_iops,
         ..AnalyzeOptions::default()
     };
-    options
-        .validate()
-        .map_err(|reason| CliError(reason.to_string()))?;
-    let (mut reader, provenance): (Box<dyn TraceReader>, Provenance) = match &args.file {
-        Some(file) => (
-            open_trace(file, &args.read.open_options())?,
-            Provenance {
-                trace: file.display().to_string(),
-                kind: "file",
-            },
-        ),
-        None => {
-            let preset = tierd_synth::preset(DEFAULT_PRESET)?;
-            let hours = preset.default_hours;
-            let generator = tierd_synth::Generator::new(preset, DEFAULT_SEED, hours)?;
-            let label = tierd_synth::label(preset, DEFAULT_SEED, hours);
-            if options.volume_bytes.is_none() {
-                options.volume_bytes = Some(preset.volume_bytes);
-            }
-            (
-                Box::new(IteratorReader::new(
-                    generator,
-                    &[preset.volume_name],
-                    Format::Tierd,
-                    &label,
-                )),
-                Provenance {
-                    trace: label,
-                    kind: "synthetic",
-                },
-            )
-        }
-    };
-    let analysis = analyze(reader.as_mut(), &options)?;
-    report_skipped(reader.as_ref());
+    let outcome =
+        tierd_lab::trace::analyze(args.file.as_deref(), &args.read.open_options(), &options)?;
+    if let Some(note) = outcome.skipped_note() {
+        eprintln!("{note}");
+    }
+    let analysis = &outcome.value;
     if let Some(path) = &args.heatmap {
-        tierd_analysis::heatmap::write(&analysis, path)?;
+        tierd_analysis::heatmap::write(analysis, path)?;
         eprintln!("tierd: heat map written to {}", path.display());
     }
     if args.json {
-        print_json(&with_provenance(
-            serde_json::to_value(&analysis)?,
-            &provenance,
-        ))
+        print_json(&outcome.json()?)
     } else {
-        println!("trace: {} [{}]", provenance.trace, provenance.kind);
-        print!("{}", tierd_analysis::analyze::render_text(&analysis));
+        println!(
+            "trace: {} [{}]",
+            outcome.provenance.trace, outcome.provenance.kind
+        );
+        print!("{}", tierd_analysis::analyze::render_text(analysis));
         Ok(())
     }
 }

@@ -44,7 +44,7 @@ pub const CURVES_CAPTION: &str = "Every policy at every fast-tier size of --fast
 pub const HEAT_MAP_CAPTION: &str = "IO count per segment (y) and period (x), log colour scale, \
      white = no IO: where the trace's hot spots are and how they move.";
 
-pub(crate) const STYLE: &str = "body{font-family:sans-serif;max-width:1000px;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.4}\
+pub const STYLE: &str = "body{font-family:sans-serif;max-width:1000px;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.4}\
 h1{font-size:1.6em;margin-bottom:.2em}h2{margin-top:1.8em;border-bottom:1px solid #ccc}\
 table{border-collapse:collapse;margin:.6em 0;font-size:.9em}\
 th,td{border:1px solid #ccc;padding:3px 7px;text-align:right;vertical-align:top}\

@@ -29,6 +29,8 @@ pub mod svg;
 
 use std::path::{Path, PathBuf};
 
+/// The report pages' style sheet (also the sweep report's, tierd-lab).
+pub use html::{CURVES_CAPTION, STYLE};
 pub use replay_time::ReplayTimeReader;
 
 use crate::result::SimReport;

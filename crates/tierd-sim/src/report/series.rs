@@ -655,7 +655,13 @@ fn run_label(report: &SimReport, run: &RunResult) -> String {
 /// ratio; tiering: the share of IO the fast tier served). `None` without a
 /// sweep ([`SimReport::curve`] empty).
 pub fn curves(report: &SimReport) -> Option<(Csv, Chart)> {
-    if report.curve.is_empty() {
+    curves_of(&report.curve)
+}
+
+/// [`curves`] of any points (a sweep file's rows of one trace and stack,
+/// `tierd sweep --report`); `None` without points.
+pub fn curves_of(curve: &[crate::sweep::CurvePoint]) -> Option<(Csv, Chart)> {
+    if curve.is_empty() {
         return None;
     }
     let mut csv = Csv::new(&[
@@ -667,7 +673,7 @@ pub fn curves(report: &SimReport) -> Option<(Csv, Chart)> {
         "avg_response_us",
     ]);
     let mut policies: Vec<&str> = Vec::new();
-    for point in &report.curve {
+    for point in curve {
         if !policies.contains(&point.policy.as_str()) {
             policies.push(&point.policy);
         }
@@ -684,8 +690,7 @@ pub fn curves(report: &SimReport) -> Option<(Csv, Chart)> {
         label: policy.to_string(),
         colour: colour(index),
         dashed: is_cache_policy(policy),
-        points: report
-            .curve
+        points: curve
             .iter()
             .filter(|point| point.policy == policy)
             .map(|point| (point.fast_bytes as f64 / GIB, y(point)))

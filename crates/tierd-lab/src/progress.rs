@@ -27,6 +27,8 @@ pub struct ProgressLine {
     verb: &'static str,
     /// A trailing text, e.g. `over 3 run(s)`.
     suffix: String,
+    /// What is counted, plural: `requests`, `cells`.
+    unit: &'static str,
     total: Option<u64>,
     enabled: bool,
     clock: SystemClock,
@@ -48,6 +50,7 @@ impl ProgressLine {
             command,
             verb,
             suffix: String::new(),
+            unit: "requests",
             total,
             enabled: std::io::stderr().is_terminal(),
             clock: SystemClock::new(),
@@ -61,6 +64,18 @@ impl ProgressLine {
     /// Whether the line is drawn (stderr is a terminal).
     pub fn is_shown(&self) -> bool {
         self.enabled
+    }
+
+    /// Never drawn when `show` is false (a caller that wants quiet).
+    pub fn shown_only_if(mut self, show: bool) -> ProgressLine {
+        self.enabled &= show;
+        self
+    }
+
+    /// What is counted, plural (default `requests`): `cells` for a sweep.
+    pub fn with_unit(mut self, unit: &'static str) -> ProgressLine {
+        self.unit = unit;
+        self
     }
 
     /// Text after the figures, e.g. `over 3 run(s)`.
@@ -88,7 +103,15 @@ impl ProgressLine {
         {
             return;
         }
-        let mut line = render(self.command, self.verb, done, self.total, now_ns, eta_ns);
+        let mut line = render_unit(
+            self.command,
+            self.verb,
+            self.unit,
+            done,
+            self.total,
+            now_ns,
+            eta_ns,
+        );
         if !self.suffix.is_empty() {
             line.push(' ');
             line.push_str(&self.suffix);
@@ -142,6 +165,19 @@ pub fn render(
     elapsed_ns: u64,
     eta_ns: Option<u64>,
 ) -> String {
+    render_unit(command, verb, "requests", done, total, elapsed_ns, eta_ns)
+}
+
+/// [`render`] counting `unit` (plural) instead of requests.
+pub fn render_unit(
+    command: &str,
+    verb: &str,
+    unit: &str,
+    done: u64,
+    total: Option<u64>,
+    elapsed_ns: u64,
+    eta_ns: Option<u64>,
+) -> String {
     let seconds = elapsed_ns as f64 / 1e9;
     let rate = if seconds > 0.0 {
         done as f64 / seconds
@@ -152,18 +188,14 @@ pub fn render(
     if let Some(total) = total {
         line.push_str(&format!(" of {}", count(total as f64)));
     }
-    line.push_str(&format!(" requests {verb}"));
+    line.push_str(&format!(" {unit} {verb}"));
     if let Some(total) = total.filter(|total| *total > 0) {
         line.push_str(&format!(
             " ({:.0}%)",
             (done.min(total) as f64 * 100.0 / total as f64).floor()
         ));
     }
-    line.push_str(&format!(
-        ", {}, {} requests/s",
-        time(elapsed_ns),
-        count(rate)
-    ));
+    line.push_str(&format!(", {}, {} {unit}/s", time(elapsed_ns), count(rate)));
     let eta_ns = eta_ns.or_else(|| {
         let left = total?.saturating_sub(done);
         (rate > 0.0).then(|| (left as f64 / rate * 1e9) as u64)
