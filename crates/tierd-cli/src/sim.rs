@@ -30,7 +30,7 @@ pub struct SimArgs {
         "trace", "synth", "hours", "tiers", "policy", "policy_config", "segment_bytes",
         "volume_bytes", "speed", "from_min", "to_min", "max_outstanding", "queue_depth",
         "period", "fast_bytes", "cache_bytes", "cache_block", "cache_mode", "admission",
-        "sequential_cutoff", "smr_staging", "seed",
+        "sequential_cutoff", "smr_staging", "seed", "replicas",
     ])]
     matrix: Option<PathBuf>,
     /// Run a built-in experiment instead of a replay (docs/sim.md,
@@ -45,7 +45,7 @@ pub struct SimArgs {
         "matrix", "trace", "synth", "hours", "tiers", "policy", "policy_config", "segment_bytes",
         "volume_bytes", "speed", "from_min", "to_min", "max_outstanding", "queue_depth",
         "period", "fast_bytes", "cache_bytes", "cache_block", "cache_mode", "admission",
-        "sequential_cutoff", "smr_staging", "report", "jobs",
+        "sequential_cutoff", "smr_staging", "report", "jobs", "replicas",
     ])]
     experiment: Option<crate::reduce::Experiment>,
     /// With --experiment reduce-fig5: measurements per load (default 15, the paper's).
@@ -99,7 +99,7 @@ pub struct SimArgs {
     /// Hours of the synthetic preset to generate; default: its calibrated busy window.
     #[arg(long, conflicts_with = "trace")]
     hours: Option<f64>,
-    /// Tier stack: a preset (hdd-ssd, ssd-mem, ssd-smr) or a TOML file.
+    /// Tier stack: a preset (hdd-ssd, hdd-7200, ssd-mem, ssd-smr) or a TOML file.
     #[arg(long, value_name = "PRESET|FILE", default_value = "hdd-ssd")]
     tiers: String,
     /// Policies to compare, comma-separated: none, otf-ast, atsmf (tiering),
@@ -184,6 +184,14 @@ pub struct SimArgs {
     /// over any other home. No effect on other homes.
     #[arg(long, value_name = "on|off", value_parser = on_off)]
     smr_staging: Option<bool>,
+    /// Replicas in free space on the HDD home tier (paper 003,
+    /// docs/sim/replicas.md): one run per setting, comma-separated, of
+    /// off, one (at most one copy per extent), many (up to 4, each near a
+    /// different access centre), contiguous (as many, and a recurring read
+    /// sequence laid out in order). Each run reports "replicas" and
+    /// "disk_access_ms" (the HDD's busy time for user reads).
+    #[arg(long, value_name = "LIST")]
+    replicas: Option<String>,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -548,6 +556,12 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
                 .join(", ")
         );
     }
+    let replica_settings = args
+        .replicas
+        .as_deref()
+        .map(tierd_sim::replicas::ReplicaSetting::parse_list)
+        .transpose()
+        .map_err(|error| CliError(format!("--replicas: {error}")))?;
     let mut jobs: Vec<(SimConfig, Strategy)> = Vec::with_capacity(sizes.len() * strategies.len());
     for &bytes in &sizes {
         let sized = match fast_sizes {
@@ -563,7 +577,19 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
                 )),
                 None => option_names(error),
             })?;
-            jobs.push((sized.clone(), strategy.clone()));
+            match &replica_settings {
+                Some(settings) => {
+                    for setting in settings {
+                        let mut with = sized.clone();
+                        with.replicas = Some(tierd_sim::replicas::ReplicaRun::new(
+                            *setting,
+                            &tierd_sim::replicas::ReplicaConfig::default(),
+                        ));
+                        jobs.push((with, strategy.clone()));
+                    }
+                }
+                None => jobs.push((sized.clone(), strategy.clone())),
+            }
         }
     }
     let tiering = strategies
@@ -607,6 +633,7 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
         writeln!(out)?;
     } else {
         print!("{}", tierd_sim::tables::render_text(&report));
+        print!("{}", tierd_sim::replicas::render_text(&report.runs));
     }
     if let Some(directory) = &args.report {
         write_report(directory, &report, &config, &source)?;

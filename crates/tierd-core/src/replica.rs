@@ -54,6 +54,7 @@ use tierd_common::hash::{FastMap, FastSet};
 
 /// Settings (the `replicas` table of an HDD tier; `docs/sim/replicas.md`).
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ReplicaConfig {
     /// Unit of allocation tracking, detection and copying (a power of two).
     pub extent_bytes: u64,
@@ -823,6 +824,16 @@ impl ReplicaManager {
         });
         if laid {
             return true;
+        }
+        // A sequence mostly laid out already (it recurred with a few reads
+        // changed) is not laid out again: its new far members get copies
+        // as any group's do.
+        let covered = members
+            .iter()
+            .filter(|member| self.copies.contains_key(member))
+            .count();
+        if covered * 2 > members.len() {
+            return false;
         }
         let count = members.len() as u64;
         if !self.within_budget(count) {
