@@ -185,7 +185,7 @@ pub struct SimArgs {
     #[arg(long, value_name = "on|off", value_parser = on_off)]
     smr_staging: Option<bool>,
     /// Replicas in free space on the HDD home tier (paper 003,
-    /// docs/sim/replicas.md): one run per setting, comma-separated, of
+    /// docs/replicas.md): one run per setting, comma-separated, of
     /// off, one (at most one copy per extent), many (up to 4, each near a
     /// different access centre), contiguous (as many, and a recurring read
     /// sequence laid out in order). Each run reports "replicas" and

@@ -43,7 +43,7 @@
 //! copy job whose write is in flight must complete before a user write to
 //! the same target extent is issued (`ReplicaManager::copy_in_flight`
 //! says whether one is); route a read with [`ReplicaManager::route_read`]
-//! at the time it is issued. `docs/sim/replicas.md` describes the model.
+//! at the time it is issued. `docs/replicas.md` describes the model.
 
 #[cfg(test)]
 mod tests;
@@ -52,7 +52,7 @@ use std::collections::VecDeque;
 
 use tierd_common::hash::{FastMap, FastSet};
 
-/// Settings (the `replicas` table of an HDD tier; `docs/sim/replicas.md`).
+/// Settings (the `replicas` table of an HDD tier; `docs/replicas.md`).
 #[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ReplicaConfig {
