@@ -26,7 +26,7 @@ pub struct SimArgs {
         "trace", "synth", "hours", "tiers", "policy", "policy_config", "segment_bytes",
         "volume_bytes", "speed", "from_min", "to_min", "max_outstanding", "queue_depth",
         "period", "fast_bytes", "cache_bytes", "cache_block", "cache_mode", "admission",
-        "sequential_cutoff", "smr_staging", "seed",
+        "sequential_cutoff", "smr_staging", "seed", "replicas",
     ])]
     matrix: Option<PathBuf>,
     /// Run a built-in experiment instead of a replay (docs/sim.md,
@@ -41,7 +41,7 @@ pub struct SimArgs {
         "matrix", "trace", "synth", "hours", "tiers", "policy", "policy_config", "segment_bytes",
         "volume_bytes", "speed", "from_min", "to_min", "max_outstanding", "queue_depth",
         "period", "fast_bytes", "cache_bytes", "cache_block", "cache_mode", "admission",
-        "sequential_cutoff", "smr_staging", "report", "jobs",
+        "sequential_cutoff", "smr_staging", "report", "jobs", "replicas",
     ])]
     experiment: Option<crate::reduce::Experiment>,
     /// With --experiment reduce-fig5: measurements per load (default 15, the paper's).
@@ -95,7 +95,7 @@ pub struct SimArgs {
     /// Hours of the synthetic preset to generate; default: its calibrated busy window.
     #[arg(long, conflicts_with = "trace")]
     hours: Option<f64>,
-    /// Tier stack: a preset (hdd-ssd, ssd-mem, ssd-smr) or a TOML file.
+    /// Tier stack: a preset (hdd-ssd, hdd-7200, ssd-mem, ssd-smr) or a TOML file.
     #[arg(long, value_name = "PRESET|FILE", default_value = "hdd-ssd")]
     tiers: String,
     /// Policies to compare, comma-separated: none, otf-ast, atsmf (tiering),
@@ -180,6 +180,14 @@ pub struct SimArgs {
     /// over any other home. No effect on other homes.
     #[arg(long, value_name = "on|off", value_parser = tierd_lab::sim::parse_on_off)]
     smr_staging: Option<bool>,
+    /// Replicas in free space on the HDD home tier (paper 003,
+    /// docs/replicas.md): one run per setting, comma-separated, of
+    /// off, one (at most one copy per extent), many (up to 4, each near a
+    /// different access centre), contiguous (as many, and a recurring read
+    /// sequence laid out in order). Each run reports "replicas" and
+    /// "disk_access_ms" (the HDD's busy time for user reads).
+    #[arg(long, value_name = "LIST")]
+    replicas: Option<String>,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -244,6 +252,7 @@ impl SimArgs {
             admission: self.admission,
             sequential_cutoff: self.sequential_cutoff,
             smr_staging: self.smr_staging,
+            replicas: self.replicas.clone(),
             seed: self.seed,
             jobs: self.jobs,
         }
@@ -291,6 +300,7 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
         writeln!(out)?;
     } else {
         print!("{}", tierd_sim::tables::render_text(report));
+        print!("{}", tierd_sim::replicas::render_text(&report.runs));
     }
     if let Some(directory) = &args.report {
         let index = tierd_lab::sim::write_report(

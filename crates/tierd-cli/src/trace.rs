@@ -353,7 +353,11 @@ fn synth_output_format(args: &SynthArgs, out: &std::path::Path) -> Format {
 
 fn synth(args: SynthArgs) -> Result<(), CliError> {
     if args.list {
-        for preset in tierd_synth::presets().iter().chain(tierd_synth::shapes()) {
+        for preset in tierd_synth::presets()
+            .iter()
+            .chain(tierd_synth::apps::all())
+            .chain(tierd_synth::shapes())
+        {
             println!("{}", tierd_synth::describe_targets(preset));
         }
         return Ok(());

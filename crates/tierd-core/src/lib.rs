@@ -19,10 +19,14 @@
 //! - [`reduce`]: data reduction's timing: inline or post-process, switched
 //!   on the reduction workers' measured utilisation with one threshold or
 //!   two (paper 004), and the stage's bound.
+//! - [`replica`]: replicas of far-apart, read-together extents in free HDD
+//!   space (paper 003): the allocation map, detection, placement, read
+//!   routing to the cheapest current copy, and the copy jobs.
 //! - [`split`]: splitting a request at segment boundaries.
 
 pub mod cache;
 pub mod moves;
 pub mod placement;
 pub mod reduce;
+pub mod replica;
 pub mod split;

@@ -113,7 +113,7 @@ fn models(criterion: &mut Criterion) {
         let capacity = preset.default_capacity_bytes();
         // Gaps for ~70% utilisation at the workload's mean service time.
         let mean_gap_ns = match preset {
-            DevicePreset::Savvio10k4 | DevicePreset::Constellation2 => 4e6,
+            DevicePreset::Savvio10k4 | DevicePreset::Constellation2 | DevicePreset::Wd1200jb => 4e6,
             DevicePreset::Cheetah15k7 => 3e6,
             DevicePreset::Archive8tb => 12e6,
             DevicePreset::X25e => 400e3,

@@ -54,6 +54,9 @@ pub struct SimSettings {
     pub admission: Option<AdmissionKind>,
     pub sequential_cutoff: Option<u64>,
     pub smr_staging: Option<bool>,
+    /// Comma-separated replica settings (off, one, many, contiguous): one
+    /// run per setting (paper 003, docs/replicas.md).
+    pub replicas: Option<String>,
     pub seed: u64,
     /// Runs at the same time; default: the available cores.
     pub jobs: Option<usize>,
@@ -86,6 +89,7 @@ impl Default for SimSettings {
             admission: None,
             sequential_cutoff: None,
             smr_staging: None,
+            replicas: None,
             seed: 1,
             jobs: None,
         }
@@ -406,6 +410,12 @@ pub fn simulate(
                 .join(", ")
         ));
     }
+    let replica_settings = args
+        .replicas
+        .as_deref()
+        .map(tierd_sim::replicas::ReplicaSetting::parse_list)
+        .transpose()
+        .map_err(|error| CliError(format!("--replicas: {error}")))?;
     let mut jobs: Vec<(SimConfig, Strategy)> = Vec::with_capacity(sizes.len() * strategies.len());
     for &bytes in &sizes {
         let sized = match fast_sizes {
@@ -421,7 +431,19 @@ pub fn simulate(
                 )),
                 None => option_names(error),
             })?;
-            jobs.push((sized.clone(), strategy.clone()));
+            match &replica_settings {
+                Some(replicas) => {
+                    for setting in replicas {
+                        let mut with = sized.clone();
+                        with.replicas = Some(tierd_sim::replicas::ReplicaRun::new(
+                            *setting,
+                            &tierd_sim::replicas::ReplicaConfig::default(),
+                        ));
+                        jobs.push((with, strategy.clone()));
+                    }
+                }
+                None => jobs.push((sized.clone(), strategy.clone())),
+            }
         }
     }
     let tiering = strategies

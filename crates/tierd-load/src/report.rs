@@ -174,6 +174,9 @@ pub fn build(inputs: ReportInputs<'_>) -> LiveReport {
     let from_due = &completions.response_from_due;
     let run = RunResult {
         policy: label.to_string(),
+        replicas: None,
+        disk_access_ms: None,
+        replica: None,
         avg_iops: per_second(completions.requests, seconds),
         avg_response_us: response.mean_ns().unwrap_or(0.0) / 1e3,
         fast_io_share: 0.0,

@@ -339,6 +339,7 @@ fn simulate(
             match key.as_str() {
                 "format" => sim.format = format(text(value)?)?,
                 "volume" => sim.volume = text(value)?,
+                "replicas" => sim.replicas = text(value)?,
                 "skip_bad_lines" => sim.skip_bad_lines = value.map_or(Ok(false), |v| v.extract())?,
                 "synth" => sim.synth = text(value)?.unwrap_or(sim.synth),
                 "hours" => sim.hours = value.map(|v| v.extract()).transpose()?,

@@ -71,6 +71,9 @@ pub struct SimConfig {
     pub seed: u64,
     /// Completed periods kept for the policy's view.
     pub history_periods: usize,
+    /// Replicas in free space on the HDD home tier (`--replicas`); `None`:
+    /// not asked for (no `replicas`/`disk_access_ms` in the result).
+    pub replicas: Option<crate::replicas::ReplicaRun>,
 }
 
 impl SimConfig {
@@ -89,6 +92,7 @@ impl SimConfig {
             cache_bytes: None,
             seed: 1,
             history_periods: tierd_policy::monitor::DEFAULT_HISTORY_PERIODS,
+            replicas: None,
         }
     }
 

@@ -21,6 +21,7 @@ pub mod engine;
 pub mod error;
 pub mod matrix;
 pub mod reduce;
+pub mod replicas;
 pub mod report;
 pub mod result;
 pub mod runner;

@@ -114,6 +114,17 @@ pub struct Gain {
 pub struct RunResult {
     /// Strategy name: `none`, `otf-ast`, `atsmf`, `fifo`, `lru`, `arc`, `s3fifo`.
     pub policy: String,
+    /// `--replicas` setting of the run (`off`, `one`, `many`,
+    /// `contiguous`); absent when replicas were not asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<String>,
+    /// With `--replicas`: the HDD home's busy time (service) for user reads,
+    /// summed, ms (paper 003 Tables 2-3's "disk access time").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_access_ms: Option<f64>,
+    /// With `--replicas`: what the replicas did (`docs/sim/replicas.md`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replica: Option<crate::replicas::ReplicaResult>,
     /// Completed user requests / replay duration (first arrival to last completion).
     pub avg_iops: f64,
     /// Mean user response time (arrival to completion of the last piece), µs.

@@ -1,6 +1,6 @@
 //! Tier stacks: which devices, how large, in which order, and how segments
 //! move between them. Written in TOML (`--tiers FILE.toml`) or taken from an
-//! embedded preset (`hdd-ssd`, `ssd-mem`, `ssd-smr`).
+//! embedded preset (`hdd-ssd`, `hdd-7200`, `ssd-mem`, `ssd-smr`).
 //!
 //! ```toml
 //! name = "hdd-ssd"
@@ -57,8 +57,9 @@ pub const MAX_SEGMENT_BYTES: u64 = 4 << 30;
 /// Default host queue limit per device: Linux's default `nr_requests`.
 pub const DEFAULT_QUEUE_DEPTH: u32 = 128;
 
-const PRESETS: [(&str, &str); 3] = [
+const PRESETS: [(&str, &str); 4] = [
     ("hdd-ssd", include_str!("../presets/hdd-ssd.toml")),
+    ("hdd-7200", include_str!("../presets/hdd-7200.toml")),
     ("ssd-mem", include_str!("../presets/ssd-mem.toml")),
     ("ssd-smr", include_str!("../presets/ssd-smr.toml")),
 ];

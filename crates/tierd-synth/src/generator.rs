@@ -85,6 +85,8 @@ pub struct Generator {
     live_share: f64,
     background_last_end: u64,
     finished: bool,
+    /// An application start-up trace ([`crate::apps`]), generated whole.
+    app: Option<std::vec::IntoIter<Request>>,
 }
 
 impl Generator {
@@ -153,7 +155,12 @@ impl Generator {
             live_share: 0.0,
             background_last_end: u64::MAX,
             finished: false,
+            app: None,
         };
+        if let Some(app) = crate::apps::find(preset.name) {
+            generator.app = Some(crate::apps::requests(app, seed, generator.end_ns).into_iter());
+            return Ok(generator);
+        }
         generator.enter_tick();
         Ok(generator)
     }
@@ -405,6 +412,9 @@ impl Iterator for Generator {
     type Item = Request;
 
     fn next(&mut self) -> Option<Request> {
+        if let Some(app) = self.app.as_mut() {
+            return app.next();
+        }
         loop {
             if self.finished {
                 return None;

@@ -14,6 +14,10 @@
 //! model for kinds of heat the calibrated presets do not cover; wherever a
 //! preset name is accepted, `shape:NAME` names one ([`preset`]).
 //!
+//! Application start-ups ([`apps`]: `app-firefox`, `app-calc`) are traces
+//! of another kind, shaped like paper 003's Fig. 4/5, for replicas in free
+//! HDD space; `preset` finds them by name too.
+//!
 //! Everything a preset or shape produces is **synthetic**: reports must say so with
 //! [`label`], never call it a real trace.
 //!
@@ -24,6 +28,7 @@
 //! # Ok::<(), tierd_synth::SynthError>(())
 //! ```
 
+pub mod apps;
 pub mod generator;
 pub mod model;
 mod presets;
@@ -88,11 +93,13 @@ pub fn preset(name: &str) -> Result<&'static Preset, SynthError> {
     }
     presets()
         .iter()
+        .chain(apps::all())
         .find(|preset| preset.name == name)
         .ok_or_else(|| SynthError::UnknownPreset {
             name: name.to_string(),
             available: presets()
                 .iter()
+                .chain(apps::all())
                 .map(|preset| preset.name.to_string())
                 .chain(
                     shapes()
@@ -124,6 +131,12 @@ pub fn shape(name: &str) -> Result<&'static Preset, SynthError> {
         })
 }
 
+/// Whether `preset` is an application start-up trace (`app-firefox`,
+/// `app-calc`: paper 003's Fig. 4/5 in kind, [`apps`]).
+pub fn is_app(preset: &Preset) -> bool {
+    apps::find(preset.name).is_some()
+}
+
 /// Whether `preset` is a generated shape (not calibrated to any trace).
 pub fn is_shape(preset: &Preset) -> bool {
     preset.source == SHAPE_SOURCE
@@ -136,6 +149,12 @@ pub fn is_shape(preset: &Preset) -> bool {
 /// A generated shape's label says so: `synthetic (generated shape walking,
 /// seed 1, 1 h) — not a real trace`.
 pub fn label(preset: &Preset, seed: u64, hours: f64) -> String {
+    if is_app(preset) {
+        return format!(
+            "synthetic (application start {}, seed {seed}; shaped like {}) — not a real trace",
+            preset.name, preset.source
+        );
+    }
     if is_shape(preset) {
         return format!(
             "synthetic (generated shape {}, seed {seed}, {} h) — not a real trace",
@@ -161,6 +180,22 @@ fn format_hours(hours: f64) -> String {
 pub fn describe_targets(preset: &Preset) -> String {
     let mut out = String::new();
     let model = &preset.model;
+    if is_app(preset) {
+        let _ = writeln!(
+            out,
+            "{} [synthetic, application start] - {}",
+            preset.name, preset.description
+        );
+        let _ = writeln!(
+            out,
+            "  volume {} ({}), {}; shaped like {} (calibrated to no trace: the paper published figures only)",
+            preset.volume_name,
+            Bytes(preset.volume_bytes),
+            preset.window,
+            preset.source
+        );
+        return out;
+    }
     if is_shape(preset) {
         let _ = writeln!(
             out,

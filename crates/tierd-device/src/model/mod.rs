@@ -130,6 +130,16 @@ pub trait DeviceModel: Send {
     fn smr_stats(&self) -> Option<smr::SmrStats> {
         None
     }
+
+    /// Predicted time to serve a read of `length_bytes` at `offset_bytes`
+    /// if it were the next IO started once the device is free (from
+    /// `now_ns`): for an HDD, a read-ahead buffer hit's transfer, else seek
+    /// plus rotational wait plus transfer from where the head is left.
+    /// `None` for models without a head (replica routing then uses a
+    /// distance estimate).
+    fn read_cost_ns(&self, _now_ns: u64, _offset_bytes: u64, _length_bytes: u64) -> Option<f64> {
+        None
+    }
 }
 
 /// Devices by preset name, as tier stacks name them.
@@ -142,6 +152,8 @@ pub enum DevicePreset {
     Cheetah15k7,
     /// Seagate Constellation.2 7200 rpm.
     Constellation2,
+    /// Western Digital Caviar WD1200JB, 120 GB 7200 rpm ATA (paper 003's disk).
+    Wd1200jb,
     /// Intel X25-E (OTF-AST's SSD).
     X25e,
     /// Intel P3700 (ATSMF's SSD).
@@ -154,10 +166,11 @@ pub enum DevicePreset {
 
 impl DevicePreset {
     /// Every preset.
-    pub const ALL: [DevicePreset; 7] = [
+    pub const ALL: [DevicePreset; 8] = [
         DevicePreset::Savvio10k4,
         DevicePreset::Cheetah15k7,
         DevicePreset::Constellation2,
+        DevicePreset::Wd1200jb,
         DevicePreset::X25e,
         DevicePreset::P3700,
         DevicePreset::Memory,
@@ -170,6 +183,7 @@ impl DevicePreset {
             DevicePreset::Savvio10k4 => "savvio10k4",
             DevicePreset::Cheetah15k7 => "cheetah15k7",
             DevicePreset::Constellation2 => "constellation2",
+            DevicePreset::Wd1200jb => "wd1200jb",
             DevicePreset::X25e => "x25e",
             DevicePreset::P3700 => "p3700",
             DevicePreset::Memory => "memory",
@@ -184,6 +198,7 @@ impl DevicePreset {
             DevicePreset::Savvio10k4
             | DevicePreset::Cheetah15k7
             | DevicePreset::Constellation2
+            | DevicePreset::Wd1200jb
             | DevicePreset::Archive8tb => true,
             DevicePreset::X25e | DevicePreset::P3700 | DevicePreset::Memory => false,
         }
@@ -197,6 +212,9 @@ impl DevicePreset {
             }
             DevicePreset::Cheetah15k7 => "Seagate Cheetah 15K.7, 600 GB 15k rpm SAS HDD",
             DevicePreset::Constellation2 => "Seagate Constellation.2, 1 TB 7200 rpm HDD",
+            DevicePreset::Wd1200jb => {
+                "Western Digital Caviar WD1200JB, 120 GB 7200 rpm ATA HDD (paper 003's disk)"
+            }
             DevicePreset::X25e => "Intel X25-E, 64 GB SATA SLC SSD (OTF-AST's SSD)",
             DevicePreset::P3700 => "Intel P3700, 800 GB NVMe SSD (ATSMF's SSD)",
             DevicePreset::Memory => {
@@ -211,7 +229,10 @@ impl DevicePreset {
     /// What the preset holds when a tier file gives no capacity.
     pub fn default_capacity_bytes(self) -> u64 {
         match self {
-            DevicePreset::Savvio10k4 | DevicePreset::Cheetah15k7 | DevicePreset::Constellation2 => {
+            DevicePreset::Savvio10k4
+            | DevicePreset::Cheetah15k7
+            | DevicePreset::Constellation2
+            | DevicePreset::Wd1200jb => {
                 hdd::HddConfig::preset(self).map_or(0, |config| config.capacity_bytes)
             }
             DevicePreset::X25e | DevicePreset::P3700 => {
@@ -258,7 +279,10 @@ impl DevicePreset {
         let bad_override =
             |error: D::Error| hdd::ConfigError::new(self.name(), "model", format!("{error}"));
         match self {
-            DevicePreset::Savvio10k4 | DevicePreset::Cheetah15k7 | DevicePreset::Constellation2 => {
+            DevicePreset::Savvio10k4
+            | DevicePreset::Cheetah15k7
+            | DevicePreset::Constellation2
+            | DevicePreset::Wd1200jb => {
                 let mut config = hdd::HddConfig::preset(self)
                     .ok_or_else(|| hdd::ConfigError::new(self.name(), "device", "not an HDD"))?;
                 if let Some(overrides) = overrides {

@@ -12,6 +12,9 @@ impl<'run> Engine<'run> {
     /// `queue_depth` IOs already.
     #[inline]
     pub(super) fn submit(&mut self, tier: usize, io: DeviceIo) {
+        if tier == self.home && io.op == Op::Write && io.id >> KIND_SHIFT != KIND_REPLICA_COPY {
+            self.replica_write(&io);
+        }
         if is_user_io(io.id) {
             if self.user_outstanding[tier] == 0 {
                 self.user_busy_since_ns[tier] = self.now_ns;
@@ -58,6 +61,9 @@ impl<'run> Engine<'run> {
         completion: &Completion,
     ) -> Result<(), SimError> {
         let payload = completion.id & PAYLOAD_MASK;
+        if tier == self.home {
+            self.replica_completion(completion);
+        }
         if is_user_io(completion.id) {
             self.user_outstanding[tier] -= 1;
             if self.user_outstanding[tier] == 0 {
@@ -65,6 +71,7 @@ impl<'run> Engine<'run> {
                 self.user_busy_ns[tier] += completion.done_ns.saturating_sub(since);
                 if tier == self.home {
                     self.home_idle_from(completion.done_ns);
+                    self.replica_idle_from(completion.done_ns);
                 }
             }
         }
@@ -103,6 +110,7 @@ impl<'run> Engine<'run> {
             KIND_WRITEBACK_READ => self.writeback_read_done(tier, payload as u32),
             KIND_WRITEBACK_WRITE => self.writeback_write_done(tier, payload as u32),
             KIND_DESTAGE => self.destage_io_done(tier, payload as u32)?,
+            KIND_REPLICA_COPY => {}
             _ => debug_assert!(false, "unknown IO id {:#x}", completion.id),
         }
         self.pump_writebacks();

@@ -131,8 +131,12 @@ impl<'run> Engine<'run> {
         let home_svctm_ms = tier_results[self.home].svctm_ms;
         let home_util = tier_results[self.home].util;
         let to_us = |ns: Option<u64>| ns.map_or(0.0, |ns| ns as f64 / 1e3);
+        let (replicas, disk_access_ms, replica) = self.replica_result();
         RunResult {
             policy: policy_name.to_string(),
+            replicas,
+            disk_access_ms,
+            replica,
             avg_iops,
             avg_response_us: self.response.mean_ns().unwrap_or(0.0) / 1e3,
             fast_io_share,

@@ -44,6 +44,7 @@ mod completions;
 mod finish;
 mod migration;
 mod periods;
+mod replicas;
 mod slab;
 #[cfg(test)]
 mod tests;
@@ -102,6 +103,8 @@ const KIND_CACHE_LOAD_WRITE: u64 = 13;
 /// An SMR band rewrite's IO (background; payload: its entry in
 /// `Engine::destage_ios`).
 const KIND_DESTAGE: u64 = 14;
+/// A replica copy's read or write on home (background; `replicas`).
+const KIND_REPLICA_COPY: u64 = 15;
 
 /// User IO (a piece, the target half of a mirrored write, the home half of
 /// a written-through write): counts in the user-busy time the policies see
@@ -274,6 +277,8 @@ struct Engine<'run> {
     home_idle_since_ns: u64,
     /// When the destage's idle timer is set for (one per idle spell).
     destage_wake_ns: u64,
+    /// Replicas in free space on an HDD home (`--replicas`).
+    replicas: Option<Box<replicas::ReplicaDriver>>,
 
     // Measurements.
     monitor: Monitor,
@@ -355,7 +360,34 @@ pub fn run_with(
             ));
         }
     }
+    if let Some(run) = &config.replicas {
+        let home = &config.stack.tiers[tiers - 1];
+        if run.config.is_some() {
+            if !home.device.is_rotational() {
+                return Err(SimError::option(
+                    "replicas",
+                    format!(
+                        "replicas live in free space on an HDD home tier; {}'s home is {}",
+                        config.stack.name,
+                        home.device.name()
+                    ),
+                ));
+            }
+            if let Controller::Cache(_) = controller {
+                return Err(SimError::option(
+                    "replicas",
+                    "replicas route the home reads of the tiering strategies (none, otf-ast, atsmf); the block caches' home reads are not routed: run them with --replicas off or choose a tiering policy",
+                ));
+            }
+        }
+    }
     let mut engine = Engine::new(config, controller, devices, reader);
+    if let Some(run) = &config.replicas {
+        engine.replicas = Some(Box::new(replicas::ReplicaDriver::new(
+            run,
+            config.volume_bytes,
+        )?));
+    }
     engine.run(progress)?;
     Ok(engine.finish(policy_name))
 }
@@ -485,6 +517,7 @@ impl<'run> Engine<'run> {
             blocked: Vec::new(),
             home_idle_since_ns: 0,
             destage_wake_ns: 0,
+            replicas: None,
             monitor: Monitor::new(config.period_ns, tiers, 0, config.history_periods),
             response: Histogram::new(),
             directions: Default::default(),
@@ -563,6 +596,8 @@ impl<'run> Engine<'run> {
                 if let Some(Reverse((_, _, move_slot))) = self.timers.pop() {
                     if move_slot == cache::DESTAGE_TIMER {
                         self.pump_writebacks();
+                    } else if move_slot == replicas::REPLICA_TIMER {
+                        self.pump_replicas();
                     } else {
                         self.move_timer(move_slot);
                     }
@@ -759,6 +794,10 @@ impl<'run> Engine<'run> {
                 // The home copy goes stale before the data lands.
                 self.home_current[segment] = false;
             }
+        }
+        if !piece.is_write && tier as usize == self.home && self.replicas.is_some() {
+            self.route_home_read(piece_index, device_offset, piece.bytes);
+            return;
         }
         self.submit(
             tier as usize,

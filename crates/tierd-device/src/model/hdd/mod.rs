@@ -418,6 +418,30 @@ impl DeviceModel for Hdd {
         self.host_queued + in_service + self.acknowledged.len() + self.finished.len()
     }
 
+    fn read_cost_ns(&self, now_ns: u64, offset_bytes: u64, length_bytes: u64) -> Option<f64> {
+        // The head is already where the IO in service leaves it
+        // (`park_after` at its start); it is free when that IO is.
+        let start = self
+            .service
+            .map_or(now_ns, |service| service.free_ns.max(now_ns));
+        let start = start as f64;
+        let ready = start + self.timing.hit_overhead_ns as f64;
+        if let Some((_, done)) = self.cache.lookup(ready, offset_bytes, length_bytes) {
+            let transfer = length_bytes as f64 * self.timing.interface_ns_per_byte;
+            return Some((ready + transfer).max(done) - now_ns as f64);
+        }
+        let ready = start + self.timing.overhead_ns as f64;
+        let location = self
+            .mechanics
+            .geometry
+            .locate(offset_bytes.min(self.capacity_bytes - 1));
+        Some(
+            ready - now_ns as f64
+                + self.mechanics.positioning_ns(ready, &location, Op::Read)
+                + self.mechanics.geometry.transfer_ns(&location, length_bytes),
+        )
+    }
+
     fn counters(&self) -> DeviceCounters {
         let mut counters = self.counters;
         if let Some(service) = self.service {

@@ -20,6 +20,7 @@ impl HddConfig {
             DevicePreset::Savvio10k4 => Some(Self::savvio_10k4()),
             DevicePreset::Cheetah15k7 => Some(Self::cheetah_15k7()),
             DevicePreset::Constellation2 => Some(Self::constellation_2()),
+            DevicePreset::Wd1200jb => Some(Self::wd1200jb()),
             _ => None,
         }
     }
@@ -146,6 +147,55 @@ impl HddConfig {
             write_cache_bytes: 32 << 20,
         }
     }
+
+    /// Western Digital Caviar WD1200JB, 120 GB, 7200 rpm, 8 MB buffer, ATA/100:
+    /// paper 003's disk (its Table 1, WD1200JB-75CRA0). Datasheet (WD
+    /// specifications 2879-001034): 234,441,648 sectors; read seek 8.9 ms
+    /// average, 2.0 ms track-to-track, 21 ms full stroke; write seek 10.9 ms
+    /// average. Media rates are not on the datasheet: about 50 MB/s at the
+    /// outer diameter and 29 MB/s at the inner, as reviews of the drive's
+    /// 40 GB-per-platter generation measured (an estimate: three platters,
+    /// six heads).
+    pub fn wd1200jb() -> HddConfig {
+        let capacity_bytes = 234_441_648 * 512;
+        let (outer, inner) = (50.0, 29.0);
+        let track_bytes = (outer + inner) / 2.0 * 1e6 * 60.0 / 7_200.0;
+        let cylinders = (capacity_bytes as f64 / (6.0 * track_bytes)).ceil() as u32;
+        HddConfig {
+            name: "wd1200jb".to_string(),
+            capacity_bytes,
+            rpm: 7_200.0,
+            heads: 6,
+            cylinders,
+            zones: 16,
+            outer_rate_mb_s: outer,
+            inner_rate_mb_s: inner,
+            read_seek: SeekFigures {
+                track_to_track_ms: 2.0,
+                average_ms: 8.9,
+                full_stroke_ms: 21.0,
+            },
+            write_seek: SeekFigures {
+                track_to_track_ms: 2.0,
+                average_ms: 10.9,
+                full_stroke_ms: 22.0,
+            },
+            track_switch_ms: 1.0,
+            overhead_ms: 0.3,
+            cache_hit_overhead_ms: 0.1,
+            interface_rate_mb_s: 100.0,
+            // ATA without command queueing: one command at a time, in order.
+            queue_order: QueueOrder::Fifo,
+            queue_depth: 1,
+            starvation_limit_ms: 1000.0,
+            // 8 MB buffer.
+            cache_segments: 16,
+            segment_bytes: 512 << 10,
+            sequential_prefetch_bytes: 128 << 10,
+            write_cache: false,
+            write_cache_bytes: 4 << 20,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -159,6 +209,7 @@ mod tests {
             HddConfig::savvio_10k4(),
             HddConfig::cheetah_15k7(),
             HddConfig::constellation_2(),
+            HddConfig::wd1200jb(),
         ] {
             let hdd = Hdd::new(&config, 1).unwrap();
             let geometry = &hdd.mechanics().geometry;
