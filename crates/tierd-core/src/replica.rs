@@ -166,6 +166,7 @@ pub struct WriteEffect {
 
 /// Counters over the manager's life.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ReplicaStats {
     pub sessions: u64,
     pub groups: u64,

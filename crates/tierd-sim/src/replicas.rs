@@ -127,26 +127,10 @@ pub struct ReplicaResult {
     pub extent_bytes: u64,
     pub max_copies: u32,
     pub contiguous_sequences: bool,
-    pub sessions: u64,
-    pub groups: u64,
-    pub recurrences: u64,
-    pub placements: u64,
-    pub layouts: u64,
-    pub copies_planned: u64,
-    pub copies_made: u64,
-    pub copies_cancelled: u64,
-    pub dropped_by_writes: u64,
-    pub dropped_by_reclaim: u64,
-    pub dropped_by_trims: u64,
-    /// Replicas in space a later read of the trace showed to hold data (the
-    /// simulator's free map is a guess: never touched by the trace).
-    pub dropped_by_reads: u64,
-    pub refused_for_space: u64,
-    pub reads_routed: u64,
-    pub reads_from_replicas: u64,
-    pub bytes_from_replicas: u64,
-    /// Copies' IO on the HDD (in idle time, charged to the disk).
-    pub copy_bytes: u64,
+    /// The manager's counters (`copy_bytes`: the copies' reads and writes
+    /// on the HDD, in idle time, charged to the disk).
+    #[serde(flatten)]
+    pub stats: tierd_core::replica::ReplicaStats,
     pub copy_busy_ms: f64,
     /// At the end.
     pub replicated_extents: u64,
@@ -193,8 +177,8 @@ pub fn render_text(runs: &[crate::RunResult]) -> String {
             setting,
             run.disk_access_ms.unwrap_or(0.0),
             replica.last_session_disk_access_ms,
-            replica.reads_from_replicas,
-            replica.copies_made,
+            replica.stats.reads_from_replicas,
+            replica.stats.copies_made,
             replica.copy_busy_ms
         );
     }

@@ -39,7 +39,7 @@ fn each_setting_cuts_disk_access_of_the_last_start() {
             );
             last = start;
             if setting != ReplicaSetting::Off {
-                assert!(replica.copies_made > 0 && replica.reads_from_replicas > 0);
+                assert!(replica.stats.copies_made > 0 && replica.stats.reads_from_replicas > 0);
                 assert!(replica.copy_busy_ms > 0.0, "copies are charged to the disk");
             }
         }

@@ -6,7 +6,7 @@
 //! has had no user IO for `idle_ns`, their reads and writes charged to the
 //! disk in virtual time like any IO.
 
-use tierd_core::replica::{CopyJob, Fragment, ReplicaManager};
+use tierd_core::replica::{CopyJob, Fragment, ReplicaManager, ReplicaStats};
 
 use super::*;
 use crate::replicas::{ReplicaResult, ReplicaRun};
@@ -262,23 +262,11 @@ impl<'run> Engine<'run> {
             result.extent_bytes = config.extent_bytes;
             result.max_copies = config.max_copies;
             result.contiguous_sequences = config.contiguous_sequences;
-            result.sessions = stats.sessions;
-            result.groups = stats.groups;
-            result.recurrences = stats.recurrences;
-            result.placements = stats.placements;
-            result.layouts = stats.layouts;
-            result.copies_planned = stats.copies_planned;
-            result.copies_made = stats.copies_made;
-            result.copies_cancelled = stats.copies_cancelled;
-            result.dropped_by_writes = stats.dropped_by_writes;
-            result.dropped_by_reclaim = stats.dropped_by_reclaim;
-            result.dropped_by_trims = stats.dropped_by_trims;
-            result.dropped_by_reads = stats.dropped_by_reads;
-            result.refused_for_space = stats.refused_for_space;
-            result.reads_routed = stats.reads_routed;
-            result.reads_from_replicas = stats.reads_from_replicas;
-            result.bytes_from_replicas = stats.bytes_from_replicas;
-            result.copy_bytes = stats.copy_bytes * 2;
+            result.stats = ReplicaStats {
+                // Each copy is read and written.
+                copy_bytes: stats.copy_bytes * 2,
+                ..stats
+            };
             result.replicated_extents = status.replicated_extents;
             result.current_copies = status.current_copies;
             result.replica_bytes = status.replica_extents * config.extent_bytes;

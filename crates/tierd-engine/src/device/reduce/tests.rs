@@ -601,51 +601,83 @@ fn a_death_at_any_device_operation_loses_no_flushed_write() {
         dying
             .left
             .store(death as i64, std::sync::atomic::Ordering::SeqCst);
-        // What each block held at its last completed flush, and everything
-        // written to it since.
-        let mut flushed = vec![vec![0u8; 4096]; blocks as usize];
-        let mut since: Vec<Vec<Vec<u8>>> = vec![Vec::new(); blocks as usize];
-        'run: for _ in 0..60 {
-            for _ in 0..1 + rng.below(40) {
-                // A small hot range: overwrites free packs often.
-                let lbn = rng.below(blocks / 4);
-                let data = match rng.below(3) {
-                    0 => random(&mut rng, 4096),
-                    1 => half_compressible(&mut rng, 4096),
-                    _ => flushed[rng.below(blocks) as usize].clone(),
-                };
-                since[lbn as usize].push(data.clone());
-                if device.write_at(lbn * 4096, &data).is_err() {
-                    break 'run;
-                }
-            }
-            if device.reduce_staged(rng.below(8) as usize).is_err() {
-                break 'run;
-            }
-            if device.flush().is_err() {
-                break 'run;
-            }
-            for (lbn, versions) in since.iter_mut().enumerate() {
-                if let Some(last) = versions.pop() {
-                    flushed[lbn] = last;
-                }
-                versions.clear();
-            }
-        }
+        let mut model = FlushedModel::new(blocks);
+        model.run(&device, &mut rng, 60, 8, |rng, flushed| {
+            // A small hot range: overwrites free packs often.
+            let lbn = rng.below(blocks / 4);
+            let data = match rng.below(3) {
+                0 => random(rng, 4096),
+                1 => half_compressible(rng, 4096),
+                _ => flushed[rng.below(blocks) as usize].clone(),
+            };
+            (lbn, data)
+        });
         drop(device);
         disk.crash(&mut rng);
         let device = ReducedDevice::open("ssd", disk.clone(), opts, clock(), false).unwrap_or_else(
             |error| panic!("death after {death} operations: reopen failed: {error}"),
         );
+        model.check(&device, &format!("death after {death} operations"));
+    }
+}
+
+/// What each block held at its last completed flush, and everything written
+/// to it since: what it may read after the process died and the disk's
+/// cache crashed.
+struct FlushedModel {
+    flushed: Vec<Vec<u8>>,
+    since: Vec<Vec<Vec<u8>>>,
+}
+
+impl FlushedModel {
+    fn new(blocks: u64) -> FlushedModel {
+        FlushedModel {
+            flushed: vec![vec![0u8; 4096]; blocks as usize],
+            since: vec![Vec::new(); blocks as usize],
+        }
+    }
+
+    /// Up to `rounds` rounds of 1–40 writes (`next` picks a block and its
+    /// data, given the flushed contents), up to `reduce` staged blocks
+    /// reduced, and a flush; stops at the first error (the death).
+    fn run(
+        &mut self,
+        device: &ReducedDevice,
+        rng: &mut SeededRng,
+        rounds: usize,
+        reduce: u64,
+        mut next: impl FnMut(&mut SeededRng, &[Vec<u8>]) -> (u64, Vec<u8>),
+    ) {
+        for _ in 0..rounds {
+            for _ in 0..1 + rng.below(40) {
+                let (lbn, data) = next(rng, &self.flushed);
+                self.since[lbn as usize].push(data.clone());
+                if device.write_at(lbn * 4096, &data).is_err() {
+                    return;
+                }
+            }
+            if device.reduce_staged(rng.below(reduce) as usize).is_err() || device.flush().is_err()
+            {
+                return;
+            }
+            for (lbn, versions) in self.since.iter_mut().enumerate() {
+                if let Some(last) = versions.pop() {
+                    self.flushed[lbn] = last;
+                }
+                versions.clear();
+            }
+        }
+    }
+
+    /// Every block of the reopened `device` reads its flushed version or a
+    /// later write (staged blocks reduced first).
+    fn check(&self, device: &ReducedDevice, what: &str) {
         device.reduce_staged(usize::MAX).unwrap();
-        for lbn in 0..blocks {
+        for lbn in 0..self.flushed.len() as u64 {
             let mut back = vec![0u8; 4096];
             device.read_at(lbn * 4096, &mut back).unwrap();
-            let ok = back == flushed[lbn as usize] || since[lbn as usize].contains(&back);
-            assert!(
-                ok,
-                "death after {death} operations: block {lbn} lost its flushed data"
-            );
+            let ok = back == self.flushed[lbn as usize] || self.since[lbn as usize].contains(&back);
+            assert!(ok, "{what}: block {lbn} lost its flushed data");
         }
     }
 }
@@ -992,33 +1024,15 @@ fn a_death_while_cleaning_loses_no_flushed_write() {
             ReducedDevice::open("ssd", dying.clone(), opts.clone(), clock(), true).unwrap();
         let death = 200 + rng.below(3000) as i64;
         dying.die_after(death);
-        let mut flushed = vec![vec![0u8; 4096]; blocks as usize];
-        let mut since: Vec<Vec<Vec<u8>>> = vec![Vec::new(); blocks as usize];
-        'run: for _ in 0..400 {
-            for _ in 0..1 + rng.below(40) {
-                let lbn = rng.below(blocks);
-                let data = match rng.below(5) {
-                    0 => flushed[rng.below(blocks) as usize].clone(),
-                    _ => half_compressible(&mut rng, 4096),
-                };
-                since[lbn as usize].push(data.clone());
-                if device.write_at(lbn * 4096, &data).is_err() {
-                    break 'run;
-                }
-            }
-            if device.reduce_staged(rng.below(16) as usize).is_err() {
-                break 'run;
-            }
-            if device.flush().is_err() {
-                break 'run;
-            }
-            for (lbn, versions) in since.iter_mut().enumerate() {
-                if let Some(last) = versions.pop() {
-                    flushed[lbn] = last;
-                }
-                versions.clear();
-            }
-        }
+        let mut model = FlushedModel::new(blocks);
+        model.run(&device, &mut rng, 400, 16, |rng, flushed| {
+            let lbn = rng.below(blocks);
+            let data = match rng.below(5) {
+                0 => flushed[rng.below(blocks) as usize].clone(),
+                _ => half_compressible(rng, 4096),
+            };
+            (lbn, data)
+        });
         if device.status().cleaner_passes > 0 {
             cleaned_before_death += 1;
         }
@@ -1027,16 +1041,10 @@ fn a_death_while_cleaning_loses_no_flushed_write() {
         let device = ReducedDevice::open("ssd", disk.clone(), opts, clock(), false).unwrap_or_else(
             |error| panic!("run {run} (death after {death} operations): reopen failed: {error}"),
         );
-        device.reduce_staged(usize::MAX).unwrap();
-        for lbn in 0..blocks {
-            let mut back = vec![0u8; 4096];
-            device.read_at(lbn * 4096, &mut back).unwrap();
-            let ok = back == flushed[lbn as usize] || since[lbn as usize].contains(&back);
-            assert!(
-                ok,
-                "run {run} (death after {death} operations): block {lbn} lost its flushed data"
-            );
-        }
+        model.check(
+            &device,
+            &format!("run {run} (death after {death} operations)"),
+        );
     }
     assert!(
         cleaned_before_death >= runs / 2,
