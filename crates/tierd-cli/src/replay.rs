@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use tierd_common::clock::SystemClock;
-use tierd_common::units::{parse_duration_ns, NS_PER_SECOND};
+use tierd_common::units::parse_duration_ns;
 use tierd_load::{LoadError, Plan, Progress, ReplayOptions, TraceSource};
 use tierd_sim::Window;
 use tierd_trace::{Format, OpenOptions};
@@ -84,18 +84,6 @@ fn duration_ns(text: &str) -> Result<u64, String> {
     }
 }
 
-fn minutes_ns(option: &str, minutes: Option<f64>) -> Result<Option<u64>, CliError> {
-    match minutes {
-        None => Ok(None),
-        Some(value) if (0.0..1e9).contains(&value) => {
-            Ok(Some((value * 60.0 * NS_PER_SECOND as f64).round() as u64))
-        }
-        Some(value) => Err(CliError(format!(
-            "--{option} {value} is not a number of minutes >= 0"
-        ))),
-    }
-}
-
 /// The library's error as the command reports it: a bad URI names the flag.
 fn cli_error(error: LoadError) -> CliError {
     match error {
@@ -140,8 +128,8 @@ fn options(args: &ReplayArgs) -> Result<ReplayOptions, CliError> {
         )));
     }
     let window = Window {
-        from_ns: minutes_ns("from-min", args.from_min)?,
-        to_ns: minutes_ns("to-min", args.to_min)?,
+        from_ns: tierd_lab::sim::minutes_ns("from-min", args.from_min)?,
+        to_ns: tierd_lab::sim::minutes_ns("to-min", args.to_min)?,
     };
     if let (Some(from), Some(to)) = (window.from_ns, window.to_ns) {
         if to <= from {

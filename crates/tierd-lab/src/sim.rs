@@ -141,7 +141,8 @@ pub fn paper_speed(preset: &str) -> f64 {
     }
 }
 
-fn minutes_ns(option: &str, minutes: Option<f64>) -> Result<Option<u64>, CliError> {
+/// `--from-min`/`--to-min` (named `option` in the error) in nanoseconds.
+pub fn minutes_ns(option: &str, minutes: Option<f64>) -> Result<Option<u64>, CliError> {
     match minutes {
         None => Ok(None),
         Some(value) if (0.0..1e9).contains(&value) => {
