@@ -87,9 +87,13 @@ struct Tierd {
 fn config_text(data_dir: &Path, server_extra: &str, stack: Stack) -> String {
     let fast = match stack {
         Stack::Tiered => common::FastTier::Memory,
+        // Every miss allocates: the clients' IO must churn the cache (the
+        // default adaptive admission may rightly turn itself off, and
+        // nbdcopy's sequential runs pass the sequential cutoff; CI once
+        // saw 0 allocations that way).
         Stack::Cache => common::FastTier::Cache {
             size: "1MiB",
-            cache: "block = \"16KiB\", mode = \"writeback\", commit_interval = \"10ms\", writeback_idle = \"10ms\", dirty_high_percent = 25, dirty_low_percent = 5",
+            cache: "block = \"16KiB\", mode = \"writeback\", admission = \"always\", sequential_cutoff = \"0\", commit_interval = \"10ms\", writeback_idle = \"10ms\", dirty_high_percent = 25, dirty_low_percent = 5",
         },
         Stack::SmrCache => common::FastTier::Cache {
             size: "1MiB",
