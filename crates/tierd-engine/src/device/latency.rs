@@ -415,6 +415,23 @@ impl BlockDevice for LatencyDevice {
         self.inner.release_cache(offset_bytes, length_bytes);
     }
 
+    fn allocation(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Option<Vec<super::AllocationRun>> {
+        self.inner.allocation(offset_bytes, length_bytes)
+    }
+
+    fn read_cost_hint_ns(&self, offset_bytes: u64, length_bytes: u64) -> Option<f64> {
+        let (model_offset, model_length) = self.model_range(offset_bytes, length_bytes);
+        let state = self.lock_state();
+        let now_ns = self.clock.now_ns().max(state.model_now_ns);
+        state
+            .model
+            .read_cost_ns(now_ns, model_offset, model_length)
+    }
+
     fn failure(&self) -> Option<String> {
         self.inner.failure()
     }

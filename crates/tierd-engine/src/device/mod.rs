@@ -181,6 +181,32 @@ pub trait BlockDevice: Send + Sync {
     /// range's cached pages. A hint: it changes no data and never fails.
     /// Wrappers forward to their inner device.
     fn release_cache(&self, _offset_bytes: u64, _length_bytes: u64) {}
+
+    /// Which parts of `[offset, offset + length)` hold data: runs in order
+    /// that cover the range exactly, or `None` when the device cannot tell
+    /// (then all of it counts as data). A run that is not allocated reads as
+    /// zeroes. Answers NBD `BLOCK_STATUS` `base:allocation`; a hint for
+    /// clients (sparse copies), never used to decide what data is served.
+    /// Wrappers forward to their inner device.
+    fn allocation(&self, _offset_bytes: u64, _length_bytes: u64) -> Option<Vec<AllocationRun>> {
+        None
+    }
+
+    /// Predicted time in ns to serve a read of `length_bytes` at
+    /// `offset_bytes` from where the device is now (an emulated disk's head
+    /// position: seek + rotation + transfer), if this device (or one below
+    /// it) models that. Replica routing picks the cheapest copy by it.
+    fn read_cost_hint_ns(&self, _offset_bytes: u64, _length_bytes: u64) -> Option<f64> {
+        None
+    }
+}
+
+/// One run of a [`BlockDevice::allocation`] answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocationRun {
+    pub length_bytes: u64,
+    /// Holds data; false: a hole that reads as zeroes.
+    pub allocated: bool,
 }
 
 /// Checks `offset + length <= size`, for implementations.

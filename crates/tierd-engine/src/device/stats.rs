@@ -318,6 +318,18 @@ impl BlockDevice for StatsDevice {
         self.inner.release_cache(offset_bytes, length_bytes);
     }
 
+    fn allocation(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Option<Vec<super::AllocationRun>> {
+        self.inner.allocation(offset_bytes, length_bytes)
+    }
+
+    fn read_cost_hint_ns(&self, offset_bytes: u64, length_bytes: u64) -> Option<f64> {
+        self.inner.read_cost_hint_ns(offset_bytes, length_bytes)
+    }
+
     fn failure(&self) -> Option<String> {
         self.inner.failure()
     }
