@@ -297,6 +297,10 @@ pub struct ReplicaManager {
     sessions: u64,
     groups: Vec<Group>,
     stats: ReplicaStats,
+    /// Targets of *current* copies dropped since the last
+    /// [`ReplicaManager::take_dropped_current`], when the driver journals
+    /// them ([`ReplicaManager::log_dropped_current`]).
+    dropped_current: Option<Vec<u64>>,
 }
 
 impl ReplicaManager {
@@ -324,8 +328,88 @@ impl ReplicaManager {
             sessions: 0,
             groups: Vec::new(),
             stats: ReplicaStats::default(),
+            dropped_current: None,
             config,
         })
+    }
+
+    /// A manager for a tier whose durable state a driver kept: `allocated`
+    /// extents hold user data and each `(primary, target)` of `copies` is a
+    /// current copy. Copies that contradict the map or each other (a target
+    /// that is allocated, out of range or already used, a primary that is
+    /// free) are not taken; their count is returned beside the manager, and
+    /// their space stays free.
+    pub fn restore(
+        config: ReplicaConfig,
+        capacity_bytes: u64,
+        allocated: impl IntoIterator<Item = u64>,
+        copies: impl IntoIterator<Item = (u64, u64)>,
+    ) -> Result<(ReplicaManager, u64), String> {
+        let mut manager = ReplicaManager::new(config, capacity_bytes)?;
+        for extent in allocated {
+            if extent >= manager.extents {
+                return Err(format!(
+                    "allocated extent {extent} is beyond the tier's {} extents",
+                    manager.extents
+                ));
+            }
+            manager.allocated.set(extent, true);
+        }
+        let mut refused = 0;
+        for (primary, target) in copies {
+            let valid = primary < manager.extents
+                && target < manager.extents
+                && primary != target
+                && manager.allocated.get(primary)
+                && !manager.allocated.get(target)
+                && !manager.replica_space.get(target);
+            if !valid {
+                refused += 1;
+                continue;
+            }
+            manager.replica_space.set(target, true);
+            manager.owner.insert(target, primary);
+            manager.copies.entry(primary).or_default().push(Copy {
+                at: target,
+                state: CopyState::Current,
+            });
+        }
+        Ok((manager, refused))
+    }
+
+    /// Keep a log of the targets of current copies that writes, trims and
+    /// reads drop, for a driver that journals current copies (a copy it
+    /// recorded as current must be recorded as dropped before the write
+    /// that changes its primary or its space is issued).
+    pub fn log_dropped_current(&mut self) {
+        self.dropped_current.get_or_insert_with(Vec::new);
+    }
+
+    /// Moves the logged targets (see [`ReplicaManager::log_dropped_current`])
+    /// into `out`.
+    pub fn take_dropped_current(&mut self, out: &mut Vec<u64>) {
+        if let Some(log) = &mut self.dropped_current {
+            out.append(log);
+        }
+    }
+
+    /// Whether `target` holds a current copy of `primary` (extent numbers).
+    pub fn is_current(&self, primary: u64, target: u64) -> bool {
+        self.copies.get(&primary).is_some_and(|copies| {
+            copies
+                .iter()
+                .any(|copy| copy.at == target && copy.state == CopyState::Current)
+        })
+    }
+
+    /// The tier's extents in the allocation map, in order.
+    pub fn allocated_extents(&self) -> impl Iterator<Item = u64> + '_ {
+        (0..self.extents).filter(|extent| self.allocated.get(*extent))
+    }
+
+    /// Whether extent `extent` is allocated (extent number, not bytes).
+    pub fn extent_allocated(&self, extent: u64) -> bool {
+        extent < self.extents && self.allocated.get(extent)
     }
 
     pub fn config(&self) -> &ReplicaConfig {
@@ -575,6 +659,11 @@ impl ReplicaManager {
     /// other copy is planned where that write may still land.
     fn release(&mut self, copy: &Copy) {
         self.owner.remove(&copy.at);
+        if copy.state == CopyState::Current {
+            if let Some(log) = &mut self.dropped_current {
+                log.push(copy.at);
+            }
+        }
         let mut reserved = false;
         if let CopyState::Pending(job) = copy.state {
             self.jobs.remove(&job);

@@ -270,3 +270,92 @@ mod tests {
         assert!(disk.write_at_durable(4000, &[0u8; 200]).is_err());
     }
 }
+
+#[cfg(test)]
+pub use mortal::Mortal;
+
+#[cfg(test)]
+mod mortal {
+    use std::sync::Arc;
+
+    use tierd_common::clock::Clock;
+
+    use crate::device::{BlockDevice, DeviceError, DeviceErrorKind, DeviceResult};
+
+    /// A device whose process dies (kill -9): after `left` more writes and
+    /// flushes every write and flush fails, but what was written stays (the
+    /// page cache, or a `CrashDisk`'s cache until its own crash). Writes may
+    /// take `write_ns` of real time, so other threads run meanwhile.
+    pub struct Mortal {
+        inner: Arc<dyn BlockDevice>,
+        pub left: std::sync::atomic::AtomicI64,
+        write_ns: u64,
+    }
+
+    impl Mortal {
+        pub fn new(inner: Arc<dyn BlockDevice>, write_ns: u64) -> Mortal {
+            Mortal {
+                inner,
+                left: std::sync::atomic::AtomicI64::new(i64::MAX),
+                write_ns,
+            }
+        }
+
+        pub fn die_after(&self, operations: i64) {
+            self.left
+                .store(operations, std::sync::atomic::Ordering::SeqCst);
+        }
+
+        fn tick(&self) -> DeviceResult<()> {
+            if self.left.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) <= 0 {
+                return Err(DeviceError {
+                    device: "ssd".into(),
+                    op: "write",
+                    offset_bytes: 0,
+                    length_bytes: 0,
+                    kind: DeviceErrorKind::Gone,
+                    message: "the process died".into(),
+                });
+            }
+            Ok(())
+        }
+    }
+
+    impl BlockDevice for Mortal {
+        fn name(&self) -> &str {
+            "ssd"
+        }
+        fn size_bytes(&self) -> u64 {
+            self.inner.size_bytes()
+        }
+        fn is_volatile(&self) -> bool {
+            false
+        }
+        fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> DeviceResult<()> {
+            self.inner.read_at(offset_bytes, buf)
+        }
+        fn write_at(&self, offset_bytes: u64, data: &[u8]) -> DeviceResult<()> {
+            self.tick()?;
+            if self.write_ns > 0 {
+                tierd_common::clock::SystemClock::new().sleep_ns(self.write_ns);
+            }
+            self.inner.write_at(offset_bytes, data)
+        }
+        fn write_at_durable(&self, offset_bytes: u64, data: &[u8]) -> DeviceResult<()> {
+            self.tick()?;
+            self.inner.write_at_durable(offset_bytes, data)
+        }
+        fn flush(&self) -> DeviceResult<()> {
+            self.tick()?;
+            self.inner.flush()
+        }
+        fn discard(&self, offset_bytes: u64, length_bytes: u64) -> DeviceResult<()> {
+            self.tick()?;
+            self.inner.discard(offset_bytes, length_bytes)
+        }
+        fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64) -> DeviceResult<()> {
+            self.tick()?;
+            self.inner.write_zeroes(offset_bytes, length_bytes)
+        }
+    }
+}

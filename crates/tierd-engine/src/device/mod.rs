@@ -19,6 +19,7 @@ pub mod io_engine;
 pub mod latency;
 pub mod memory;
 pub mod reduce;
+pub mod replica;
 pub mod stats;
 
 use std::fmt;
@@ -148,6 +149,12 @@ pub trait BlockDevice: Send + Sync {
     /// A reduced tier's figures ([`reduce::ReducedDevice`]); wrappers above
     /// one forward it.
     fn reduction(&self) -> Option<reduce::ReductionStatus> {
+        None
+    }
+
+    /// A replicated tier's figures ([`replica::ReplicaDevice`]); wrappers
+    /// above one forward it.
+    fn replicas(&self) -> Option<replica::ReplicaView> {
         None
     }
 

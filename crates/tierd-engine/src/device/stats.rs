@@ -398,6 +398,10 @@ impl BlockDevice for StatsDevice {
         self.inner.reduction()
     }
 
+    fn replicas(&self) -> Option<super::replica::ReplicaView> {
+        self.inner.replicas()
+    }
+
     fn smr_model_stats(&self) -> Option<tierd_device::model::smr::SmrStats> {
         self.inner.smr_model_stats()
     }
