@@ -439,6 +439,10 @@ pub struct TierConfig {
     /// (`docs/engine/reduce.md`).
     #[serde(default)]
     pub reduce: Option<ReduceConfig>,
+    /// Replicas of far-apart, read-together extents in the tier's free
+    /// space (paper 003, `docs/replicas.md`): for an HDD tier.
+    #[serde(default)]
+    pub replicas: Option<ReplicasConfig>,
     /// A drive-managed SMR disk's bands (`docs/engine/smr.md`): a cache
     /// volume over it stages every write and destages whole bands. An
     /// emulated `model = "archive8tb"` tier is SMR without it.
@@ -508,6 +512,11 @@ impl TierConfig {
     /// the check of its keys).
     pub fn presented_size(&self) -> Option<u64> {
         let size = self.size?.0;
+        if let Some(replicas) = &self.replicas {
+            let options = replicas.options().ok()?;
+            return crate::device::replica::presented_bytes(size, options.manager.extent_bytes)
+                .ok();
+        }
         match &self.reduce {
             None => Some(size),
             Some(reduce) => {
@@ -517,6 +526,145 @@ impl TierConfig {
                     .map(|geometry| geometry.logical_blocks * geometry.block_bytes)
             }
         }
+    }
+}
+
+/// `replicas = { max_share = "20%", max_copies = 4, contiguous_sequences = true }`
+/// on an HDD tier: copies of far-apart extents that are read together, in
+/// the tier's free space near where they are read (`docs/replicas.md`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicasConfig {
+    /// Most replica space, as a share of the free extents: `"20%"` or 0.2.
+    #[serde(default = "default_replicas_share")]
+    pub max_share: ShareValue,
+    /// Most copies of one extent (1 is FS2's rule).
+    #[serde(default = "default_replicas_copies")]
+    pub max_copies: u32,
+    /// Lay a recurring read sequence (an application start) out
+    /// contiguously in sequence order.
+    #[serde(default)]
+    pub contiguous_sequences: bool,
+    /// Unit of allocation tracking, detection and copying (power of two,
+    /// 4KiB – 64MiB). Fixed when the tier is made.
+    #[serde(default = "default_replicas_extent")]
+    pub extent: Bytes,
+    /// A group member farther than this from the group's centre gets a copy.
+    #[serde(default = "default_replicas_far")]
+    pub far: Bytes,
+    /// Reads further apart than this end a read session.
+    #[serde(default = "default_replicas_session_gap")]
+    pub session_gap: Duration,
+    /// Sessions a read group must be seen in before it gets replicas.
+    #[serde(default = "default_replicas_recurrences")]
+    pub min_recurrences: u32,
+    /// Copies run once the tier has had no user IO for this long.
+    #[serde(default = "default_replicas_idle")]
+    pub idle: Duration,
+}
+
+/// A share: `"20%"` or a number in 0..=1.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ShareValue {
+    Number(f64),
+    Text(TextShare),
+}
+
+/// `"NN%"` or `"0.NN"`, parsed at load.
+#[derive(Clone, Copy, Debug)]
+pub struct TextShare(pub f64);
+
+impl<'de> Deserialize<'de> for TextShare {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let trimmed = text.trim();
+        let value = match trimmed.strip_suffix('%') {
+            Some(percent) => percent.trim().parse::<f64>().map(|value| value / 100.0),
+            None => trimmed.parse::<f64>(),
+        };
+        value.map(TextShare).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "\"{text}\" is not a share: write a percentage (\"20%\") or a fraction (0.2)"
+            ))
+        })
+    }
+}
+
+impl ShareValue {
+    pub fn fraction(self) -> f64 {
+        match self {
+            ShareValue::Number(value) | ShareValue::Text(TextShare(value)) => value,
+        }
+    }
+}
+
+fn default_replicas_share() -> ShareValue {
+    ShareValue::Number(0.2)
+}
+fn default_replicas_copies() -> u32 {
+    4
+}
+fn default_replicas_extent() -> Bytes {
+    Bytes(64 << 10)
+}
+fn default_replicas_far() -> Bytes {
+    Bytes(1 << 30)
+}
+fn default_replicas_session_gap() -> Duration {
+    Duration(1_000_000_000)
+}
+fn default_replicas_recurrences() -> u32 {
+    2
+}
+fn default_replicas_idle() -> Duration {
+    Duration(100_000_000)
+}
+
+impl ReplicasConfig {
+    /// The replica layer's options, or what is wrong (naming the key).
+    pub fn options(&self) -> Result<crate::device::replica::ReplicaOptions, String> {
+        let extent = self.extent.0;
+        if !extent.is_power_of_two() || !(4096..=64 << 20).contains(&extent) {
+            return Err(format!(
+                "replicas.extent = {extent}: use a power of two from 4KiB to 64MiB"
+            ));
+        }
+        let share = self.max_share.fraction();
+        if !(0.0..=1.0).contains(&share) {
+            return Err(format!(
+                "replicas.max_share = {share}: use a share of the free space from 0 to 100%"
+            ));
+        }
+        if !(1..=64).contains(&self.max_copies) {
+            return Err(format!(
+                "replicas.max_copies = {}: use 1 to 64",
+                self.max_copies
+            ));
+        }
+        if self.min_recurrences == 0 {
+            return Err("replicas.min_recurrences = 0: use 1 or more".to_string());
+        }
+        if self.far.0 < extent {
+            return Err(format!(
+                "replicas.far = {}: use at least one extent ({extent} bytes)",
+                self.far.0
+            ));
+        }
+        let mut options = crate::device::replica::ReplicaOptions::default();
+        options.manager.extent_bytes = extent;
+        options.manager.max_share = share;
+        options.manager.max_copies = self.max_copies;
+        options.manager.contiguous_sequences = self.contiguous_sequences;
+        options.manager.far_bytes = self.far.0;
+        options.manager.session_gap_ns = self.session_gap.0;
+        options.manager.min_recurrences = self.min_recurrences;
+        options.idle_ns = self.idle.0;
+        options
+            .manager
+            .validate()
+            .map_err(|error| format!("replicas: {error}"))?;
+        Ok(options)
     }
 }
 
@@ -1440,6 +1588,27 @@ impl Config {
                 if let Some(size) = tier.size {
                     crate::device::reduce::plan_geometry(size.0, &options)
                         .map_err(|error| format!("{key}.reduce: {error}"))?;
+                }
+            }
+            if let Some(replicas) = &tier.replicas {
+                let options = replicas
+                    .options()
+                    .map_err(|error| format!("{key}.{error}"))?;
+                if tier.reduce.is_some() {
+                    return Err(format!(
+                        "{key}: `replicas` and `reduce` on one tier: replicas are copies in an HDD's free \
+                         space, reduction is for flash; use one of them"
+                    ));
+                }
+                if tier.backend == Backend::Memory {
+                    return Err(format!(
+                        "{key}.replicas: a memory tier has no seeks to save; put replicas on an HDD \
+                         tier (a file tier, emulated with `model = \"wd1200jb\"` or another disk)"
+                    ));
+                }
+                if let Some(size) = tier.size {
+                    crate::device::replica::presented_bytes(size.0, options.manager.extent_bytes)
+                        .map_err(|error| format!("{key}.replicas: {error}"))?;
                 }
             }
             if tier.allow_overcommit && tier.backend != Backend::Memory {

@@ -13,6 +13,7 @@ use crate::device::file::FileDevice;
 use crate::device::latency::LatencyDevice;
 use crate::device::memory::MemoryDevice;
 use crate::device::reduce::ReducedDevice;
+use crate::device::replica::ReplicaDevice;
 use crate::device::stats::StatsDevice;
 use crate::device::BlockDevice;
 use crate::identity::{MetaAtStart, TierAtStart, TierSuperblock, VolumeIdentity};
@@ -161,6 +162,16 @@ pub fn build_tier(
             ReducedDevice::open(tier.name.clone(), device, options, clock.clone(), format)
                 .map_err(&fail)?;
         device = Arc::new(reduced);
+    }
+    if let Some(replicas) = &tier.replicas {
+        // Above the physical chain, so its copies and routed reads go
+        // through the disk's model (whose head position routing asks for),
+        // below the stats.
+        let options = replicas.options().map_err(&fail)?;
+        let replicated =
+            ReplicaDevice::open(tier.name.clone(), device, options, clock.clone(), extend)
+                .map_err(&fail)?;
+        device = Arc::new(replicated);
     }
     let device: Arc<dyn BlockDevice> = Arc::new(StatsDevice::new(device, clock.clone()));
     Ok(BuiltTier {

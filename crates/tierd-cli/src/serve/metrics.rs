@@ -716,6 +716,75 @@ fn render_statuses(statuses: &[VolumeStatus], nbd: &ServerStats) -> String {
         }
     }
     reduction_families.retain(|family| !family.samples.is_empty());
+    // Per replicated tier (`docs/replicas.md`).
+    type ReplicaFigure = fn(&tierd_engine::device::replica::ReplicaView) -> String;
+    let replica_figures: [(&str, &str, &str, ReplicaFigure); 8] = [
+        (
+            "tierd_replica_replicated_extents",
+            "gauge",
+            "Extents with at least one current copy in free space.",
+            |r| r.replicated_extents.to_string(),
+        ),
+        (
+            "tierd_replica_copies",
+            "gauge",
+            "Current copies.",
+            |r| r.current_copies.to_string(),
+        ),
+        (
+            "tierd_replica_space_bytes",
+            "gauge",
+            "Free space holding replicas or reserved for them.",
+            |r| (r.replica_extents * r.extent_bytes).to_string(),
+        ),
+        (
+            "tierd_replica_reads_total",
+            "counter",
+            "Reads served at least in part from a replica since start.",
+            |r| r.reads_from_replicas.to_string(),
+        ),
+        (
+            "tierd_replica_read_bytes_total",
+            "counter",
+            "Bytes read from replicas since start.",
+            |r| r.bytes_from_replicas.to_string(),
+        ),
+        (
+            "tierd_replica_seek_distance_saved_bytes_total",
+            "counter",
+            "Head travel saved by reading replicas (distance to the primary minus to the copy) since start.",
+            |r| r.seek_distance_saved_bytes.max(0).to_string(),
+        ),
+        (
+            "tierd_replica_copies_made_total",
+            "counter",
+            "Copies made in idle time since start.",
+            |r| r.copies_made.to_string(),
+        ),
+        (
+            "tierd_replica_dropped_total",
+            "counter",
+            "Copies dropped by writes to their primary, writes into their space and trims since start.",
+            |r| (r.dropped_by_writes + r.dropped_by_reclaim + r.dropped_by_trims).to_string(),
+        ),
+    ];
+    let mut replica_families: Vec<Family<'_>> = replica_figures
+        .iter()
+        .map(|(name, kind, help, _)| Family::new(name, kind, help))
+        .collect();
+    for status in statuses {
+        let volume = label(&status.name);
+        for tier in &status.tiers {
+            let Some(replicas) = &tier.replicas else {
+                continue;
+            };
+            for (family, (_, _, _, figure)) in replica_families.iter_mut().zip(&replica_figures) {
+                let labels = format!("volume=\"{volume}\",tier=\"{}\"", label(&tier.name));
+                family.add(&labels, figure(replicas));
+            }
+        }
+    }
+    replica_families.retain(|family| !family.samples.is_empty());
     // Per cache volume over an SMR home with staging: `"smr"` of the cache status.
     type SmrFigure = fn(&tierd_engine::volume::SmrStatus) -> String;
     let smr_figures: [(&str, &str, &str, SmrFigure); 8] = [
@@ -815,6 +884,7 @@ fn render_statuses(statuses: &[VolumeStatus], nbd: &ServerStats) -> String {
     .into_iter()
     .chain(cache_families.iter())
     .chain(reduction_families.iter())
+    .chain(replica_families.iter())
     .chain(smr_families.iter())
     .chain(nbd_families.iter())
     {

@@ -187,6 +187,7 @@ fn offline_volume(config: &Config, volume: &VolumeConfig) -> Result<VolumeStatus
                 stats: None,
                 failed: None,
                 reduction: None,
+                replicas: None,
             }
         })
         .collect();
@@ -394,6 +395,34 @@ pub fn render_text(report: &Value) -> String {
                     size_text(number(reduction, "dead_bytes")),
                     number(reduction, "cleaned_packs"),
                     size_text(number(reduction, "cleaner_relocated_bytes")),
+                );
+            }
+            if let Some(replicas) = tier.get("replicas").filter(|value| value.is_object()) {
+                let _ = writeln!(
+                    out,
+                    "      replicas: {} extents replicated, {} current copies ({} pending) in {} of free \
+                     space; {} of {} reads from replicas ({}), head travel saved {}; {} copies made, \
+                     {} dropped by writes, {} by reclaim, {} by trims; {} read groups, {} recurrences",
+                    number(replicas, "replicated_extents"),
+                    number(replicas, "current_copies"),
+                    number(replicas, "pending_copies"),
+                    size_text(number(replicas, "replica_extents") * number(replicas, "extent_bytes")),
+                    number(replicas, "reads_from_replicas"),
+                    number(replicas, "reads_routed"),
+                    size_text(number(replicas, "bytes_from_replicas")),
+                    size_text(
+                        replicas
+                            .get("seek_distance_saved_bytes")
+                            .and_then(Value::as_i64)
+                            .unwrap_or(0)
+                            .max(0) as u64
+                    ),
+                    number(replicas, "copies_made"),
+                    number(replicas, "dropped_by_writes"),
+                    number(replicas, "dropped_by_reclaim"),
+                    number(replicas, "dropped_by_trims"),
+                    number(replicas, "groups"),
+                    number(replicas, "recurrences"),
                 );
             }
         }

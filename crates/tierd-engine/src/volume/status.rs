@@ -45,6 +45,9 @@ pub struct TierStatus {
     /// A reduced tier's figures (`docs/engine/reduce.md`); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reduction: Option<crate::device::reduce::ReductionStatus>,
+    /// A replicated tier's figures (`docs/replicas.md`); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<crate::device::replica::ReplicaView>,
 }
 
 /// A move in flight.
@@ -186,6 +189,7 @@ impl Volume {
                         stats: tier.device.stats(),
                         failed: tier.device.failure(),
                         reduction: tier.device.reduction(),
+                        replicas: tier.device.replicas(),
                     }
                 })
                 .collect(),
