@@ -72,6 +72,20 @@ enum Stack {
     /// (after 10 ms idle, or above 25% dirty), which the clients' writes
     /// meet mid-band; `Mover::finish` checks bands were rewritten.
     SmrCache,
+    /// `Tiered` with replicas on the file home (`docs/replicas.md`): 65 MiB
+    /// presenting the 64 MiB home, and settings that make copies from the
+    /// first read session (any two extents 2 MiB apart read within 50 ms
+    /// of each other), in idle moments of 5 ms, so the clients' IO runs
+    /// against copies being made, routed to and dropped; `Mover::finish`
+    /// checks copies were made and reads routed.
+    Replicated,
+}
+
+impl Stack {
+    /// Segments move between the memory tier and home (the `Mover` runs).
+    fn moves(self) -> bool {
+        matches!(self, Stack::Tiered | Stack::Replicated)
+    }
 }
 
 /// A `tierd serve` process on its own directory, config and socket.
@@ -86,7 +100,7 @@ struct Tierd {
 
 fn config_text(data_dir: &Path, server_extra: &str, stack: Stack) -> String {
     let fast = match stack {
-        Stack::Tiered => common::FastTier::Memory,
+        Stack::Tiered | Stack::Replicated => common::FastTier::Memory,
         // Every miss allocates: the clients' IO must churn the cache (the
         // default adaptive admission may rightly turn itself off, and
         // nbdcopy's sequential runs pass the sequential cutoff; CI once
@@ -106,10 +120,18 @@ fn config_text(data_dir: &Path, server_extra: &str, stack: Stack) -> String {
         fast,
         "",
     );
+    let home = "path = \"disk.img\"\n";
+    if stack == Stack::Replicated {
+        let sized = "path = \"disk.img\"\nsize = \"64MiB\"\n";
+        assert!(config.contains(sized));
+        return config.replace(
+            sized,
+            "path = \"disk.img\"\nsize = \"65MiB\"\nreplicas = { far = \"2MiB\", session_gap = \"50ms\", min_recurrences = 1, idle = \"5ms\", max_share = \"50%\" }\n",
+        );
+    }
     if stack != Stack::SmrCache {
         return config;
     }
-    let home = "path = \"disk.img\"\n";
     assert!(config.contains(home));
     config.replace(
         home,
@@ -246,7 +268,7 @@ impl Mover {
     /// Starts moving (on a cache volume, nothing moves: no thread).
     fn start(server: &Tierd) -> Mover {
         let stop = Arc::new(AtomicBool::new(false));
-        if server.stack != Stack::Tiered {
+        if !server.stack.moves() {
             return Mover { stop, thread: None };
         }
         let config = server.config.clone();
@@ -291,7 +313,17 @@ impl Mover {
     /// (more blocks allocated than it has slots, dirty blocks evicted or
     /// written back) and returns the allocations.
     fn finish(mut self, server: &Tierd, minimum: u64) -> u64 {
-        if server.stack != Stack::Tiered {
+        if server.stack == Stack::Replicated {
+            let status = server.volume_status();
+            let replicas = &status["tiers"][1]["replicas"];
+            assert!(
+                replicas["copies_made"].as_u64() > Some(0)
+                    && replicas["reads_from_replicas"].as_u64() > Some(0),
+                "no copy was made or read: {replicas:#}"
+            );
+            eprintln!("replicas: {replicas}");
+        }
+        if !server.stack.moves() {
             let cache = server.cache_status();
             let number = |key: &str| cache[key].as_u64().unwrap_or(0);
             assert!(
@@ -352,7 +384,7 @@ impl Drop for Mover {
 fn start_with_moves(stack: Stack) -> (Tierd, Mover) {
     let server = Tierd::start(stack);
     let mover = Mover::start(&server);
-    if stack != Stack::Tiered {
+    if !stack.moves() {
         return (server, mover);
     }
     let deadline = Deadline::after(Duration::from_secs(60));
@@ -816,7 +848,7 @@ fn check_ext4_over_nbdfuse_and_loop_survives_a_restart(stack: Stack) {
         "placement changed across the restart"
     );
     match stack {
-        Stack::Tiered => assert!(
+        Stack::Tiered | Stack::Replicated => assert!(
             after["placement"]
                 .as_str()
                 .is_some_and(|placement| placement.contains('0')),
@@ -850,7 +882,7 @@ fn check_ext4_over_nbdfuse_and_loop_survives_a_restart(stack: Stack) {
     run(tool("e2fsck").arg("-fn").arg(&attached.device));
     detach(attached, &mut cleanup);
     match stack {
-        Stack::Tiered => {
+        Stack::Tiered | Stack::Replicated => {
             mover.finish(&server, 1);
         }
         // Mostly reads after the restart: the warm cache served some.
@@ -863,6 +895,36 @@ fn check_ext4_over_nbdfuse_and_loop_survives_a_restart(stack: Stack) {
         }
     }
     eprintln!("ext4 ({stack:?}): {completed} moves (cache: allocations) before the restart");
+}
+
+#[test]
+fn qemu_io_patterns_zeroes_discards_and_fua_across_segments_on_a_replicated_home() {
+    check_qemu_io_patterns_zeroes_discards_and_fua_across_segments(Stack::Replicated);
+}
+
+#[test]
+fn qemu_img_converts_in_and_out_and_compares_on_a_replicated_home() {
+    check_qemu_img_converts_in_and_out_and_compares(Stack::Replicated);
+}
+
+#[test]
+fn nbdcopy_round_trip_keeps_the_checksum_on_a_replicated_home() {
+    check_nbdcopy_round_trip_keeps_the_checksum(Stack::Replicated);
+}
+
+#[test]
+fn nbdsh_script_writes_reads_flushes_and_zeroes_on_a_replicated_home() {
+    check_nbdsh_script_writes_reads_flushes_and_zeroes(Stack::Replicated);
+}
+
+#[test]
+fn fio_randwrite_verifies_with_crc32c_on_a_replicated_home() {
+    check_fio_randwrite_verifies_with_crc32c(Stack::Replicated);
+}
+
+#[test]
+fn ext4_over_nbdfuse_and_loop_survives_a_restart_on_a_replicated_home() {
+    check_ext4_over_nbdfuse_and_loop_survives_a_restart(Stack::Replicated);
 }
 
 // ---------------------------------------------------------------- TLS

@@ -162,6 +162,10 @@ struct State {
     writes_in_flight: FastMap<u64, u32>,
     /// Replica extent → reads routed to it in flight.
     replica_reads: FastMap<u64, u32>,
+    /// Free extents a write is filling whole (its data and zeroes) right
+    /// now: every other IO to them waits, or it could see what was there
+    /// before (a replica's bytes) or be overwritten by the zeroes.
+    filling: FastMap<u64, ()>,
     /// Scratch for the dropped-current log.
     dropped: Vec<u64>,
 }
@@ -344,6 +348,7 @@ impl ReplicaDevice {
                 uncommitted: Vec::new(),
                 writes_in_flight: FastMap::default(),
                 replica_reads: FastMap::default(),
+                filling: FastMap::default(),
                 dropped: Vec::new(),
             }),
             changed: Condvar::new(),
@@ -625,6 +630,12 @@ impl Shared {
         let head = self.head_bytes.load(Ordering::Relaxed);
         {
             let mut state = self.state.lock();
+            while self
+                .extents_of(offset_bytes, length_bytes)
+                .any(|extent| state.filling.contains_key(&extent))
+            {
+                self.changed.wait(&mut state);
+            }
             state.manager.on_read(now, offset_bytes, length_bytes);
             let inner = &self.inner;
             state.manager.route_read(
@@ -755,9 +766,9 @@ impl Shared {
                 .manager
                 .copy_in_flight(offset_bytes, length_bytes)
                 .is_some()
-                || range
-                    .clone()
-                    .any(|extent| state.replica_reads.contains_key(&extent));
+                || range.clone().any(|extent| {
+                    state.replica_reads.contains_key(&extent) || state.filling.contains_key(&extent)
+                });
             if !busy {
                 break;
             }
@@ -780,6 +791,17 @@ impl Shared {
         for extent in range.clone() {
             *state.writes_in_flight.entry(extent).or_insert(0) += 1;
         }
+        // Rule 1: partly covered free extents are written whole.
+        let first = range.start;
+        let last = range.end - 1;
+        let expand_head = was_free[0] && !whole(first);
+        let expand_tail = was_free[(last - first) as usize] && !whole(last);
+        if expand_head {
+            state.filling.insert(first, ());
+        }
+        if expand_tail {
+            state.filling.insert(last, ());
+        }
         drop(state);
         // Rule 3: copies this changes are dropped durably first.
         let mut result = Ok(());
@@ -792,11 +814,6 @@ impl Shared {
             result = self.append(&mut journal, &records);
         }
         dropped.clear();
-        // Rule 1: partly covered free extents are written whole.
-        let first = range.start;
-        let last = range.end - 1;
-        let expand_head = was_free[0] && !whole(first);
-        let expand_tail = was_free[(last - first) as usize] && !whole(last);
         let device_start = if expand_head {
             first * size
         } else {
@@ -836,6 +853,12 @@ impl Shared {
         }
         let mut state = self.state.lock();
         state.dropped = dropped;
+        if expand_head {
+            state.filling.remove(&first);
+        }
+        if expand_tail {
+            state.filling.remove(&last);
+        }
         for extent in range.clone() {
             if let Some(count) = state.writes_in_flight.get_mut(&extent) {
                 *count -= 1;
