@@ -427,9 +427,7 @@ impl BlockDevice for LatencyDevice {
         let (model_offset, model_length) = self.model_range(offset_bytes, length_bytes);
         let state = self.lock_state();
         let now_ns = self.clock.now_ns().max(state.model_now_ns);
-        state
-            .model
-            .read_cost_ns(now_ns, model_offset, model_length)
+        state.model.read_cost_ns(now_ns, model_offset, model_length)
     }
 
     fn failure(&self) -> Option<String> {
