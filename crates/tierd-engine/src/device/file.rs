@@ -1831,6 +1831,6 @@ mod tests {
         assert!(last.2 && last.0 <= 100_000 && last.1 == size, "{spans:?}");
         assert!(spans
             .iter()
-            .all(|&(start, end, allocated)| allocated || end <= 100_000));
+            .all(|&(_, end, allocated)| allocated || end <= 100_000));
     }
 }
