@@ -68,7 +68,10 @@ fn check_allocation(device: &dyn BlockDevice, model: &[u8]) {
     for run in runs {
         let end = start + run.length_bytes as usize;
         if !run.allocated {
-            assert!(start % 4096 == 0 && end % 4096 == 0, "hole {start}..{end}");
+            assert!(
+                start.is_multiple_of(4096) && end.is_multiple_of(4096),
+                "hole {start}..{end}"
+            );
             if let Some(at) = model[start..end].iter().position(|&byte| byte != 0) {
                 panic!(
                     "byte {} holds data but lies in the hole {start}..{end}",
