@@ -251,6 +251,11 @@ impl AllocationRuns {
         }
     }
 
+    /// The last run so far.
+    pub fn last(&self) -> Option<AllocationRun> {
+        self.runs.last().copied()
+    }
+
     /// Runs so far (after merging).
     pub fn len(&self) -> usize {
         self.runs.len()
