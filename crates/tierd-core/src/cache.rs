@@ -694,6 +694,22 @@ impl BlockCache {
         (entry.state == SlotState::Valid).then_some((slot, entry.dirty))
     }
 
+    /// Appends to `out` (in no particular order) the blocks of `blocks` the
+    /// cache holds a slot for: valid, clean or dirty, or being loaded.
+    /// Costs the smaller of the range's length and the mapped blocks.
+    pub fn held_blocks(&self, blocks: std::ops::Range<BlockId>, out: &mut Vec<BlockId>) {
+        if blocks.end.saturating_sub(blocks.start) <= self.map.len() as u64 {
+            out.extend(blocks.filter(|block| self.map.contains_key(block)));
+        } else {
+            out.extend(
+                self.map
+                    .keys()
+                    .copied()
+                    .filter(|block| blocks.contains(block)),
+            );
+        }
+    }
+
     /// Every valid mapping `(block, slot, dirty)`, by slot.
     pub fn mappings(&self) -> Vec<(BlockId, SlotId, bool)> {
         self.slots

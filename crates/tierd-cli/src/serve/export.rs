@@ -14,6 +14,11 @@
 //! zero answer ENOTSUP; clients (qemu-img, nbdcopy) then zero another way or
 //! skip pre-zeroing. Without `FAST_ZERO` the zeroes are written (the device
 //! may deallocate the range).
+//!
+//! `BLOCK_STATUS` (`base:allocation`) answers from the volume
+//! ([`Volume::block_status`]): a hole is `NBD_STATE_HOLE | NBD_STATE_ZERO`,
+//! data is 0, covering a prefix of the request when the answer would need
+//! more runs than the volume gives at once (the client asks again).
 
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
@@ -23,7 +28,11 @@ use tierd_engine::config::{Backend, Config};
 use tierd_engine::device::stats::{IoKind, IoStats};
 use tierd_engine::volume::{Volume, VolumeError};
 use tierd_load::target::{describe, DescribedVolume};
-use tierd_nbd::{Export, ExportError, ExportResult};
+use tierd_nbd::proto::{NBD_STATE_HOLE, NBD_STATE_ZERO};
+use tierd_nbd::{Export, ExportError, ExportResult, Extent};
+
+/// `base:allocation` flags of a hole: it reads as zeroes. Data is 0.
+const HOLE_FLAGS: u32 = NBD_STATE_HOLE | NBD_STATE_ZERO;
 
 /// One volume as an export.
 pub struct VolumeExport {
@@ -179,6 +188,20 @@ impl Export for VolumeExport {
                 .map_err(export_error)
         })
     }
+
+    fn block_status(&self, offset_bytes: u64, length_bytes: u64) -> ExportResult<Vec<Extent>> {
+        let runs = self
+            .volume
+            .block_status(offset_bytes, length_bytes)
+            .map_err(export_error)?;
+        Ok(runs
+            .into_iter()
+            .map(|run| Extent {
+                length_bytes: run.length_bytes,
+                flags: if run.allocated { 0 } else { HOLE_FLAGS },
+            })
+            .collect())
+    }
 }
 
 #[cfg(test)]
@@ -281,6 +304,102 @@ mod tests {
         // The counter is live: an unaligned write does bounce.
         export.write(100, &[1, 2, 3], false).unwrap();
         assert_eq!(file.bounce_count(), 1);
+    }
+
+    /// BLOCK_STATUS over a real server: holes of the tier file are
+    /// HOLE|ZERO extents, written blocks data, clipped to the request; with
+    /// REQ_ONE a single extent.
+    #[test]
+    fn block_status_reports_the_volumes_holes() {
+        use tierd_common::clock::{Clock, SystemClock};
+        use tierd_engine::device::file::FileDevice;
+        use tierd_engine::device::BlockDevice;
+        use tierd_engine::volume::{TierSpec, VolumeOptions};
+        use tierd_nbd::{Client, Server, ServerConfig};
+
+        const SIZE: u64 = 4 << 20;
+        let directory = tempfile::tempdir().unwrap();
+        let file = Arc::new(
+            FileDevice::open_tier(
+                directory.path().join("disk.img"),
+                Some(SIZE),
+                false,
+                true,
+                true,
+            )
+            .unwrap(),
+        );
+        if file
+            .allocation(0, SIZE)
+            .is_none_or(|runs| runs.iter().all(|run| run.allocated))
+        {
+            eprintln!("skipping: the file system here reports no holes in a sparse file");
+            return;
+        }
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+        let options = VolumeOptions {
+            name: "vol0".into(),
+            size_bytes: SIZE,
+            segment_bytes: 1 << 20,
+            chunk_bytes: 256 << 10,
+            period_ns: 60_000_000_000,
+            checkpoint_every_periods: 1,
+            policy: tierd_policy::PolicyConfig::None,
+            migration: Default::default(),
+        };
+        let specs = vec![TierSpec {
+            name: "disk".into(),
+            device: file as Arc<dyn BlockDevice>,
+            volatile: false,
+            unsafe_volatile: false,
+        }];
+        let volume = Arc::new(
+            Volume::open(
+                options,
+                specs,
+                &directory.path().join("meta"),
+                clock.clone(),
+            )
+            .unwrap()
+            .0,
+        );
+        let export: Arc<dyn Export> = Arc::new(VolumeExport::new(
+            volume,
+            false,
+            Arc::new(IoStats::new(clock)),
+        ));
+        let server = Server::new(vec![("vol0".into(), export)], ServerConfig::default()).unwrap();
+        let socket = directory.path().join("nbd.sock");
+        let handle = server.serve_unix(&socket).unwrap();
+        let mut client =
+            Client::connect_uri(&format!("nbd+unix:///vol0?socket={}", socket.display())).unwrap();
+        client.write(64 << 10, &[7u8; 4096], false).unwrap();
+        client.write((1 << 20) - 4096, &[9u8; 8192], false).unwrap();
+        let extent = |length_bytes: u64, flags: u32| Extent {
+            length_bytes,
+            flags,
+        };
+        let hole = NBD_STATE_HOLE | NBD_STATE_ZERO;
+        assert_eq!(
+            client.block_status(0, 2 << 20, false).unwrap(),
+            vec![
+                extent(64 << 10, hole),
+                extent(4096, 0),
+                extent((1 << 20) - 4096 - (68 << 10), hole),
+                extent(8192, 0),
+                extent((1 << 20) - 4096, hole),
+            ]
+        );
+        assert_eq!(
+            client.block_status(0, 2 << 20, true).unwrap(),
+            vec![extent(64 << 10, hole)]
+        );
+        assert_eq!(
+            client.block_status((64 << 10) + 100, 10, true).unwrap(),
+            vec![extent(10, 0)]
+        );
+        client.disconnect().unwrap();
+        handle.shutdown();
     }
 
     /// The sysfs attribute, for a whole disk and for a partition (whose

@@ -70,6 +70,36 @@ fn a_read_miss_fills_and_the_next_read_hits() {
     assert_eq!((counters.read_blocks, counters.read_hit_blocks), (3, 1));
 }
 
+/// `held_blocks` lists loading, clean and dirty blocks, whichever way it
+/// looks (through the range when it is short, through the map when that is
+/// smaller), and forgets a block once its slot is released.
+#[test]
+fn held_blocks_are_every_mapped_block_in_the_range() {
+    let mut cache = BlockCache::new(settings(64, 8, CacheMode::Writeback)).unwrap();
+    let loading = one(&mut cache, false, 3);
+    assert!(matches!(loading, BlockIo::Fill { .. }), "{loading:?}");
+    let clean = one(&mut cache, false, 9);
+    finish(&mut cache, clean);
+    let dirty = one(&mut cache, true, 10);
+    assert!(matches!(dirty, BlockIo::WriteSlot { .. }), "{dirty:?}");
+    finish(&mut cache, dirty);
+    let held = |cache: &BlockCache, blocks: std::ops::Range<u64>| {
+        let mut out = Vec::new();
+        cache.held_blocks(blocks, &mut out);
+        out.sort_unstable();
+        out
+    };
+    assert_eq!(held(&cache, 0..64), vec![3, 9, 10], "through the map");
+    assert_eq!(held(&cache, 9..11), vec![9, 10], "through the range");
+    assert_eq!(held(&cache, 4..9), Vec::<u64>::new());
+    // A discard covering the clean block releases its slot.
+    let mut steps = Vec::new();
+    cache.discard(9 * BLOCK, BLOCK, &mut steps);
+    assert_eq!(steps[0].io, BlockIo::WriteHome);
+    cache.finish(&steps[0], true);
+    assert_eq!(held(&cache, 0..64), vec![3, 10]);
+}
+
 #[test]
 fn writeback_writes_stay_dirty_until_written_back_and_a_racing_write_keeps_them_dirty() {
     let mut cache = BlockCache::new(settings(16, 4, CacheMode::Writeback)).unwrap();

@@ -916,6 +916,76 @@ fn with_bounce<T>(
 /// Bytes after a tier's data area that hold its identity superblock.
 pub const SUPERBLOCK_BYTES: u64 = 4096;
 
+/// Runs one [`BlockDevice::allocation`] answer of a file finds at most (two
+/// `lseek` calls each); the rest of the range is then reported allocated,
+/// which is always a correct answer. The volume asks for fewer runs than
+/// this in one answer, so it never passes that tail on to a client.
+pub const MAX_ALLOCATION_RUNS: usize = 1024;
+
+/// `lseek(fd, offset, whence)` for `SEEK_DATA` / `SEEK_HOLE`: `Ok(None)`
+/// when the kernel says ENXIO (no data at or after `offset`).
+fn seek_extent(file: &File, offset_bytes: u64, whence: libc::c_int) -> io::Result<Option<u64>> {
+    let offset = libc::off_t::try_from(offset_bytes)
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: lseek on a descriptor we own, with plain integers. It moves
+    // the descriptor's file position, which nothing here uses (all IO is
+    // positioned).
+    let result = unsafe { libc::lseek(file.as_raw_fd(), offset, whence) };
+    if result >= 0 {
+        return Ok(Some(result as u64));
+    }
+    let error = io::Error::last_os_error();
+    if error.raw_os_error() == Some(libc::ENXIO) {
+        Ok(None)
+    } else {
+        Err(error)
+    }
+}
+
+/// The data and holes of `file` in `[offset, end)`, from
+/// `lseek(SEEK_DATA/SEEK_HOLE)`: what the file system has allocated, at its
+/// block granularity (ranges of unwritten extents whose pages are cached
+/// count as data). Bytes at or past `file_length` are reported allocated (a
+/// tier's reads there fail rather than return zeroes). After `max_runs`
+/// runs the rest is reported allocated. `None` when the file system
+/// refuses the calls.
+fn file_allocation(
+    file: &File,
+    offset_bytes: u64,
+    end_bytes: u64,
+    file_length: u64,
+    max_runs: usize,
+) -> Option<Vec<super::AllocationRun>> {
+    let mut runs = super::AllocationRuns::default();
+    let known_end = end_bytes.min(file_length);
+    let mut position = offset_bytes;
+    while position < known_end && runs.len() < max_runs {
+        let data = match seek_extent(file, position, libc::SEEK_DATA).ok()? {
+            Some(data) => data.min(known_end),
+            None => known_end,
+        };
+        if data < position {
+            // A file system that answers backwards: trust nothing.
+            return None;
+        }
+        runs.push(data - position, false);
+        position = data;
+        if position >= known_end {
+            break;
+        }
+        let hole = match seek_extent(file, position, libc::SEEK_HOLE).ok()? {
+            // There is always a hole at the end of the file; a missing one
+            // means the file shrank under us: the rest counts as data.
+            Some(hole) if hole > position => hole.min(known_end),
+            _ => known_end,
+        };
+        runs.push(hole - position, true);
+        position = hole;
+    }
+    runs.push(end_bytes - position, true);
+    Some(runs.into_runs())
+}
+
 /// `pread` of exactly `buf.len()` bytes (EOF is an error).
 fn pread_exact(file: &File, offset_bytes: u64, buf: &mut [u8]) -> io::Result<()> {
     let mut done = 0;
@@ -1027,6 +1097,44 @@ impl BlockDevice for FileDevice {
 
     fn backing_warning(&self) -> Option<String> {
         FileDevice::warning(self)
+    }
+
+    /// A regular file's holes (`lseek` `SEEK_DATA`/`SEEK_HOLE`): device
+    /// byte `n` is file byte `n` (a tier's superblock lies after the data
+    /// area), so the file's holes are the device's, at the file system's
+    /// block size. A punched range (`discard`) or one zeroed with
+    /// `FALLOC_FL_ZERO_RANGE` is a hole until written again. `None` for a
+    /// block device, a failed tier or a file system that cannot tell; at
+    /// most [`MAX_ALLOCATION_RUNS`] runs, then the rest counts as data.
+    fn allocation(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Option<Vec<super::AllocationRun>> {
+        if self.block_device
+            || check_range(
+                &self.name,
+                "allocation",
+                offset_bytes,
+                length_bytes,
+                self.size_bytes,
+            )
+            .is_err()
+            || self.failure().is_some()
+        {
+            return None;
+        }
+        if length_bytes == 0 {
+            return Some(Vec::new());
+        }
+        let file_length = self.file.metadata().ok()?.len();
+        file_allocation(
+            &self.file,
+            offset_bytes,
+            offset_bytes + length_bytes,
+            file_length,
+            MAX_ALLOCATION_RUNS,
+        )
     }
 
     fn failure(&self) -> Option<String> {
@@ -1549,5 +1657,180 @@ mod tests {
         assert_eq!(device.size_bytes(), 4096);
         assert!(device.write_at(4096, &[1]).is_err());
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 10_000);
+    }
+
+    /// The file system's allocation unit for `path` (`st_blksize`), or
+    /// `None` (with the reason printed) when it keeps no holes: a fresh
+    /// sparse file then reads back as one allocated run, and hole tests
+    /// have nothing to check.
+    fn hole_granularity(device: &FileDevice) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let runs = device.allocation(0, device.size_bytes())?;
+        if runs.iter().all(|run| run.allocated) {
+            eprintln!(
+                "skipping: the file system under {} reports no holes in a sparse file",
+                device.path().display()
+            );
+            return None;
+        }
+        Some(device.file.metadata().unwrap().blksize())
+    }
+
+    /// Runs as `(start, end, allocated)` from `offset`.
+    fn spans(offset: u64, runs: &[super::super::AllocationRun]) -> Vec<(u64, u64, bool)> {
+        let mut start = offset;
+        runs.iter()
+            .map(|run| {
+                let span = (start, start + run.length_bytes, run.allocated);
+                start += run.length_bytes;
+                span
+            })
+            .collect()
+    }
+
+    /// Every byte the answer calls a hole reads as zeroes.
+    fn holes_read_as_zeroes(
+        device: &dyn BlockDevice,
+        offset: u64,
+        runs: &[super::super::AllocationRun],
+    ) {
+        for (start, end, allocated) in spans(offset, runs) {
+            if !allocated {
+                let mut back = vec![1u8; (end - start) as usize];
+                device.read_at(start, &mut back).unwrap();
+                assert!(
+                    back.iter().all(|&byte| byte == 0),
+                    "the hole {start}..{end} holds data"
+                );
+            }
+        }
+    }
+
+    /// A fresh file is one hole; written ranges become data rounded out to
+    /// the file system's block; a discard punches its whole blocks back
+    /// into a hole; every hole reads as zeroes; partial queries cover
+    /// exactly what was asked. Buffered and direct.
+    #[test]
+    fn allocation_follows_writes_and_punched_holes() {
+        let directory = tempfile::tempdir().unwrap();
+        for direct in [false, true] {
+            let path = directory.path().join(format!("holes-{direct}.img"));
+            let size = 1u64 << 20;
+            let device = if direct {
+                match open_direct(&path, size) {
+                    Some(device) => device,
+                    None => continue,
+                }
+            } else {
+                FileDevice::open(&path, Some(size), false, true).unwrap()
+            };
+            let Some(block) = hole_granularity(&device) else {
+                return;
+            };
+            assert_eq!(
+                device.allocation(0, size).unwrap(),
+                vec![super::super::AllocationRun {
+                    length_bytes: size,
+                    allocated: false
+                }]
+            );
+            device.write_at(64 << 10, &pattern(1, 4096)).unwrap();
+            device.write_at(200_000, &pattern(2, 10)).unwrap();
+            device.write_at(512 << 10, &pattern(3, 64 << 10)).unwrap();
+            device.discard((512 << 10) + 16384, 16384).unwrap();
+            let round_down = |at: u64| at / block * block;
+            let round_up = |at: u64| at.div_ceil(block) * block;
+            let mut expected = super::super::AllocationRuns::default();
+            let mut at = 0;
+            for (start, end) in [
+                (64 << 10, (64 << 10) + 4096),
+                (200_000, 200_010),
+                (512 << 10, (512 << 10) + 16384),
+                ((512 << 10) + 32768, 576 << 10),
+            ] {
+                let (start, end) = (round_down(start).max(at), round_up(end));
+                expected.push(start - at, false);
+                expected.push(end - start, true);
+                at = end;
+            }
+            expected.push(size - at, false);
+            let runs = device.allocation(0, size).unwrap();
+            assert_eq!(runs, expected.into_runs(), "direct {direct}");
+            holes_read_as_zeroes(&device, 0, &runs);
+            // Queries that start and end inside runs cover exactly their range.
+            for (offset, length) in [
+                (1u64, 100u64),
+                (65_000, 10_000),
+                (200_001, 1),
+                (530_000, 60_000),
+            ] {
+                let runs = device.allocation(offset, length).unwrap();
+                assert!(
+                    super::super::AllocationRun::covers(&runs, length),
+                    "{offset}+{length}: {runs:?}"
+                );
+                holes_read_as_zeroes(&device, offset, &runs);
+                for (start, end, allocated) in spans(offset, &runs) {
+                    let written = device.allocation(start, end - start).unwrap();
+                    assert_eq!(written.len(), 1, "{start}..{end} is one run");
+                    assert_eq!(written[0].allocated, allocated);
+                }
+            }
+            assert_eq!(device.allocation(0, 0), Some(Vec::new()));
+            assert_eq!(device.allocation(size - 1, 2), None, "out of range");
+        }
+    }
+
+    /// Bytes past the file's end (a plain device over a file cut short
+    /// behind its back) count as data; the run cap reports the rest of the
+    /// range allocated and still covers it exactly.
+    #[test]
+    fn allocation_past_the_end_and_past_the_run_cap_is_data() {
+        let directory = tempfile::tempdir().unwrap();
+        let path = directory.path().join("short.img");
+        let size = 256u64 << 10;
+        let device = FileDevice::open(&path, Some(size), false, true).unwrap();
+        let Some(block) = hole_granularity(&device) else {
+            return;
+        };
+        // Five islands of data, one block each, 32 KiB apart.
+        for island in 0..5u64 {
+            device
+                .write_at(
+                    island * 32768 + 8192,
+                    &pattern(island as u8, block as usize),
+                )
+                .unwrap();
+        }
+        let runs = file_allocation(&device.file, 0, size, size, 5).unwrap();
+        assert!(super::super::AllocationRun::covers(&runs, size), "{runs:?}");
+        let capped = spans(0, &runs);
+        // Hole, data, hole, data, hole: five runs, then the rest is data
+        // (the third island's run merges into it).
+        assert_eq!(
+            capped,
+            vec![
+                (0, 8192, false),
+                (8192, 8192 + block, true),
+                (8192 + block, 32768 + 8192, false),
+                (32768 + 8192, 32768 + 8192 + block, true),
+                (32768 + 8192 + block, 2 * 32768 + 8192, false),
+                (2 * 32768 + 8192, size, true),
+            ]
+        );
+
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(100_000)
+            .unwrap();
+        let runs = device.allocation(0, size).unwrap();
+        let spans = spans(0, &runs);
+        let last = *spans.last().unwrap();
+        assert!(last.2 && last.0 <= 100_000 && last.1 == size, "{spans:?}");
+        assert!(spans
+            .iter()
+            .all(|&(_, end, allocated)| allocated || end <= 100_000));
     }
 }

@@ -199,6 +199,35 @@ impl BlockDevice for MemoryDevice {
         self.zero_range(offset_bytes, length_bytes);
         Ok(())
     }
+
+    /// Chunks never written (or freed by a discard or zeroing that covered
+    /// them whole) are holes; an allocated chunk is data, zeroed parts and
+    /// all: the answer's granularity is [`CHUNK_BYTES`].
+    fn allocation(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Option<Vec<super::AllocationRun>> {
+        check_range(
+            &self.name,
+            "allocation",
+            offset_bytes,
+            length_bytes,
+            self.size_bytes,
+        )
+        .ok()?;
+        let mut runs = super::AllocationRuns::default();
+        let end = offset_bytes + length_bytes;
+        let mut position = offset_bytes;
+        while position < end {
+            let chunk_index = (position / CHUNK_BYTES) as usize;
+            let chunk_end = ((chunk_index as u64 + 1) * CHUNK_BYTES).min(end);
+            let allocated = read_lock(&self.chunks[chunk_index]).is_some();
+            runs.push(chunk_end - position, allocated);
+            position = chunk_end;
+        }
+        Some(runs.into_runs())
+    }
 }
 
 #[cfg(test)]
@@ -263,6 +292,46 @@ mod tests {
         assert_eq!(&back[end..], &data[end..]);
         device.write_zeroes(0, 4 * CHUNK_BYTES).unwrap();
         assert_eq!(device.allocated_chunks(), 0);
+    }
+
+    /// Holes are the chunks that hold no memory, merged into runs.
+    #[test]
+    fn allocation_reports_the_chunks_that_hold_memory() {
+        use crate::device::AllocationRun;
+        let run = |length_bytes, allocated| AllocationRun {
+            length_bytes,
+            allocated,
+        };
+        let size = 8 * CHUNK_BYTES + 100;
+        let device = MemoryDevice::new("ram", size);
+        assert_eq!(device.allocation(0, size), Some(vec![run(size, false)]));
+        device.write_at(CHUNK_BYTES + 5, &[1]).unwrap();
+        device.write_at(3 * CHUNK_BYTES - 1, &[2, 3]).unwrap();
+        device.write_at(size - 1, &[4]).unwrap();
+        assert_eq!(
+            device.allocation(0, size),
+            Some(vec![
+                run(CHUNK_BYTES, false),
+                run(3 * CHUNK_BYTES, true),
+                run(4 * CHUNK_BYTES, false),
+                run(100, true),
+            ])
+        );
+        // Chunk 2 discarded whole is a hole again; a partial discard keeps
+        // chunk 1 (zeroed in part, still memory).
+        device.discard(2 * CHUNK_BYTES, CHUNK_BYTES).unwrap();
+        device.discard(CHUNK_BYTES, 10).unwrap();
+        assert_eq!(
+            device.allocation(CHUNK_BYTES / 2, 3 * CHUNK_BYTES),
+            Some(vec![
+                run(CHUNK_BYTES / 2, false),
+                run(CHUNK_BYTES, true),
+                run(CHUNK_BYTES, false),
+                run(CHUNK_BYTES / 2, true),
+            ])
+        );
+        assert_eq!(device.allocation(size, 0), Some(Vec::new()));
+        assert_eq!(device.allocation(size, 1), None, "out of range");
     }
 
     #[test]

@@ -216,6 +216,72 @@ pub struct AllocationRun {
     pub allocated: bool,
 }
 
+impl AllocationRun {
+    /// True when `runs` is a well-formed answer for `length_bytes`: no
+    /// empty run and lengths that add up to exactly `length_bytes`. A layer
+    /// that gets anything else from below reports the range allocated.
+    pub fn covers(runs: &[AllocationRun], length_bytes: u64) -> bool {
+        let mut total = 0u64;
+        for run in runs {
+            if run.length_bytes == 0 {
+                return false;
+            }
+            match total.checked_add(run.length_bytes) {
+                Some(sum) => total = sum,
+                None => return false,
+            }
+        }
+        total == length_bytes
+    }
+}
+
+/// Builds an allocation answer: runs appended in order, each merged into
+/// the last when both hold data or both are holes; empty runs dropped.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllocationRuns {
+    runs: Vec<AllocationRun>,
+    covered_bytes: u64,
+}
+
+impl AllocationRuns {
+    pub fn push(&mut self, length_bytes: u64, allocated: bool) {
+        if length_bytes == 0 {
+            return;
+        }
+        self.covered_bytes += length_bytes;
+        match self.runs.last_mut() {
+            Some(last) if last.allocated == allocated => last.length_bytes += length_bytes,
+            _ => self.runs.push(AllocationRun {
+                length_bytes,
+                allocated,
+            }),
+        }
+    }
+
+    /// The last run so far.
+    pub fn last(&self) -> Option<AllocationRun> {
+        self.runs.last().copied()
+    }
+
+    /// Runs so far (after merging).
+    pub fn len(&self) -> usize {
+        self.runs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// Bytes the runs cover.
+    pub fn covered_bytes(&self) -> u64 {
+        self.covered_bytes
+    }
+
+    pub fn into_runs(self) -> Vec<AllocationRun> {
+        self.runs
+    }
+}
+
 /// Checks `offset + length <= size`, for implementations.
 pub fn check_range(
     device: &str,

@@ -66,6 +66,11 @@ const STRIPES: usize = 1024;
 /// commits would grow it without bound between period checkpoints).
 const JOURNAL_CHECKPOINT_BYTES: u64 = 16 << 20;
 
+/// Cache blocks one block status answer looks up at most (it then covers a
+/// prefix of its range), and per hold of the core's lock (IO waits for it).
+const STATUS_CACHE_BLOCKS: u64 = 1 << 16;
+const STATUS_LOCK_BLOCKS: u64 = 4096;
+
 /// Most bytes one writeback step writes home before its commit (and its
 /// pause, when the devices are busy): 64 blocks of the default 64 KiB.
 pub const WRITEBACK_BATCH_BYTES: u64 = 4 << 20;
@@ -535,6 +540,89 @@ impl Volume {
         if let Some(reason) = cache_failure {
             self.cache_tier_failed(&reason);
         }
+    }
+
+    /// Block status on a cache volume (`block_status.rs`): a block the
+    /// cache holds a slot for (clean, dirty or loading), or a lost block,
+    /// is data; elsewhere home's answer stands. The cache is asked first,
+    /// then home: a block not held at that moment has its current data on
+    /// home (a writeback reaches home before its block is released), so a
+    /// writeback and eviction racing this answer cannot make written data
+    /// look like a hole. At most [`STATUS_CACHE_BLOCKS`] blocks are looked
+    /// up (the answer covers a prefix), [`STATUS_LOCK_BLOCKS`] per hold of
+    /// the core's lock.
+    pub(super) fn cached_block_status(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> crate::device::AllocationRuns {
+        let layer = self.cache_layer();
+        let block_bytes = layer.block_bytes();
+        let first = offset_bytes / block_bytes;
+        let end_bytes = offset_bytes + length_bytes;
+        let scan_end = end_bytes
+            .div_ceil(block_bytes)
+            .min(first + STATUS_CACHE_BLOCKS);
+        let length_bytes = (scan_end * block_bytes).min(end_bytes) - offset_bytes;
+        let mut held: Vec<BlockId> = Vec::new();
+        let mut block = first;
+        while block < scan_end {
+            let end = (block + STATUS_LOCK_BLOCKS).min(scan_end);
+            let core = layer.core.lock();
+            held.extend(core.lost_blocks.range(block..end));
+            if !core.bypass() {
+                core.cache.held_blocks(block..end, &mut held);
+            }
+            drop(core);
+            block = end;
+        }
+        held.sort_unstable();
+        held.dedup();
+        let home = self.tiered_block_status(offset_bytes, length_bytes);
+        if held.is_empty() {
+            return home;
+        }
+        // Home's runs with the held blocks laid over its holes.
+        let mut runs = crate::device::AllocationRuns::default();
+        let mut held = held.into_iter().peekable();
+        let mut position = offset_bytes;
+        'runs: for run in home.into_runs() {
+            let run_end = position + run.length_bytes;
+            if run.allocated {
+                if !super::block_status::push_run(&mut runs, run.length_bytes, true) {
+                    break;
+                }
+                position = run_end;
+                continue;
+            }
+            while let Some(&block) = held.peek() {
+                let (block_start, block_end) = (block * block_bytes, (block + 1) * block_bytes);
+                if block_end <= position {
+                    held.next();
+                    continue;
+                }
+                if block_start >= run_end {
+                    break;
+                }
+                let data_start = block_start.max(position);
+                let data_end = block_end.min(run_end);
+                if !super::block_status::push_run(&mut runs, data_start - position, false)
+                    || !super::block_status::push_run(&mut runs, data_end - data_start, true)
+                {
+                    break 'runs;
+                }
+                position = data_end;
+                if block_end > run_end {
+                    break;
+                }
+                held.next();
+            }
+            if !super::block_status::push_run(&mut runs, run_end - position, false) {
+                break;
+            }
+            position = run_end;
+        }
+        runs
     }
 
     /// A read on a cache volume.

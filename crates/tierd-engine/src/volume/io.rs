@@ -79,7 +79,11 @@ impl Drop for WriteGuard<'_> {
 }
 
 impl Volume {
-    fn check_range(&self, offset_bytes: u64, length_bytes: u64) -> Result<(), VolumeError> {
+    pub(super) fn check_range(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Result<(), VolumeError> {
         match offset_bytes.checked_add(length_bytes) {
             Some(end) if end <= self.options.size_bytes => Ok(()),
             _ => Err(VolumeError::OutOfRange {
@@ -93,7 +97,7 @@ impl Volume {
     /// Splits `[offset, offset+length)` at segment boundaries (the shared
     /// splitter, `tierd_core::split`): `(segment, offset in segment, length,
     /// offset in request)`.
-    fn pieces(
+    pub(super) fn pieces(
         &self,
         offset_bytes: u64,
         length_bytes: u64,

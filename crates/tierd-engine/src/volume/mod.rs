@@ -36,8 +36,9 @@
 //! ## Layout
 //! The types and the small accessors are here; `impl Volume` is split by
 //! concern: `io` (the user IO path), `migration` (the copier), `recovery`
-//! (`open`, checkpoints), `planning` (the policy tick, the move queue, pins)
-//! and `status`; `recorder` is the monitor the IO threads record into.
+//! (`open`, checkpoints), `planning` (the policy tick, the move queue, pins),
+//! `status` and `block_status` (which ranges hold data, for NBD
+//! `BLOCK_STATUS`); `recorder` is the monitor the IO threads record into.
 
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, VecDeque};
@@ -53,6 +54,7 @@ use tierd_policy::{Move, MoveReason, Policy, PolicyConfig, SegmentId, TierId};
 use crate::device::{BlockDevice, DeviceError};
 use crate::meta::{LastPlan, Location, MetaError, MetaFaults, MetaStore, MoveRecord, Pin};
 
+mod block_status;
 mod cache;
 mod io;
 mod migration;
@@ -62,6 +64,7 @@ mod recovery;
 mod smr;
 mod status;
 
+pub use block_status::{MAX_STATUS_RUNS, MAX_STATUS_SEGMENTS};
 pub use cache::{CacheOptions, CacheStatus, CacheStep};
 pub use smr::{BandRange, SmrModelStatus, SmrStatus};
 pub use status::{InFlightMove, PinStatus, TierStatus, UnavailableRange, VolumeStatus};

@@ -50,6 +50,11 @@ const STRIPES: usize = 256;
 const CLEAN_BATCH_PACKS: usize = 16;
 /// Block map entries the cleaner scans per hold of the state lock.
 const CLEAN_SCAN_BLOCKS: u64 = 1 << 16;
+/// Block map entries one allocation answer looks at (the rest of its range
+/// is then reported allocated: always correct), and per hold of the state
+/// lock.
+const ALLOCATION_SCAN_BLOCKS: u64 = 1 << 20;
+const ALLOCATION_LOCK_BLOCKS: u64 = 1 << 14;
 
 /// Settings of a reduced tier (`reduce = { ... }` on a tier).
 #[derive(Clone, Debug, PartialEq)]
@@ -1458,6 +1463,45 @@ impl Shared {
         self.geometry.logical_blocks * self.geometry.block_bytes
     }
 
+    /// From the block map: a block that maps no fragment (never written,
+    /// trimmed, or written with zeroes, which zero elimination stores as
+    /// nothing) is a hole; every other block is data, whole (the answer's
+    /// granularity is the reduction block). `None` when the device below
+    /// has failed.
+    fn allocation(&self, offset: u64, length: u64) -> Option<Vec<super::AllocationRun>> {
+        check_range(
+            &self.name,
+            "allocation",
+            offset,
+            length,
+            self.logical_bytes(),
+        )
+        .ok()?;
+        if self.inner.failure().is_some() {
+            return None;
+        }
+        let block = self.geometry.block_bytes;
+        let end = offset + length;
+        let first = offset / block;
+        let scan_end = end.div_ceil(block).min(first + ALLOCATION_SCAN_BLOCKS);
+        let mut runs = super::AllocationRuns::default();
+        let mut position = offset;
+        let mut lbn = first;
+        while lbn < scan_end {
+            let count = (scan_end - lbn).min(ALLOCATION_LOCK_BLOCKS);
+            let state = self.state.lock();
+            for at in lbn..lbn + count {
+                let block_end = ((at + 1) * block).min(end);
+                runs.push(block_end - position, state.holds_data(at));
+                position = block_end;
+            }
+            drop(state);
+            lbn += count;
+        }
+        runs.push(end - position, true);
+        Some(runs.into_runs())
+    }
+
     fn read(&self, offset: u64, buf: &mut [u8]) -> DeviceResult<()> {
         check_range(
             &self.name,
@@ -1812,6 +1856,16 @@ impl BlockDevice for ReducedDevice {
 
     fn reduction(&self) -> Option<ReductionStatus> {
         Some(self.shared.status())
+    }
+
+    /// From the block map, not the device below (whose holes say nothing
+    /// about logical blocks): see `Shared::allocation`.
+    fn allocation(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Option<Vec<super::AllocationRun>> {
+        self.shared.allocation(offset_bytes, length_bytes)
     }
 
     fn failure(&self) -> Option<String> {

@@ -798,6 +798,13 @@ impl State {
         self.map[lbn as usize] == UNMAPPED
     }
 
+    /// Whether `lbn` reads from a stored fragment (staged or reduced, in
+    /// an open pack or on the device). Unmapped and zero blocks do not:
+    /// they read as zeroes.
+    pub fn holds_data(&self, lbn: u64) -> bool {
+        Fragment::decode(self.map[lbn as usize]).is_some()
+    }
+
     // ---- the cleaner ------------------------------------------------------
     //
     // Packs are never written in place, so an overwritten fragment leaves

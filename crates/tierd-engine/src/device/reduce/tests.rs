@@ -55,6 +55,37 @@ fn check_all(device: &dyn BlockDevice, model: &[u8]) {
     }
 }
 
+/// The allocation answer against the model: it covers the range, no byte
+/// the model holds lies in a hole, and its holes are whole blocks that
+/// read as zeroes.
+fn check_allocation(device: &dyn BlockDevice, model: &[u8]) {
+    let runs = device.allocation(0, model.len() as u64).unwrap();
+    assert!(
+        crate::device::AllocationRun::covers(&runs, model.len() as u64),
+        "{runs:?}"
+    );
+    let mut start = 0usize;
+    for run in runs {
+        let end = start + run.length_bytes as usize;
+        if !run.allocated {
+            assert!(
+                start.is_multiple_of(4096) && end.is_multiple_of(4096),
+                "hole {start}..{end}"
+            );
+            if let Some(at) = model[start..end].iter().position(|&byte| byte != 0) {
+                panic!(
+                    "byte {} holds data but lies in the hole {start}..{end}",
+                    start + at
+                );
+            }
+            let mut back = vec![1u8; end - start];
+            device.read_at(start as u64, &mut back).unwrap();
+            assert!(back.iter().all(|&byte| byte == 0));
+        }
+        start = end;
+    }
+}
+
 #[test]
 fn every_kind_of_write_reads_back_in_every_mode() {
     for (setting, workers) in [
@@ -105,17 +136,87 @@ fn every_kind_of_write_reads_back_in_every_mode() {
                 _ => device.flush().unwrap(),
             }
             if step % 50 == 0 {
+                check_allocation(&device, &model);
                 device.reduce_staged(usize::MAX).unwrap();
                 check_all(&device, &model);
             }
         }
         check_all(&device, &model);
+        check_allocation(&device, &model);
         device.flush().unwrap();
         device.reduce_staged(usize::MAX).unwrap();
         check_all(&device, &model);
         let status = device.status();
         assert!(status.dedup_hits > 0, "{setting:?}: {status:?}");
         assert!(status.compress_saved_bytes > 0, "{setting:?}: {status:?}");
+    }
+}
+
+/// Block map entries as allocation: a block that maps no fragment
+/// (never written, trimmed whole, zeroed whole, written with zeroes) is a
+/// hole; a block holding any data is data whole, staged or reduced.
+#[test]
+fn allocation_is_the_block_map() {
+    use crate::device::AllocationRun;
+    for setting in [ModeSetting::Inline, ModeSetting::Post] {
+        let inner = Arc::new(MemoryDevice::new("ssd", 32 * MIB));
+        let options = ReduceOptions {
+            logical_bytes: Some(MIB),
+            ..options(setting, 0)
+        };
+        let device = ReducedDevice::open("ssd", inner, options, clock(), true).unwrap();
+        let block = 4096u64;
+        let mut rng = SeededRng::new(3);
+        device
+            .write_at(2 * block, &random(&mut rng, 2 * block as usize))
+            .unwrap();
+        device
+            .write_at(10 * block, &random(&mut rng, block as usize))
+            .unwrap();
+        device.write_at(20 * block, &[0u8; 4096]).unwrap();
+        device.write_zeroes(3 * block, block).unwrap();
+        device.discard(10 * block, block / 2).unwrap();
+        device.write_at(30 * block + 100, &[7u8; 10]).unwrap();
+        device
+            .write_at(40 * block, &random(&mut rng, block as usize))
+            .unwrap();
+        device.discard(40 * block, block).unwrap();
+        let run = |blocks: u64, allocated| AllocationRun {
+            length_bytes: blocks * block,
+            allocated,
+        };
+        let expected = vec![
+            run(2, false),
+            run(1, true),
+            run(7, false),
+            run(1, true),
+            run(19, false),
+            run(1, true),
+            run(256 - 31, false),
+        ];
+        assert_eq!(
+            device.allocation(0, MIB),
+            Some(expected.clone()),
+            "{setting:?}"
+        );
+        device.reduce_staged(usize::MAX).unwrap();
+        device.flush().unwrap();
+        assert_eq!(device.allocation(0, MIB), Some(expected), "{setting:?}");
+        // A query inside blocks: the blocks' states, clipped to the range.
+        assert_eq!(
+            device.allocation(2 * block + 5, block),
+            Some(vec![
+                AllocationRun {
+                    length_bytes: block - 5,
+                    allocated: true
+                },
+                AllocationRun {
+                    length_bytes: 5,
+                    allocated: false
+                }
+            ])
+        );
+        assert_eq!(device.allocation(MIB, 1), None, "out of range");
     }
 }
 
