@@ -148,6 +148,36 @@ fn the_hdd_replicas_example_copies_far_members_reads_them_and_keeps_them_across_
         "{status:#}"
     );
 
+    // BLOCK_STATUS base:allocation (`nbdinfo --map`): the written extents
+    // are data, the rest of the disk (and the copies in it) holes.
+    if common::tools::require_tool("nbdinfo") {
+        let output = common::tools::run(
+            common::tools::tool("nbdinfo")
+                .args(["--map", "--json"])
+                .arg(server.uri("vol0")),
+        );
+        let json: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let mut data: Vec<(u64, u64)> = Vec::new();
+        for extent in json.as_array().expect("extents") {
+            if extent["type"] == 0 {
+                let offset = extent["offset"].as_u64().unwrap();
+                let length = extent["length"].as_u64().unwrap();
+                match data.last_mut() {
+                    Some(last) if last.1 == offset => last.1 += length,
+                    _ => data.push((offset, offset + length)),
+                }
+            }
+        }
+        let mut expected: Vec<(u64, u64)> = vec![
+            (30 * GIB, 30 * GIB + 8 * EXTENT),
+            (80 * GIB, 80 * GIB + 2 * EXTENT),
+            (100 * GIB, 100 * GIB + EXTENT),
+        ];
+        expected.extend(others.iter().map(|at| (*at, at + EXTENT)));
+        expected.sort_unstable();
+        assert_eq!(data, expected, "nbdinfo --map: {json}");
+    }
+
     // Space never written reads as zeroes; a trim frees an extent.
     let mut back = vec![0xFFu8; EXTENT as usize];
     client.read(70 * GIB, &mut back).unwrap();
