@@ -52,6 +52,15 @@
 //! within one write, so multi-block writes deduplicate, and are half
 //! zeroes, so they compress.
 //!
+//! A third of the seeds whose home is not reduced (their own stream) put
+//! replicas on home ([`DstReplicaConfig`], `docs/replicas.md`): a home
+//! device half as large again as the volume, so there is free space, and
+//! settings that plan copies from every few reads; the run makes copies at
+//! random points, so copies are made, routed to, dropped by writes, trims
+//! and writes into their space, and crashes land between a copy and its
+//! journal commit. Every seed also checks, at random points, that the
+//! holes `Volume::block_status` reports read as zeroes.
+//!
 //! Same seed, same run: [`run_seed`] returns a digest of the final state.
 //! Fault kinds and check counts go to [`DstReport::faults`].
 
@@ -70,6 +79,7 @@ use crate::device::crash::{CrashDisk, SECTOR_BYTES};
 use crate::device::fault::{FaultConfig, FaultDevice};
 use crate::device::memory::MemoryDevice;
 use crate::device::reduce::{ReduceOptions, ReducedDevice};
+use crate::device::replica::{ReplicaDevice, ReplicaOptions};
 use crate::device::BlockDevice;
 use crate::meta::{AppendFault, CheckpointFault, MetaStore};
 use crate::volume::{
@@ -115,6 +125,18 @@ pub struct DstConfig {
     pub cache: Option<DstCacheConfig>,
     /// Reduced tiers (a third of the seeds); `None`: none.
     pub reduce: Option<DstReduceConfig>,
+    /// Replicas on home (a third of the seeds whose home is not reduced).
+    pub replicas: Option<DstReplicaConfig>,
+}
+
+/// What a replica seed derived.
+#[derive(Clone, Debug, Serialize)]
+pub struct DstReplicaConfig {
+    pub max_copies: u32,
+    /// Per workload step: make up to four copies.
+    pub copy_probability: f64,
+    /// A read session ends at this many extents (small: placements often).
+    pub session_extents: usize,
 }
 
 /// What a reduce seed derived.
@@ -257,6 +279,10 @@ struct Tier {
     /// The open reduced device (dropped with the volume at a crash) and
     /// whether this tier's device was formatted yet.
     reduced: parking_lot::Mutex<(Option<Arc<ReducedDevice>>, bool)>,
+    /// A replicated tier's options (home on replica seeds).
+    replica: Option<ReplicaOptions>,
+    /// The open replica layer and whether its device was formatted yet.
+    replicated: parking_lot::Mutex<(Option<Arc<ReplicaDevice>>, bool)>,
 }
 
 /// Sector contents repeat with this period (in sectors) within one write on
@@ -268,6 +294,9 @@ struct Run {
     rng: SeededRng,
     /// Draws for reduce seeds' own work (staged reductions, switches).
     reduce_rng: SeededRng,
+    /// Draws for replica seeds' copies and every seed's block-status
+    /// checks (their own stream).
+    replica_rng: SeededRng,
     /// Draws for the faults added after the first recorded campaigns
     /// (metadata faults, lost-tier sweeps): a separate stream, so the
     /// workload `rng` draws stays what it was for seeds without them.
@@ -336,6 +365,7 @@ pub fn derive_config(seed: u64, steps: u32) -> DstConfig {
         checkpoint_fault_probability: if rng.below(3) == 0 { 0.25 } else { 0.0 },
         cache: None,
         reduce: None,
+        replicas: None,
     };
     // Reduce seeds draw from their own stream too.
     let mut reduce_rng = SeededRng::new(seed).derive(11);
@@ -347,6 +377,16 @@ pub fn derive_config(seed: u64, steps: u32) -> DstConfig {
             physical_per_logical: [0.25, 0.1, 2.0, 2.0][reduce_rng.below(4) as usize],
             reduce_probability: 0.05 + reduce_rng.next_f64() * 0.2,
             switch_probability: if reduce_rng.below(2) == 0 { 0.05 } else { 0.0 },
+        });
+    }
+    // Replica seeds too (their own stream), on a home that is not reduced.
+    let mut replica_rng = SeededRng::new(seed).derive(13);
+    let home_reduced = config.reduce.as_ref().is_some_and(|reduce| reduce.home);
+    if replica_rng.below(3) == 0 && !home_reduced {
+        config.replicas = Some(DstReplicaConfig {
+            max_copies: 1 + replica_rng.below(4) as u32,
+            copy_probability: 0.1 + replica_rng.next_f64() * 0.4,
+            session_extents: 2 + replica_rng.below(8) as usize,
         });
     }
     // Cache seeds draw from their own stream (and only override), so a
@@ -423,6 +463,24 @@ fn policy_config(name: &str) -> PolicyConfig {
     }
 }
 
+/// A replica seed's options: extents of 64 KiB (16 per 1 MiB segment),
+/// copies of members 1 MiB from their group's centre, sessions closed by
+/// size (the run's clock moves only at period ticks), copies only when the
+/// run makes them (no idle time ever passes for the copier thread).
+fn dst_replica_options(replicas: &DstReplicaConfig) -> ReplicaOptions {
+    let mut options = ReplicaOptions::default();
+    options.manager.extent_bytes = 64 << 10;
+    options.manager.far_bytes = 1 << 20;
+    options.manager.max_copies = replicas.max_copies;
+    options.manager.max_share = 0.5;
+    options.manager.min_recurrences = 1;
+    options.manager.session_gap_ns = 1_000_000;
+    options.manager.max_session_extents = replicas.session_extents;
+    options.idle_ns = u64::MAX;
+    options.copies_per_commit = 4;
+    options
+}
+
 /// A reduce seed's options for a tier of `logical_bytes`: small packs and
 /// journal so seals, reuse and checkpoints happen often; no worker threads
 /// (the run reduces staged blocks itself, deterministically).
@@ -487,6 +545,81 @@ impl Run {
     }
 
     /// Tallies what the reduced tiers did (before a crash drops them).
+    /// Replica seeds: make a few copies now and then.
+    fn replica_work(&mut self) {
+        let Some(replicas) = self.config.replicas.clone() else {
+            return;
+        };
+        let Some(device) = self
+            .tiers
+            .last()
+            .and_then(|tier| tier.replicated.lock().0.clone())
+        else {
+            return;
+        };
+        if self.replica_rng.next_f64() < replicas.copy_probability {
+            match device.run_copies_now(1 + self.replica_rng.below(4) as usize) {
+                Ok(made) => {
+                    *self
+                        .report
+                        .faults
+                        .entry("replica_copies_made".into())
+                        .or_insert(0) += made as u64;
+                }
+                Err(_) => self.count("replica_copy_errors"),
+            }
+        }
+    }
+
+    /// Tallies what the replica layer did (before a crash drops it).
+    fn count_replicas(&mut self) {
+        let Some(device) = self
+            .tiers
+            .last()
+            .and_then(|tier| tier.replicated.lock().0.clone())
+        else {
+            return;
+        };
+        let stats = device.manager_stats();
+        for (key, value) in [
+            ("replica_reads_from_copies", stats.reads_from_replicas),
+            ("replica_dropped_by_writes", stats.dropped_by_writes),
+            ("replica_dropped_by_reclaim", stats.dropped_by_reclaim),
+            ("replica_dropped_by_trims", stats.dropped_by_trims),
+            ("replica_copies_cancelled", stats.copies_cancelled),
+        ] {
+            *self.report.faults.entry(key.into()).or_insert(0) += value;
+        }
+    }
+
+    /// Every hole `Volume::block_status` reports over a random range reads
+    /// as zeroes now.
+    fn check_block_status(&mut self, volume: &Volume) -> Result<(), String> {
+        let (offset, length) = self.pick_range();
+        let Ok(runs) = volume.block_status(offset, length) else {
+            self.count("block_status_errors");
+            return Ok(());
+        };
+        let mut at = offset;
+        for run in runs {
+            if !run.allocated {
+                for sector in at / SECTOR_BYTES..(at + run.length_bytes) / SECTOR_BYTES {
+                    if !self.sectors[sector as usize].now.contains(&0) {
+                        return Err(format!(
+                            "block_status reports a hole at sector {sector} (run {at}+{}), which holds \
+                             written data {:?}",
+                            run.length_bytes, self.sectors[sector as usize].now
+                        ));
+                    }
+                }
+                self.count("block_status_hole_runs");
+            }
+            at += run.length_bytes;
+        }
+        self.count("block_status_checks");
+        Ok(())
+    }
+
     fn count_reduction(&mut self) {
         for index in 0..self.tiers.len() {
             let Some(device) = self.tiers[index].reduced.lock().0.clone() else {
@@ -532,6 +665,11 @@ impl Run {
                     .as_ref()
                     .filter(|reduce| !is_home || reduce.home)
                     .map(|reduce| dst_reduce_options(reduce, size));
+                let replica = config
+                    .replicas
+                    .as_ref()
+                    .filter(|_| is_home)
+                    .map(dst_replica_options);
                 // A reduced tier's device holds its metadata besides the
                 // packs (about 300 KiB here plus the block map twice).
                 let device_size = match (&reduce, &config.reduce) {
@@ -539,6 +677,9 @@ impl Run {
                         ((size as f64 * derived.physical_per_logical) as u64 + (1 << 20)) / 4096
                             * 4096
                     }
+                    // Half as much again as the volume, for copies, and the
+                    // replica metadata (under 1 MiB here).
+                    _ if replica.is_some() => (size * 3 / 2 + (1 << 20)) / (64 << 10) * (64 << 10),
                     _ => size,
                 };
                 let (disk, memory, inner): (_, _, Arc<dyn BlockDevice>) =
@@ -562,6 +703,8 @@ impl Run {
                     faults,
                     reduce,
                     reduced: parking_lot::Mutex::new((None, false)),
+                    replica,
+                    replicated: parking_lot::Mutex::new((None, false)),
                 }
             })
             .collect();
@@ -572,6 +715,7 @@ impl Run {
             hold_rng: SeededRng::new(config.seed).derive(5),
             promote_rng: SeededRng::new(config.seed).derive(10),
             reduce_rng: SeededRng::new(config.seed).derive(12),
+            replica_rng: SeededRng::new(config.seed).derive(14),
             held: None,
             durable_placement: Vec::new(),
             clock,
@@ -608,6 +752,24 @@ impl Run {
         let mut specs = Vec::new();
         for tier in &self.tiers {
             let device: Arc<dyn BlockDevice> = match &tier.reduce {
+                None if tier.replica.is_some() => {
+                    let options = tier.replica.clone().unwrap_or_default();
+                    let mut replicated = tier.replicated.lock();
+                    let device = ReplicaDevice::open(
+                        tier.name.clone(),
+                        tier.faults.clone(),
+                        options,
+                        self.clock.clone(),
+                        !replicated.1,
+                    )
+                    .map_err(|error| {
+                        self.set_faults(true);
+                        format!("replicated tier {}: {error}", tier.name)
+                    })?;
+                    let device = Arc::new(device);
+                    *replicated = (Some(device.clone()), true);
+                    device
+                }
                 None => tier.faults.clone(),
                 Some(options) => {
                     let mut reduced = tier.reduced.lock();
@@ -1077,9 +1239,11 @@ impl Run {
         }
         self.count_cache(&volume);
         self.count_reduction();
+        self.count_replicas();
         drop(volume);
         for tier in &self.tiers {
             tier.reduced.lock().0 = None;
+            tier.replicated.lock().0 = None;
         }
         self.count("crashes");
         for tier in &self.tiers {
@@ -1570,6 +1734,10 @@ impl Run {
                 }
             }
             self.reduce_work();
+            self.replica_work();
+            if self.replica_rng.below(32) == 0 {
+                self.check_block_status(&volume)?;
+            }
             let tier_gone = self.tiers.iter().any(|tier| tier.faults.is_gone());
             if tier_gone && self.fault_rng.below(16) == 0 {
                 self.check_lost_tiers(&volume)?;

@@ -155,6 +155,10 @@ struct State {
     /// Allocation changes of completed user IO, journaled at the next commit
     /// (after the device flush that makes that IO durable).
     pending: Vec<Record>,
+    /// Extents allocated by completed IO whose `Allocate` is not journaled
+    /// yet (in `pending` or being committed): a FUA write to one must
+    /// commit, or a crash frees the extent and loses the write.
+    unjournaled: FastMap<u64, ()>,
     /// Copies current in memory, journaled at the next commit if still
     /// current then.
     uncommitted: Vec<(u64, u64)>,
@@ -345,6 +349,7 @@ impl ReplicaDevice {
             state: Mutex::new(State {
                 manager,
                 pending: Vec::new(),
+                unjournaled: FastMap::default(),
                 uncommitted: Vec::new(),
                 writes_in_flight: FastMap::default(),
                 replica_reads: FastMap::default(),
@@ -867,11 +872,34 @@ impl Shared {
                 }
             }
         }
-        let mut allocated_now = false;
-        if result.is_ok() {
+        if result.is_err() {
+            // A failed IO into free space leaves it free (zeroes are what it
+            // holds for the user; the device may hold part of the IO or
+            // what was there before). Whole extents a failed zeroing or
+            // trim freed stay free below: the map says so already.
+            for extent in range.clone() {
+                if was_free[(extent - first) as usize] {
+                    state.manager.on_trim(extent * size, size);
+                }
+            }
+            let mut ignored = Vec::new();
+            state.manager.take_dropped_current(&mut ignored);
+        }
+        {
             // Rule 2: what the completed IO did to the map, for the next
-            // commit.
+            // commit (a failed one: only the whole extents a zeroing or trim
+            // freed).
             let (allocate, free): (Vec<u64>, Vec<u64>) = match change {
+                _ if result.is_err() => (
+                    Vec::new(),
+                    match change {
+                        Change::Write { .. } => Vec::new(),
+                        Change::Zeroes | Change::Discard => range
+                            .clone()
+                            .filter(|extent| whole(*extent) && !was_free[(extent - first) as usize])
+                            .collect(),
+                    },
+                ),
                 Change::Write { .. } => (
                     range
                         .clone()
@@ -887,7 +915,12 @@ impl Shared {
                     range.clone().filter(|extent| whole(*extent)).collect(),
                 ),
             };
-            allocated_now = !allocate.is_empty();
+            for extent in &free {
+                state.unjournaled.remove(extent);
+            }
+            for extent in &allocate {
+                state.unjournaled.insert(*extent, ());
+            }
             for (first, count) in ranges(free) {
                 state.pending.push(Record::Free { first, count });
             }
@@ -898,10 +931,21 @@ impl Shared {
         drop(state);
         self.changed.notify_all();
         result?;
-        if allocated_now && change == (Change::Write { durable: true }) {
-            // A FUA write into free space is durable only with its
-            // allocation.
-            self.commit()?;
+        if change == (Change::Write { durable: true }) {
+            // A FUA write into an extent whose allocation is not journaled
+            // yet (this write's or an earlier one's) is durable only with
+            // it. The journal lock first: a commit in progress may hold
+            // that allocation (and put it back if it fails).
+            let needed = {
+                let _journal = self.journal.lock();
+                let state = self.state.lock();
+                range
+                    .clone()
+                    .any(|extent| state.unjournaled.contains_key(&extent))
+            };
+            if needed {
+                self.commit()?;
+            }
         }
         Ok(())
     }
@@ -916,6 +960,8 @@ impl Shared {
         let (records, copies) = {
             let mut state = self.state.lock();
             let mut records = std::mem::take(&mut state.pending);
+            // Journaled by this commit (or put back if it fails).
+            state.unjournaled.clear();
             let copies = std::mem::take(&mut state.uncommitted);
             for (primary, target) in &copies {
                 if state.manager.is_current(*primary, *target) {
@@ -938,6 +984,13 @@ impl Shared {
             // Nothing of this batch is known durable: keep it for the next
             // commit (the copies are checked again then).
             let mut state = self.state.lock();
+            for record in &records {
+                if let Record::Allocate { first, count } = record {
+                    for extent in *first..first + count {
+                        state.unjournaled.insert(extent, ());
+                    }
+                }
+            }
             let later = std::mem::take(&mut state.pending);
             state.pending = records
                 .into_iter()

@@ -568,7 +568,8 @@ fn concurrent_first_writes_into_one_free_extent_keep_every_block() {
                     let back = read(&device, extent * EXTENT, 8 * BLOCK);
                     for (thread, bytes) in back.chunks(BLOCK as usize).enumerate() {
                         assert!(
-                            bytes.iter().all(|byte| *byte == 0) || bytes == block(thread as u64, extent),
+                            bytes.iter().all(|byte| *byte == 0)
+                                || bytes == block(thread as u64, extent),
                             "extent {extent} block {thread} read someone else's bytes"
                         );
                     }
@@ -604,4 +605,58 @@ fn concurrent_first_writes_into_one_free_extent_keep_every_block() {
             );
         }
     }
+}
+
+/// DST seed 175: a write allocated an extent (its `Allocate` waiting for
+/// the next flush), then a FUA write into that extent was acknowledged
+/// without making the allocation durable; the crash freed the extent and
+/// the FUA write read back as zeroes. A FUA write now commits any
+/// allocation of its extents still unjournaled.
+#[test]
+fn seed_175_a_fua_write_into_a_newly_allocated_extent_survives_a_crash() {
+    let disk = Arc::new(CrashDisk::new("hdd", 16 * MIB));
+    let clock = Arc::new(ManualClock::new(1));
+    let device = open(disk.clone(), &clock, true);
+    device.write_zeroes(3 * EXTENT + 512, 4096).unwrap();
+    device
+        .write_at_durable(3 * EXTENT + 8192, &[6u8; 4096])
+        .unwrap();
+    drop(device);
+    disk.crash_losing_everything_unflushed();
+    let device = open(disk, &clock, false);
+    assert_eq!(read(&device, 3 * EXTENT + 8192, 4096), vec![6u8; 4096]);
+}
+
+/// DST seed 711: a zeroing of part of a free extent failed (EIO), but left
+/// the extent allocated in memory with no `Allocate` to journal; the
+/// extent's next writes were flushed, and after a crash it was free again
+/// and they read as zeroes. A failed IO now leaves free space free.
+#[test]
+fn seed_711_a_failed_zeroing_of_free_space_loses_no_later_flushed_write() {
+    use crate::device::fault::{FaultConfig, FaultDevice};
+    let disk = Arc::new(CrashDisk::new("hdd", 16 * MIB));
+    let clock = Arc::new(ManualClock::new(1));
+    let faults = Arc::new(FaultDevice::new(
+        disk.clone(),
+        FaultConfig::default(),
+        1,
+        clock.clone(),
+    ));
+    let device = open(faults.clone(), &clock, true);
+    faults.set_config(FaultConfig {
+        write_error_probability: 1.0,
+        ..FaultConfig::default()
+    });
+    assert!(device.write_zeroes(5 * EXTENT + 512, 4096).is_err());
+    faults.set_config(FaultConfig::default());
+    assert_eq!(
+        device.allocation(5 * EXTENT, EXTENT).unwrap()[0].allocated,
+        false
+    );
+    device.write_at(5 * EXTENT + 8192, &[4u8; 4096]).unwrap();
+    device.flush().unwrap();
+    drop(device);
+    disk.crash_losing_everything_unflushed();
+    let device = open(disk, &clock, false);
+    assert_eq!(read(&device, 5 * EXTENT + 8192, 4096), vec![4u8; 4096]);
 }
