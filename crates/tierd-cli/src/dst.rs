@@ -90,7 +90,11 @@ pub fn run(args: DstArgs) -> Result<(), CliError> {
     let mut cache_seeds: BTreeMap<String, u64> = BTreeMap::new();
     // Seeds on reduced tiers by their reduction mode.
     let mut reduce_seeds: BTreeMap<String, u64> = BTreeMap::new();
+    let mut replica_seeds = 0u64;
     for (seed, config, report) in &reports {
+        if report.replicas {
+            replica_seeds += 1;
+        }
         if let Some(mode) = &report.cache_mode {
             *cache_seeds.entry(mode.clone()).or_insert(0) += 1;
         }
@@ -124,6 +128,7 @@ pub fn run(args: DstArgs) -> Result<(), CliError> {
             "cache_volumes_by_mode": cache_seeds,
             "reduced_seeds": reduce_seeds.values().sum::<u64>(),
             "reduced_seeds_by_mode": reduce_seeds,
+            "replicated_home_seeds": replica_seeds,
             "faults": faults,
             "failed_seeds": failures,
         });
@@ -151,7 +156,7 @@ pub fn run(args: DstArgs) -> Result<(), CliError> {
             .map(|(mode, count)| format!("{mode} {count}"))
             .collect();
         println!(
-            "seeds run {}, failures {}, operations {operations}, moves completed {moves}, cache volumes {} ({}), reduced tiers {} ({}), faults injected by kind: {}",
+            "seeds run {}, failures {}, operations {operations}, moves completed {moves}, cache volumes {} ({}), reduced tiers {} ({}), replicated homes {replica_seeds}, faults injected by kind: {}",
             reports.len(),
             failures.len(),
             cache_seeds.values().sum::<u64>(),

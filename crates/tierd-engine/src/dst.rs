@@ -212,6 +212,8 @@ pub struct DstReport {
     pub cache_mode: Option<String>,
     /// The reduction mode of a reduce seed's tiers (`None`: unreduced).
     pub reduce_mode: Option<String>,
+    /// Home carries replicas.
+    pub replicas: bool,
     /// Hash of the final placement and contents (same seed → same digest).
     pub digest: u64,
 }
@@ -733,6 +735,7 @@ impl Run {
                 seed: config.seed,
                 cache_mode: config.cache.as_ref().map(|cache| cache.mode.clone()),
                 reduce_mode: config.reduce.as_ref().map(|reduce| reduce.mode.clone()),
+                replicas: config.replicas.is_some(),
                 ..DstReport::default()
             },
             fault_config,
@@ -1698,12 +1701,18 @@ impl Run {
                         // the next flush and reported by the one that fails
                         // (a device with a write cache): a period's commit
                         // may fail on an injected EIO and the next one
-                        // succeeds. The sector checker still holds.
+                        // succeeds. So may a replicated home's flush, whose
+                        // journal append is a write. The sector checker
+                        // still holds.
                         Err(error)
-                            if self.config.reduce.is_some()
+                            if (self.config.reduce.is_some() || self.config.replicas.is_some())
                                 && error.to_string().contains("injected") =>
                         {
-                            self.count("reduce_tick_flush_errors");
+                            self.count(if self.config.reduce.is_some() {
+                                "reduce_tick_flush_errors"
+                            } else {
+                                "replica_tick_flush_errors"
+                            });
                         }
                         Err(error) => return Err(format!("tick: {error}")),
                     }
