@@ -217,7 +217,7 @@ pub(super) struct CacheGroup {
     /// 2: the user piece is done, fills are landing.
     phase: u8,
     /// Device IOs of the current phase still outstanding.
-    parts_left: u32,
+    pub(super) parts_left: u32,
     /// A split fill's whole-block home read is outstanding.
     fill_read_pending: bool,
     /// The user's bytes in this run.
@@ -421,6 +421,12 @@ impl<'run> Engine<'run> {
         offset_bytes: u64,
         length_bytes: u64,
     ) {
+        if tier == self.home
+            && op == Op::Read
+            && self.cache_user_home_read(group, offset_bytes, length_bytes)
+        {
+            return;
+        }
         self.cache_groups[group as usize].parts_left += 1;
         self.submit(
             tier,

@@ -15,6 +15,11 @@ impl<'run> Engine<'run> {
         if tier == self.home && io.op == Op::Write && io.id >> KIND_SHIFT != KIND_REPLICA_COPY {
             self.replica_write(&io);
         }
+        let io = if tier == self.home && io.op == Op::Read && self.replicas.is_some() {
+            self.route_cache_home_read(io)
+        } else {
+            io
+        };
         if is_user_io(io.id) {
             if self.user_outstanding[tier] == 0 {
                 self.user_busy_since_ns[tier] = self.now_ns;

@@ -373,12 +373,6 @@ pub fn run_with(
                     ),
                 ));
             }
-            if let Controller::Cache(_) = controller {
-                return Err(SimError::option(
-                    "replicas",
-                    "replicas route the home reads of the tiering strategies (none, otf-ast, atsmf); the block caches' home reads are not routed: run them with --replicas off or choose a tiering policy",
-                ));
-            }
         }
     }
     let mut engine = Engine::new(config, controller, devices, reader);

@@ -66,40 +66,17 @@ impl<'run> Engine<'run> {
     /// copy of each extent (one device IO per fragment; the piece completes
     /// when all have).
     pub(super) fn route_home_read(&mut self, piece_index: u32, device_offset: u64, bytes: u64) {
-        let now_ns = self.now_ns;
         let home = self.home;
-        let Some(driver) = self.replicas.as_deref_mut() else {
-            return;
+        let mut fragments = match self.replicas.as_deref_mut() {
+            Some(driver) => std::mem::take(&mut driver.fragments),
+            None => return,
         };
-        if driver
-            .last_read_ns
-            .is_none_or(|last| now_ns.saturating_sub(last) >= driver.session_gap_ns)
-        {
-            driver.sessions.push(0);
-        }
-        driver.last_read_ns = Some(now_ns);
-        let mut fragments = std::mem::take(&mut driver.fragments);
-        fragments.clear();
-        match driver.manager.as_mut() {
-            Some(manager) => {
-                manager.on_read(now_ns, device_offset, bytes);
-                let device = &self.devices[home];
-                manager.route_read(
-                    device_offset,
-                    bytes,
-                    |offset, length| {
-                        device
-                            .read_cost_ns(now_ns, offset, length)
-                            .unwrap_or(offset.abs_diff(device_offset) as f64)
-                    },
-                    &mut fragments,
-                );
-            }
-            None => fragments.push(Fragment {
+        if !self.replica_route(device_offset, bytes, true, &mut fragments) {
+            fragments.push(Fragment {
                 device_offset,
                 length_bytes: bytes,
                 replica: false,
-            }),
+            });
         }
         self.pieces.get_mut(piece_index).parts_left = fragments.len() as u8;
         for fragment in &fragments {
@@ -117,6 +94,129 @@ impl<'run> Engine<'run> {
         if let Some(driver) = self.replicas.as_deref_mut() {
             driver.fragments = fragments;
         }
+    }
+
+    /// A read of home at `now`: a new session after the gap, reported to
+    /// the manager, and with `route` its fragments (cheapest current copy
+    /// per extent) in `out`. False without a manager (`--replicas off`):
+    /// `out` is left empty and the caller reads the primary.
+    fn replica_route(
+        &mut self,
+        offset_bytes: u64,
+        length_bytes: u64,
+        route: bool,
+        out: &mut Vec<Fragment>,
+    ) -> bool {
+        out.clear();
+        let now_ns = self.now_ns;
+        let home = self.home;
+        let Some(driver) = self.replicas.as_deref_mut() else {
+            return false;
+        };
+        if driver
+            .last_read_ns
+            .is_none_or(|last| now_ns.saturating_sub(last) >= driver.session_gap_ns)
+        {
+            driver.sessions.push(0);
+        }
+        driver.last_read_ns = Some(now_ns);
+        let Some(manager) = driver.manager.as_mut() else {
+            return false;
+        };
+        manager.on_read(now_ns, offset_bytes, length_bytes);
+        if !route {
+            return false;
+        }
+        let device = &self.devices[home];
+        manager.route_read(
+            offset_bytes,
+            length_bytes,
+            |at, length| {
+                device
+                    .read_cost_ns(now_ns, at, length)
+                    .unwrap_or(at.abs_diff(offset_bytes) as f64)
+            },
+            out,
+        );
+        true
+    }
+
+    /// A block cache's read of home that is not the user's own (a fill, a
+    /// promotion's copy-in): reported for detection, and routed to a
+    /// cheaper current copy when it lies within one extent (a cache block
+    /// does, at the default sizes); across extents it reads the primary
+    /// (one IO, one completion, as the fill expects). The cache's own user
+    /// reads of home are split per fragment in `cache_user_io`.
+    pub(super) fn route_cache_home_read(&mut self, io: DeviceIo) -> DeviceIo {
+        if !matches!(
+            io.id >> KIND_SHIFT,
+            KIND_CACHE_FILL | KIND_CACHE_FILL_READ | KIND_CACHE_LOAD_READ
+        ) {
+            return io;
+        }
+        let single = self
+            .replicas
+            .as_deref()
+            .and_then(|driver| driver.manager.as_ref())
+            .is_some_and(|manager| {
+                let extent = manager.config().extent_bytes;
+                io.length_bytes > 0
+                    && io.offset_bytes / extent == (io.offset_bytes + io.length_bytes - 1) / extent
+            });
+        let mut fragments = self
+            .replicas
+            .as_deref_mut()
+            .map(|driver| std::mem::take(&mut driver.fragments))
+            .unwrap_or_default();
+        let routed = self.replica_route(io.offset_bytes, io.length_bytes, single, &mut fragments);
+        let io = match (routed, fragments.as_slice()) {
+            (true, [only]) => DeviceIo {
+                offset_bytes: only.device_offset,
+                ..io
+            },
+            _ => io,
+        };
+        if let Some(driver) = self.replicas.as_deref_mut() {
+            driver.fragments = fragments;
+        }
+        io
+    }
+
+    /// A block cache's user read of home (`group`'s part): one IO per
+    /// fragment, each a part of the group.
+    pub(super) fn cache_user_home_read(
+        &mut self,
+        group: u32,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> bool {
+        let mut fragments = match self.replicas.as_deref_mut() {
+            Some(driver) => std::mem::take(&mut driver.fragments),
+            None => return false,
+        };
+        if !self.replica_route(offset_bytes, length_bytes, true, &mut fragments) {
+            if let Some(driver) = self.replicas.as_deref_mut() {
+                driver.fragments = fragments;
+            }
+            return false;
+        }
+        self.cache_groups[group as usize].parts_left += fragments.len() as u32;
+        for fragment in &fragments {
+            self.submit(
+                self.home,
+                DeviceIo {
+                    id: (KIND_CACHE_USER << KIND_SHIFT) | u64::from(group),
+                    op: Op::Read,
+                    offset_bytes: fragment.device_offset,
+                    length_bytes: fragment.length_bytes,
+                    background: false,
+                },
+            );
+        }
+        if let Some(driver) = self.replicas.as_deref_mut() {
+            driver.fragments = fragments;
+        }
+        true
     }
 
     /// A write is about to be issued to home (not a copy's own): replicas
@@ -139,7 +239,9 @@ impl<'run> Engine<'run> {
             return;
         };
         let kind = completion.id >> KIND_SHIFT;
-        if completion.op == Op::Read && is_user_io(completion.id) {
+        // A block cache's fill of a miss is a user read of the disk too.
+        let fill = matches!(kind, KIND_CACHE_FILL | KIND_CACHE_FILL_READ);
+        if completion.op == Op::Read && (is_user_io(completion.id) || fill) {
             let service = u128::from(completion.service_ns());
             driver.disk_access_ns += service;
             if let Some(last) = driver.sessions.last_mut() {
