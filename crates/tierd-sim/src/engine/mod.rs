@@ -362,17 +362,15 @@ pub fn run_with(
     }
     if let Some(run) = &config.replicas {
         let home = &config.stack.tiers[tiers - 1];
-        if run.config.is_some() {
-            if !home.device.is_rotational() {
-                return Err(SimError::option(
-                    "replicas",
-                    format!(
-                        "replicas live in free space on an HDD home tier; {}'s home is {}",
-                        config.stack.name,
-                        home.device.name()
-                    ),
-                ));
-            }
+        if run.config.is_some() && !home.device.is_rotational() {
+            return Err(SimError::option(
+                "replicas",
+                format!(
+                    "replicas live in free space on an HDD home tier; {}'s home is {}",
+                    config.stack.name,
+                    home.device.name()
+                ),
+            ));
         }
     }
     let mut engine = Engine::new(config, controller, devices, reader);
