@@ -16,6 +16,7 @@ pub mod crash;
 pub mod fault;
 pub mod file;
 pub mod io_engine;
+pub mod journal_batch;
 pub mod latency;
 pub mod memory;
 pub mod reduce;

@@ -30,6 +30,7 @@
 //! Every multi-byte integer is little-endian.
 
 use super::codec::Fingerprint;
+use crate::device::journal_batch;
 
 pub const META_ALIGN_BYTES: u64 = 4096;
 const SUPERBLOCK_MAGIC: &[u8; 8] = b"TIERDRS1";
@@ -38,7 +39,7 @@ const BATCH_MAGIC: &[u8; 8] = b"TIERDRJ1";
 const FORMAT_VERSION: u32 = 1;
 pub const SUPERBLOCK_BYTES: u64 = 4096;
 pub const CHECKPOINT_HEADER_BYTES: u64 = 32;
-pub const BATCH_HEADER_BYTES: u64 = 32;
+pub const BATCH_HEADER_BYTES: u64 = journal_batch::HEADER_BYTES;
 pub const RECORD_BYTES: u64 = 32;
 
 /// The geometry of a reduced tier: fixed at format time.
@@ -472,56 +473,26 @@ impl Record {
 
 /// Bytes a batch of `records` takes in the ring (4 KiB-aligned).
 pub fn batch_bytes(records: usize) -> u64 {
-    round_up(
-        BATCH_HEADER_BYTES + records as u64 * RECORD_BYTES,
-        META_ALIGN_BYTES,
-    )
+    journal_batch::batch_bytes(records, RECORD_BYTES)
 }
 
 pub fn encode_batch(sequence: u64, records: &[Record]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(batch_bytes(records.len()) as usize);
-    out.extend_from_slice(BATCH_MAGIC);
-    out.extend_from_slice(&sequence.to_le_bytes());
-    out.extend_from_slice(&(records.len() as u64).to_le_bytes());
-    out.extend_from_slice(&0u64.to_le_bytes()); // CRC (u32) + padding
+    let mut encoded = Vec::with_capacity(records.len() * RECORD_BYTES as usize);
     for record in records {
-        record.encode_into(&mut out);
+        record.encode_into(&mut encoded);
     }
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&out[..24]);
-    hasher.update(&out[32..]);
-    let crc = hasher.finalize();
-    out[24..28].copy_from_slice(&crc.to_le_bytes());
-    out.resize(batch_bytes(records.len()) as usize, 0);
-    out
+    journal_batch::encode(BATCH_MAGIC, sequence, records.len(), RECORD_BYTES, &encoded)
 }
 
 /// A batch header's sequence and record count, if it is one.
 pub fn batch_header(bytes: &[u8]) -> Option<(u64, u64)> {
-    if bytes.len() < BATCH_HEADER_BYTES as usize || &bytes[..8] != BATCH_MAGIC {
-        return None;
-    }
-    let sequence = u64::from_le_bytes(bytes[8..16].try_into().ok()?);
-    let count = u64::from_le_bytes(bytes[16..24].try_into().ok()?);
-    Some((sequence, count))
+    journal_batch::header(bytes, BATCH_MAGIC)
 }
 
 /// Decodes a whole batch (header included); `None` when its CRC fails or
 /// a record is unknown.
 pub fn decode_batch(bytes: &[u8]) -> Option<Vec<Record>> {
-    let (_, count) = batch_header(bytes)?;
-    let end =
-        usize::try_from(BATCH_HEADER_BYTES.checked_add(count.checked_mul(RECORD_BYTES)?)?).ok()?;
-    if bytes.len() < end {
-        return None;
-    }
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&bytes[..24]);
-    hasher.update(&bytes[32..end]);
-    if hasher.finalize() != u32::from_le_bytes(bytes[24..28].try_into().ok()?) {
-        return None;
-    }
-    bytes[32..end]
+    journal_batch::records(bytes, BATCH_MAGIC, RECORD_BYTES)?
         .chunks_exact(RECORD_BYTES as usize)
         .map(Record::decode)
         .collect()

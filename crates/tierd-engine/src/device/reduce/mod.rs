@@ -257,11 +257,11 @@ impl ReducedDevice {
         inner
             .read_at(layout::superblock_offset(device_bytes, 1), &mut b)
             .map_err(read_error)?;
-        let superblock = match (Superblock::decode(&a), Superblock::decode(&b)) {
-            (Some(a), Some(b)) => Some(if a.sequence >= b.sequence { a } else { b }),
-            (Some(one), None) | (None, Some(one)) => Some(one),
-            (None, None) => None,
-        };
+        let superblock = crate::device::journal_batch::newer(
+            Superblock::decode(&a),
+            Superblock::decode(&b),
+            |superblock| superblock.sequence,
+        );
         let superblock = match superblock {
             Some(superblock) => superblock,
             None if Superblock::has_magic(&a) || Superblock::has_magic(&b) => {

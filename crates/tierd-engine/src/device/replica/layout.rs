@@ -26,14 +26,16 @@
 //!
 //! Every multi-byte integer is little-endian.
 
-pub const META_ALIGN_BYTES: u64 = 4096;
+use crate::device::journal_batch;
+
+pub const META_ALIGN_BYTES: u64 = journal_batch::ALIGN_BYTES;
 const SUPERBLOCK_MAGIC: &[u8; 8] = b"TIERDPS1";
 const CHECKPOINT_MAGIC: &[u8; 8] = b"TIERDPC1";
 const BATCH_MAGIC: &[u8; 8] = b"TIERDPJ1";
 const FORMAT_VERSION: u32 = 1;
 pub const SUPERBLOCK_BYTES: u64 = 4096;
 pub const CHECKPOINT_HEADER_BYTES: u64 = 40;
-pub const BATCH_HEADER_BYTES: u64 = 32;
+pub const BATCH_HEADER_BYTES: u64 = journal_batch::HEADER_BYTES;
 pub const RECORD_BYTES: u64 = 16;
 
 fn round_up(value: u64, to: u64) -> u64 {
@@ -342,53 +344,33 @@ impl Record {
 
 /// Bytes a batch of `records` takes in the ring.
 pub fn batch_bytes(records: usize) -> u64 {
-    round_up(
-        BATCH_HEADER_BYTES + records as u64 * RECORD_BYTES,
-        META_ALIGN_BYTES,
-    )
+    journal_batch::batch_bytes(records, RECORD_BYTES)
 }
 
 pub fn encode_batch(sequence: u64, records: &[Record]) -> Vec<u8> {
-    let mut out = vec![0u8; batch_bytes(records.len()) as usize];
-    out[0..8].copy_from_slice(BATCH_MAGIC);
-    out[8..16].copy_from_slice(&sequence.to_le_bytes());
-    out[16..24].copy_from_slice(&(records.len() as u64).to_le_bytes());
-    let header = BATCH_HEADER_BYTES as usize;
-    for (index, record) in records.iter().enumerate() {
-        let at = header + index * RECORD_BYTES as usize;
-        record.encode(&mut out[at..at + RECORD_BYTES as usize]);
+    let mut encoded = vec![0u8; records.len() * RECORD_BYTES as usize];
+    for (record, out) in records
+        .iter()
+        .zip(encoded.chunks_exact_mut(RECORD_BYTES as usize))
+    {
+        record.encode(out);
     }
-    let end = header + records.len() * RECORD_BYTES as usize;
-    let crc = crc32fast::hash(&[&out[0..24], &out[header..end]].concat());
-    out[24..28].copy_from_slice(&crc.to_le_bytes());
-    out
+    journal_batch::encode(BATCH_MAGIC, sequence, records.len(), RECORD_BYTES, &encoded)
 }
 
 /// A batch's record count from its first 32 bytes, if it is the batch
 /// `sequence` (magic and sequence; the CRC is checked on the whole batch).
 pub fn batch_header(bytes: &[u8], sequence: u64) -> Option<u64> {
-    (bytes.len() >= BATCH_HEADER_BYTES as usize
-        && &bytes[0..8] == BATCH_MAGIC
-        && get_u64(bytes, 8) == sequence)
-        .then(|| get_u64(bytes, 16))
+    journal_batch::header(bytes, BATCH_MAGIC)
+        .filter(|(found, _)| *found == sequence)
+        .map(|(_, count)| count)
 }
 
 /// The records of a whole batch, `None` if its CRC or a record is bad.
 pub fn decode_batch(bytes: &[u8]) -> Option<Vec<Record>> {
-    let count = get_u64(bytes, 16) as usize;
-    let header = BATCH_HEADER_BYTES as usize;
-    let end = header.checked_add(count.checked_mul(RECORD_BYTES as usize)?)?;
-    if bytes.len() < end {
-        return None;
-    }
-    if get_u32(bytes, 24) != crc32fast::hash(&[&bytes[0..24], &bytes[header..end]].concat()) {
-        return None;
-    }
-    (0..count)
-        .map(|index| {
-            let at = header + index * RECORD_BYTES as usize;
-            Record::decode(&bytes[at..at + RECORD_BYTES as usize])
-        })
+    journal_batch::records(bytes, BATCH_MAGIC, RECORD_BYTES)?
+        .chunks_exact(RECORD_BYTES as usize)
+        .map(Record::decode)
         .collect()
 }
 

@@ -270,11 +270,11 @@ impl ReplicaDevice {
         inner
             .read_at(layout::superblock_offset(device_bytes, 1), &mut b)
             .map_err(|error| meta_error(&name, "reading superblock B", error))?;
-        let superblock = match (Superblock::decode(&a), Superblock::decode(&b)) {
-            (Some(a), Some(b)) => Some(if a.sequence >= b.sequence { a } else { b }),
-            (Some(one), None) | (None, Some(one)) => Some(one),
-            (None, None) => None,
-        };
+        let superblock = super::journal_batch::newer(
+            Superblock::decode(&a),
+            Superblock::decode(&b),
+            |superblock| superblock.sequence,
+        );
         let superblock = match superblock {
             Some(superblock) => superblock,
             None if Superblock::has_magic(&a) || Superblock::has_magic(&b) => {

@@ -1,0 +1,80 @@
+//! The framing of a journal batch in a metadata ring on a tier's own
+//! device, shared by the reduced tier (`reduce/layout.rs`) and the
+//! replicated tier (`replica/layout.rs`): each batch starts at a 4 KiB-
+//! aligned position and is
+//!
+//! ```text
+//! magic (8) | sequence (u64) | record count (u64) | CRC-32 (u32) | 0 (u32) | records … | zero padding to 4 KiB
+//! ```
+//!
+//! with the CRC over the first 24 bytes and the records. Replay stops at the
+//! first batch whose magic, sequence or CRC is not the expected one (a torn
+//! append, or a batch of an earlier lap of the ring). Little-endian.
+
+pub const ALIGN_BYTES: u64 = 4096;
+pub const HEADER_BYTES: u64 = 32;
+
+/// Bytes a batch of `count` records of `record_bytes` takes in the ring.
+pub fn batch_bytes(count: usize, record_bytes: u64) -> u64 {
+    (HEADER_BYTES + count as u64 * record_bytes).div_ceil(ALIGN_BYTES) * ALIGN_BYTES
+}
+
+/// A batch of `count` records whose encodings `records` holds back to back.
+pub fn encode(
+    magic: &[u8; 8],
+    sequence: u64,
+    count: usize,
+    record_bytes: u64,
+    records: &[u8],
+) -> Vec<u8> {
+    debug_assert_eq!(records.len() as u64, count as u64 * record_bytes);
+    let mut out = Vec::with_capacity(batch_bytes(count, record_bytes) as usize);
+    out.extend_from_slice(magic);
+    out.extend_from_slice(&sequence.to_le_bytes());
+    out.extend_from_slice(&(count as u64).to_le_bytes());
+    out.extend_from_slice(&0u64.to_le_bytes());
+    out.extend_from_slice(records);
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&out[..24]);
+    hasher.update(&out[HEADER_BYTES as usize..]);
+    let crc = hasher.finalize();
+    out[24..28].copy_from_slice(&crc.to_le_bytes());
+    out.resize(batch_bytes(count, record_bytes) as usize, 0);
+    out
+}
+
+/// A batch header's sequence and record count, if `bytes` starts with one.
+pub fn header(bytes: &[u8], magic: &[u8; 8]) -> Option<(u64, u64)> {
+    if bytes.len() < HEADER_BYTES as usize || &bytes[..8] != magic {
+        return None;
+    }
+    let sequence = u64::from_le_bytes(bytes[8..16].try_into().ok()?);
+    let count = u64::from_le_bytes(bytes[16..24].try_into().ok()?);
+    Some((sequence, count))
+}
+
+/// The records of a whole batch (header included), `None` when the magic
+/// or the CRC is wrong or it is shorter than its count says.
+pub fn records<'a>(bytes: &'a [u8], magic: &[u8; 8], record_bytes: u64) -> Option<&'a [u8]> {
+    let (_, count) = header(bytes, magic)?;
+    let end = usize::try_from(HEADER_BYTES.checked_add(count.checked_mul(record_bytes)?)?).ok()?;
+    if bytes.len() < end {
+        return None;
+    }
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&bytes[..24]);
+    hasher.update(&bytes[HEADER_BYTES as usize..end]);
+    if hasher.finalize() != u32::from_le_bytes(bytes[24..28].try_into().ok()?) {
+        return None;
+    }
+    Some(&bytes[HEADER_BYTES as usize..end])
+}
+
+/// Of two superblock copies (A and B, written alternately), the valid one
+/// with the higher sequence: a torn write of one leaves the other.
+pub fn newer<T>(a: Option<T>, b: Option<T>, sequence: impl Fn(&T) -> u64) -> Option<T> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if sequence(&a) >= sequence(&b) { a } else { b }),
+        (one, None) | (None, one) => one,
+    }
+}
