@@ -74,6 +74,12 @@ pub struct ReplayArgs {
     /// (kept so scripts that pass it keep working).
     #[arg(long)]
     verify_size: bool,
+    /// Before the replay, write every byte range the window reads (merged,
+    /// in the writes' pattern) and FLUSH, untimed: a fresh export then
+    /// holds data wherever the trace reads (a replicated or reduced tier
+    /// reads never-written space as zeroes without any device IO).
+    #[arg(long)]
+    prefill: bool,
 }
 
 fn duration_ns(text: &str) -> Result<u64, String> {
@@ -157,6 +163,17 @@ fn options(args: &ReplayArgs) -> Result<ReplayOptions, CliError> {
     })
 }
 
+/// What `--prefill` did, for stderr and the report's notes.
+fn prefill_note(prefilled: &tierd_load::Prefilled) -> String {
+    format!(
+        "prefilled {} in {} ranges the trace reads ({} writes, then a FLUSH) in {:.2} s, before the replay (not in its figures)",
+        tierd_common::units::Bytes(prefilled.bytes),
+        prefilled.ranges,
+        prefilled.writes,
+        prefilled.wall_ns as f64 / 1e9
+    )
+}
+
 pub fn run(args: ReplayArgs) -> Result<(), CliError> {
     let options = options(&args)?;
     // Parses the whole trace before connecting: a bad line stops here.
@@ -168,16 +185,29 @@ pub fn run(args: ReplayArgs) -> Result<(), CliError> {
             crate::sim::untimed_warning(&trace_name, Some(plan.scan.requests), "tierd replay")
         );
     }
-    let connected = plan.connect().map_err(cli_error)?;
+    let mut connected = plan.connect().map_err(cli_error)?;
+    let prefilled = if args.prefill {
+        let prefilled = plan
+            .prefill(&mut connected, &SystemClock::new())
+            .map_err(cli_error)?;
+        eprintln!("tierd replay: {}", prefill_note(&prefilled));
+        Some(prefilled)
+    } else {
+        None
+    };
     eprintln!("tierd replay: {}", plan.summary(&connected));
     let progress = ReplayProgress(ProgressLine::new(
         "tierd replay",
         "replayed",
         Some(plan.scan.requests),
     ));
-    let outcome = plan
+    let mut outcome = plan
         .run(connected, &SystemClock::new(), &progress)
         .map_err(cli_error)?;
+    if let Some(prefilled) = prefilled {
+        outcome.report.notes.push(prefill_note(&prefilled));
+        outcome.report.prefill = Some(prefilled);
+    }
     let live = &outcome.report;
     eprintln!(
         "tierd replay: {} requests completed in {:.2} s wall",

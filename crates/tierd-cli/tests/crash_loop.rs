@@ -9,6 +9,12 @@
 //!   reduced tier (compression + dedup, issue 15) in `inline`, `post` and
 //!   `auto` mode: flushed writes read back after every kill -9, and blocks
 //!   staged for post-process reduction are reduced after the restart.
+//! - `kill_9_loop_on_a_replicated_home_keeps_flushed_writes`: the same loop
+//!   on a home tier with replicas in its free space (issue 17), a reader
+//!   repeating a group of far-apart extents beside the writer, so copies
+//!   are made, read from and dropped by writes between the kills; every
+//!   block the reader sees is checked against the writer's acknowledgements
+//!   while the server runs, and after each restart as usual.
 //! - `lost_fast_tier_*`: the fault drill (`tierd fault --gone`) takes a
 //!   non-volatile fast tier away while serving.
 //! - `missing_fast_tier_file_*`: the fast tier's file is deleted while
@@ -149,6 +155,40 @@ tiers = ["flash"]
 period = "200ms"
 "#
     )
+}
+
+/// Bytes of the replicated home's extents (its `replicas.extent`).
+const REPLICA_EXTENT_BYTES: u64 = 64 << 10;
+const VOLUME_EXTENTS: u64 = VOLUME_BYTES / REPLICA_EXTENT_BYTES;
+
+/// A volume of one file tier `disk` with replicas (docs/replicas.md) set to
+/// make copies soon and often: the 96 MiB tier under the 64 MiB volume
+/// always has its last ~32 MiB free (the writer soon writes all of the
+/// volume), members 8 MiB from their group's centre are far, a read
+/// session ends after 20 ms of quiet and places its group at once
+/// (`min_recurrences = 1`), copies run whenever the copier looks
+/// (`idle = "0ms"`), and recurring sequences are laid out contiguously
+/// too. No disk model: reads route by the distance from the last read
+/// (the head estimate of a disk without one), and the loop runs at file
+/// speed.
+fn replicated_config() -> String {
+    r#"data_dir = "data"
+
+[[tier]]
+name = "disk"
+backend = "file"
+path = "disk.img"
+size = "96MiB"
+replicas = { max_share = "50%", max_copies = 4, contiguous_sequences = true, extent = "64KiB", far = "8MiB", session_gap = "20ms", min_recurrences = 1, idle = "0ms" }
+
+[[volume]]
+name = "vol0"
+size = "64MiB"
+segment = "1MiB"
+tiers = ["disk"]
+period = "200ms"
+"#
+    .to_string()
 }
 
 /// A non-volatile file fast tier `ssd` (with the fault wrapper when
@@ -376,6 +416,9 @@ struct WriteModel {
     flushes_done: u64,
     /// An error a request got while the server was alive (a real failure).
     request_error: Option<String>,
+    /// Where a concurrent reader sees the writer's progress (replicated
+    /// loop).
+    published: Option<Arc<Published>>,
 }
 
 impl WriteModel {
@@ -387,6 +430,27 @@ impl WriteModel {
             writes_acked: 0,
             flushes_done: 0,
             request_error: None,
+            published: None,
+        }
+    }
+}
+
+/// Per block, the newest stamp the writer sent (stored before the write is
+/// submitted) and the newest acknowledged (stored once its reply arrived),
+/// for a reader on another connection: a read issued after `acked` was
+/// loaded returns that stamp or a newer one; exactly that stamp when
+/// `sent`, loaded after the read's reply, is still the same (no write to
+/// the block was in flight meanwhile).
+struct Published {
+    sent: Vec<AtomicU64>,
+    acked: Vec<AtomicU64>,
+}
+
+impl Published {
+    fn new(baseline: &[u64]) -> Published {
+        Published {
+            sent: baseline.iter().map(|seq| AtomicU64::new(*seq)).collect(),
+            acked: baseline.iter().map(|seq| AtomicU64::new(*seq)).collect(),
         }
     }
 }
@@ -445,6 +509,9 @@ fn run_writer(uri: &str, model: &mut WriteModel, rng: &mut SeededRng, next_seq: 
                 );
                 busy[block as usize] = true;
                 model.sent[block as usize].push(seq);
+                if let Some(published) = &model.published {
+                    published.sent[block as usize].store(seq, Ordering::SeqCst);
+                }
                 seqs.push(seq);
             }
             let Ok(cookie) = client.sender().submit_write(
@@ -477,6 +544,9 @@ fn run_writer(uri: &str, model: &mut WriteModel, rng: &mut SeededRng, next_seq: 
                     let block = first + index as u32;
                     busy[block as usize] = false;
                     model.acked[block as usize] = seq;
+                    if let Some(published) = &model.published {
+                        published.acked[block as usize].store(seq, Ordering::SeqCst);
+                    }
                     acked_log.push((block, seq));
                 }
                 model.writes_acked += 1;
@@ -507,7 +577,8 @@ struct MoverOutcome {
     busy_at_last_status: bool,
     moves_requested: u64,
     /// Cache volumes: the `cache` object of the last status answered;
-    /// reduced tiers: the tier's `reduction` object.
+    /// reduced tiers: the tier's `reduction` object; replicated tiers: its
+    /// `replicas` object.
     cache: Option<Value>,
     /// Cache volumes: `tierd cache --mode` switches the server accepted.
     mode_switches: u64,
@@ -660,9 +731,11 @@ fn run_cache_driver(admin_path: &Path, rng: &mut SeededRng) -> MoverOutcome {
     }
 }
 
-/// For a reduced tier (nothing moves): polls status every 2–20 ms, keeping
-/// the tier's `reduction` object, until the server stops answering.
-fn run_reduce_driver(admin_path: &Path, rng: &mut SeededRng) -> MoverOutcome {
+/// For a volume of one tier whose figures matter (nothing moves): polls
+/// status every 2–20 ms, keeping the tier's `key` object (`reduction` of a
+/// reduced tier, `replicas` of a replicated one), until the server stops
+/// answering.
+fn run_tier_driver(admin_path: &Path, key: &str, rng: &mut SeededRng) -> MoverOutcome {
     let mut outcome = MoverOutcome::default();
     loop {
         let Some(reply) = admin(admin_path, &json!({"cmd": "status"})) else {
@@ -673,8 +746,151 @@ fn run_reduce_driver(admin_path: &Path, rng: &mut SeededRng) -> MoverOutcome {
             return outcome;
         };
         outcome.placement = Some(placement.to_string());
-        outcome.cache = Some(status["tiers"][0]["reduction"].clone());
+        outcome.cache = Some(status["tiers"][0][key].clone());
         sleep_ms(rng.range(2, 21));
+    }
+}
+
+// ---------------------------------------------------------------- reader
+
+/// What the group reader did until the kill.
+#[derive(Default)]
+struct ReadOutcome {
+    sessions: u64,
+    extents_read: u64,
+    /// Blocks whose stamp was checked exactly (no write to them in flight
+    /// during the read) and at least as new as the acknowledged one.
+    blocks_exact: u64,
+    blocks_newer_or_torn: u64,
+    /// A wrong block or a failed request while the server was alive.
+    error: Option<String>,
+}
+
+/// What an extent read (`first`) and reads now hold, block by block: for
+/// a failure message.
+fn describe_extent(client: &mut Client, extent: u64, first: &[u8]) -> String {
+    let blocks_per_extent = REPLICA_EXTENT_BYTES / BLOCK_BYTES as u64;
+    let mut scratch = vec![0u8; BLOCK_BYTES];
+    let mut describe = |data: &[u8]| -> Vec<String> {
+        data.chunks_exact(BLOCK_BYTES)
+            .enumerate()
+            .map(|(index, data)| {
+                let block = (extent * blocks_per_extent) as u32 + index as u32;
+                match decode_block(block, data, &mut scratch) {
+                    Ok(seq) => format!("{seq}"),
+                    Err(error) => error,
+                }
+            })
+            .collect()
+    };
+    let mut text = format!("  the extent's blocks as read: {:?}", describe(first));
+    let mut again = vec![0u8; REPLICA_EXTENT_BYTES as usize];
+    match client.read(extent * REPLICA_EXTENT_BYTES, &mut again) {
+        Ok(()) => text.push_str(&format!("\n  read again: {:?}", describe(&again))),
+        Err(error) => text.push_str(&format!("\n  read again: {error}")),
+    }
+    text
+}
+
+/// The read group of this iteration: six neighbouring extents in the last
+/// 8 MiB of the volume (an application's files) and three far members in
+/// its first half (shared libraries), interleaved as an application start
+/// reads them. The group's centre is among the six, far members are
+/// 24 MiB or more from it, and the nearest free space is the tier's end
+/// beyond the volume, a few MiB away: copies go there and reads prefer
+/// them.
+fn read_group(rng: &mut SeededRng) -> Vec<u64> {
+    let first = VOLUME_EXTENTS - 128 + rng.below(128 - 6);
+    let cluster: Vec<u64> = (first..first + 6).collect();
+    let mut far: Vec<u64> = Vec::new();
+    while far.len() < 3 {
+        let extent = rng.below(VOLUME_EXTENTS / 2);
+        if !far.contains(&extent) {
+            far.push(extent);
+        }
+    }
+    vec![
+        cluster[0], cluster[1], far[0], cluster[2], cluster[3], far[1], cluster[4], cluster[5],
+        far[2],
+    ]
+}
+
+/// Reads `group` (64 KiB extents) in order over and over — a session — with
+/// 40–80 ms of quiet after each (longer than the 20 ms session gap), one
+/// session in two with an extra extent of the volume's first half at a
+/// random place (so the group's members change and it is placed again,
+/// replacing copies writes dropped). Checks every block against
+/// `published` (see [`Published`]): exactly the acknowledged stamp when no
+/// write to it was in flight, else that stamp or a newer one (or a torn
+/// block: a read racing an overlapping write may see part of it). Stops at
+/// the kill.
+fn run_group_reader(
+    uri: &str,
+    group: &[u64],
+    published: &Published,
+    rng: &mut SeededRng,
+) -> ReadOutcome {
+    let mut outcome = ReadOutcome::default();
+    let Ok(mut client) = Client::connect_uri(uri) else {
+        return outcome;
+    };
+    let blocks_per_extent = (REPLICA_EXTENT_BYTES / BLOCK_BYTES as u64) as usize;
+    let mut buffer = vec![0u8; REPLICA_EXTENT_BYTES as usize];
+    let mut scratch = vec![0u8; BLOCK_BYTES];
+    let mut acked_before = vec![0u64; blocks_per_extent];
+    loop {
+        let mut session = group.to_vec();
+        if rng.chance(0.5) {
+            let at = rng.below(session.len() as u64 + 1) as usize;
+            session.insert(at, rng.below(VOLUME_EXTENTS / 2));
+        }
+        for extent in session {
+            let first_block = (extent * blocks_per_extent as u64) as usize;
+            for (index, before) in acked_before.iter_mut().enumerate() {
+                *before = published.acked[first_block + index].load(Ordering::SeqCst);
+            }
+            match client.read(extent * REPLICA_EXTENT_BYTES, &mut buffer) {
+                Ok(()) => {}
+                Err(error @ ClientError::Request { .. }) => {
+                    outcome.error = Some(format!("read of extent {extent}: {error}"));
+                    return outcome;
+                }
+                // The kill.
+                Err(_) => return outcome,
+            }
+            outcome.extents_read += 1;
+            for (index, data) in buffer.chunks_exact(BLOCK_BYTES).enumerate() {
+                let block = (first_block + index) as u32;
+                let before = acked_before[index];
+                let sent_after = published.sent[block as usize].load(Ordering::SeqCst);
+                let decoded = decode_block(block, data, &mut scratch);
+                if sent_after == before {
+                    // Nothing sent to it since the acknowledged write.
+                    match decoded {
+                        Ok(got) if got == before => outcome.blocks_exact += 1,
+                        other => {
+                            outcome.error = Some(format!(
+                                "block {block} (extent {extent}) read {other:?}; its last write, stamp {before}, was acknowledged before the read and none was in flight\n{}",
+                                describe_extent(&mut client, extent, &buffer)
+                            ));
+                            return outcome;
+                        }
+                    }
+                } else {
+                    match decoded {
+                        Ok(got) if got < before => {
+                            outcome.error = Some(format!(
+                                "block {block} (extent {extent}) read stamp {got}, older than stamp {before} acknowledged before the read (stale)"
+                            ));
+                            return outcome;
+                        }
+                        _ => outcome.blocks_newer_or_torn += 1,
+                    }
+                }
+            }
+        }
+        outcome.sessions += 1;
+        sleep_ms(rng.range(40, 81));
     }
 }
 
@@ -717,6 +933,17 @@ struct Totals {
     staged_bytes_at_restarts: u64,
     /// Reduced tiers: the last status's figures before each kill, summed.
     reduction_at_kills: BTreeMap<&'static str, u64>,
+    /// Replicated tiers: the last status's replica counters before each
+    /// kill, summed (each process counts from its start).
+    replicas_at_kills: BTreeMap<&'static str, u64>,
+    /// Replicated tiers: restarts that found current copies, and how many.
+    restarts_with_copies: u64,
+    copies_at_restarts: u64,
+    /// Replicated tiers: what the group reader did.
+    reader_sessions: u64,
+    reader_extents: u64,
+    reader_blocks_exact: u64,
+    reader_blocks_racing: u64,
 }
 
 /// What the loop runs against.
@@ -728,7 +955,25 @@ enum Stack {
     Cache,
     /// `reduced_config`: one reduced tier; nothing moves.
     Reduced,
+    /// `replicated_config`: one tier with replicas; a reader repeats a
+    /// group of far-apart extents beside the writer.
+    Replicated,
 }
+
+/// The replica counters the loop sums and reports.
+const REPLICA_COUNTERS: [&str; 11] = [
+    "sessions",
+    "placements",
+    "layouts",
+    "copies_made",
+    "copies_cancelled",
+    "dropped_by_writes",
+    "dropped_by_reclaim",
+    "reads_from_replicas",
+    "bytes_from_replicas",
+    "refused_for_space",
+    "checkpoints",
+];
 
 /// The cache counters the loop sums and reports.
 const CACHE_COUNTERS: [&str; 9] = [
@@ -823,6 +1068,45 @@ fn kill_9_loop_on_an_smr_home_keeps_flushed_writes() {
     // crash test land crashes mid-band deterministically.
 }
 
+/// The loop on a home tier with replicas (`replicated_config`): a reader
+/// repeats a group of far-apart extents while the writer stamps blocks all
+/// over the volume, so copies are made (and laid out), reads are served
+/// from them and writes drop them, up to each kill -9. Every block the
+/// reader sees is checked while the server runs (never older than what was
+/// acknowledged before the read; exactly it when no write raced the read),
+/// and after each restart every flushed write reads back as in the other
+/// loops; an acknowledged write that did not survive must have taken its
+/// whole extent with it (free at the last FLUSH: zeroes).
+#[test]
+fn kill_9_loop_on_a_replicated_home_keeps_flushed_writes() {
+    let seed = env_number("TIERD_SEED", 0x00EE_C0DE);
+    let iterations = env_number("TIERD_CRASH_ITERATIONS", 12);
+    let totals = crash_loop(Stack::Replicated, &replicated_config(), seed, iterations);
+    let counter = |name: &str| totals.replicas_at_kills.get(name).copied().unwrap_or(0);
+    assert!(totals.writes_acked > 0 && totals.flushes > 0);
+    assert!(totals.reader_sessions > 0 && totals.reader_blocks_exact > 0);
+    // The loop must have exercised the replicas, or it tested a plain tier.
+    assert!(
+        counter("copies_made") > 0,
+        "no copy was made: {:?}",
+        totals.replicas_at_kills
+    );
+    assert!(
+        counter("reads_from_replicas") > 0,
+        "no read was served from a replica: {:?}",
+        totals.replicas_at_kills
+    );
+    assert!(
+        counter("dropped_by_writes") + counter("dropped_by_reclaim") > 0,
+        "no write dropped a copy: {:?}",
+        totals.replicas_at_kills
+    );
+    assert!(
+        totals.restarts_with_copies > 0,
+        "no restart came back with a current copy"
+    );
+}
+
 /// The loop on a volume of one reduced tier, in `mode`.
 fn reduced_loop(mode: &str, default_seed: u64) -> Totals {
     let seed = env_number("TIERD_SEED", default_seed);
@@ -897,8 +1181,19 @@ fn crash_loop(stack: Stack, config: &str, seed: u64, iterations: u64) -> Totals 
         let uri = server.uri.clone();
         let seqs = next_seq.clone();
         let base = baseline.clone();
+        // Replicated: a reader beside the writer, checking what it reads
+        // against the writer's progress. Its group changes every other
+        // iteration, so copies journaled before a kill are read after it.
+        let published = (stack == Stack::Replicated).then(|| Arc::new(Published::new(&baseline)));
+        let reader = published.clone().map(|published| {
+            let group = read_group(&mut root.derive(1_000_000 + iteration / 2));
+            let mut reader_rng = rng.derive(3);
+            let uri = server.uri.clone();
+            std::thread::spawn(move || run_group_reader(&uri, &group, &published, &mut reader_rng))
+        });
         let writer = std::thread::spawn(move || {
             let mut model = WriteModel::new(&base);
+            model.published = published;
             run_writer(&uri, &mut model, &mut writer_rng, &seqs);
             model
         });
@@ -906,7 +1201,8 @@ fn crash_loop(stack: Stack, config: &str, seed: u64, iterations: u64) -> Totals 
         let mover = std::thread::spawn(move || match stack {
             Stack::Tiered => run_mover(&server_dir, &admin_path, &mut mover_rng),
             Stack::Cache => run_cache_driver(&admin_path, &mut mover_rng),
-            Stack::Reduced => run_reduce_driver(&admin_path, &mut mover_rng),
+            Stack::Reduced => run_tier_driver(&admin_path, "reduction", &mut mover_rng),
+            Stack::Replicated => run_tier_driver(&admin_path, "replicas", &mut mover_rng),
         });
         // kill -9 at a random moment.
         sleep_ms(rng.range(50, 900));
@@ -918,6 +1214,20 @@ fn crash_loop(stack: Stack, config: &str, seed: u64, iterations: u64) -> Totals 
             "iteration {iteration} (seed {seed}): a request failed while the server ran: {:?}",
             model.request_error
         );
+        if let Some(reader) = reader {
+            let read = reader.join().expect("reader thread");
+            assert!(
+                read.error.is_none(),
+                "iteration {iteration} (seed {seed}): the reader: {}\nreplicas at the last status: {}\n{}",
+                read.error.unwrap_or_default(),
+                moves.cache.as_ref().unwrap_or(&Value::Null),
+                server.log()
+            );
+            totals.reader_sessions += read.sessions;
+            totals.reader_extents += read.extents_read;
+            totals.reader_blocks_exact += read.blocks_exact;
+            totals.reader_blocks_racing += read.blocks_newer_or_torn;
+        }
 
         server = Server::start(dir);
         let status = server.status();
@@ -1047,6 +1357,14 @@ fn crash_loop(stack: Stack, config: &str, seed: u64, iterations: u64) -> Totals 
             // Likewise on a reduced tier: its block map is journaled at a
             // FLUSH, so an unflushed write may be undone by a kill.
             if stack != Stack::Tiered && !kept_acked {
+                // On a replicated tier only because the block's extent was
+                // free at the last FLUSH (its allocation is journaled then):
+                // the whole extent is free again and reads zeroes.
+                assert!(
+                    stack != Stack::Replicated || got == 0,
+                    "iteration {iteration} (seed {seed}): block {block} reads stamp {got} but write {acked} was acknowledged (in flight at the kill: {in_flight:?}); on a replicated tier an acknowledged write may be undone only with its whole extent (zeroes)\n{}",
+                    server.log()
+                );
                 totals.acked_unflushed_reverted += 1;
                 continue;
             }
@@ -1061,6 +1379,21 @@ fn crash_loop(stack: Stack, config: &str, seed: u64, iterations: u64) -> Totals 
                 } else {
                     totals.unflushed_blocks_kept_new += 1;
                 }
+            }
+        }
+        if stack == Stack::Replicated {
+            let before = moves.cache.as_ref().unwrap_or(&Value::Null);
+            for name in REPLICA_COUNTERS {
+                *totals.replicas_at_kills.entry(name).or_default() +=
+                    before[name].as_u64().unwrap_or(0);
+            }
+            // Copies journaled current come back with the restart.
+            let copies = status["tiers"][0]["replicas"]["current_copies"]
+                .as_u64()
+                .unwrap_or(0);
+            if copies > 0 {
+                totals.restarts_with_copies += 1;
+                totals.copies_at_restarts += copies;
             }
         }
         if stack == Stack::Reduced {
@@ -1126,7 +1459,7 @@ fn crash_loop(stack: Stack, config: &str, seed: u64, iterations: u64) -> Totals 
             "iteration {iteration}: {} writes acked, {} flushes, {} moves asked, placement {placement}, unsettled at kill {:?}",
             model.writes_acked, model.flushes_done, moves.moves_requested, moves.unsettled
         );
-        if let Some(cache) = &moves.cache {
+        if let Some(cache) = moves.cache.as_ref().filter(|_| stack == Stack::Cache) {
             eprintln!(
                 "  cache at the kill: mode {}, dirty {} of {} slots, allocations {}, dirty evictions {}, writebacks {}, no slot {}; after the restart: mode {}, {} blocks mapped",
                 cache["mode"],
@@ -1138,6 +1471,16 @@ fn crash_loop(stack: Stack, config: &str, seed: u64, iterations: u64) -> Totals 
                 cache["no_slot_blocks"],
                 status["cache"]["mode"],
                 status["cache"]["occupancy_blocks"]
+            );
+        }
+        if let Some(replicas) = moves.cache.as_ref().filter(|_| stack == Stack::Replicated) {
+            eprintln!(
+                "  replicas at the kill: {} copies made, {} current, {} reads from replicas, {} dropped by writes; after the restart: {} current",
+                replicas["copies_made"],
+                replicas["current_copies"],
+                replicas["reads_from_replicas"],
+                replicas["dropped_by_writes"],
+                status["tiers"][0]["replicas"]["current_copies"]
             );
         }
     }
@@ -1155,6 +1498,19 @@ fn crash_loop(stack: Stack, config: &str, seed: u64, iterations: u64) -> Totals 
         totals.unflushed_blocks_kept_old,
         totals.blocks_checked
     );
+    if stack == Stack::Replicated {
+        eprintln!(
+            "replicas: the reader read {} sessions, {} extents ({} blocks checked exactly, {} racing a write); {} restarts came back with {} current copies; {} acknowledged unflushed writes undone by a kill (their extent free again); figures at the kills summed: {:?}",
+            totals.reader_sessions,
+            totals.reader_extents,
+            totals.reader_blocks_exact,
+            totals.reader_blocks_racing,
+            totals.restarts_with_copies,
+            totals.copies_at_restarts,
+            totals.acked_unflushed_reverted,
+            totals.replicas_at_kills
+        );
+    }
     if stack == Stack::Reduced {
         eprintln!(
             "reduced: {} restarts found {} staged bytes (reduced after); {} acknowledged unflushed writes undone by a kill; figures at the kills summed: {:?}",

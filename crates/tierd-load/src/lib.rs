@@ -20,7 +20,9 @@
 //! - [`report`]: the JSON report (public keys), its text tables and the HTML
 //!   report;
 //! - [`target`], [`wrap`], [`pattern`]: connecting to the export, putting
-//!   requests past its end onto it, and the bytes writes carry.
+//!   requests past its end onto it, and the bytes writes carry;
+//! - [`prefill`]: writing every range the window reads before the replay
+//!   (`--prefill`), so no read finds never-written space.
 //!
 //! [`replay::Plan`] strings them together: check and scan, connect, run.
 //!
@@ -53,6 +55,7 @@ pub mod driver;
 mod error;
 pub mod pacing;
 pub mod pattern;
+pub mod prefill;
 pub mod progress;
 pub mod replay;
 pub mod report;
@@ -61,6 +64,7 @@ pub mod target;
 pub mod wrap;
 
 pub use error::LoadError;
+pub use prefill::Prefilled;
 pub use progress::{NoProgress, Progress};
 pub use replay::{Outcome, Plan, ReplayOptions, DEFAULT_MAX_INFLIGHT};
 pub use report::{LiveReport, LiveRun};

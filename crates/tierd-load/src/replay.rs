@@ -10,6 +10,7 @@ use tierd_nbd::{parse_nbd_uri, NbdUri};
 use tierd_sim::Window;
 
 use crate::driver::{drive, DriveSettings};
+use crate::prefill::{prefill, read_ranges, Prefilled};
 use crate::progress::Progress;
 use crate::report::{self, LiveReport, ReportInputs};
 use crate::schedule::{fitting_period_ns, scan, Scan, Schedule, TraceSource};
@@ -165,6 +166,29 @@ impl Plan {
             )));
         }
         Ok(connected)
+    }
+
+    /// Writes every byte range the window reads (merged, in the write
+    /// pattern) over `connected`'s first connection, then FLUSHes: a fresh
+    /// export then holds data wherever the trace reads
+    /// ([`crate::prefill`]). Call between [`Plan::connect`] and
+    /// [`Plan::run`]; [`Plan::run`] starts its clock after it.
+    pub fn prefill(
+        &self,
+        connected: &mut Connected,
+        clock: &dyn Clock,
+    ) -> Result<Prefilled, LoadError> {
+        let ranges = read_ranges(&mut self.options.schedule()?, connected.export_bytes)?;
+        let (Some(sender), Some(receiver)) = (
+            connected.senders.first_mut(),
+            connected.receivers.first_mut(),
+        ) else {
+            return Err(LoadError::Target(format!(
+                "{}: prefill: no connection",
+                self.options.target
+            )));
+        };
+        prefill(&ranges, sender, receiver, clock)
     }
 
     /// A line saying what is about to be replayed where.

@@ -69,6 +69,10 @@ pub struct LiveReport {
     pub runs: Vec<LiveRun>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// What `--prefill` wrote before the replay (not part of the run's
+    /// figures); absent without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill: Option<crate::prefill::Prefilled>,
 }
 
 impl LiveReport {
@@ -302,6 +306,7 @@ pub fn build(inputs: ReportInputs<'_>) -> LiveReport {
         ),
         runs: vec![live],
         notes,
+        prefill: None,
     }
 }
 

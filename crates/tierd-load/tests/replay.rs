@@ -286,3 +286,135 @@ fn bad_settings_and_empty_windows_are_refused_before_any_io() {
         assert!(error.contains(expected), "{error}");
     }
 }
+
+/// A memory export logging every request: (op, offset, length).
+struct LoggingExport {
+    inner: MemoryExport,
+    log: parking_lot::Mutex<Vec<(&'static str, u64, u64)>>,
+}
+
+impl LoggingExport {
+    fn note(&self, op: &'static str, offset_bytes: u64, length_bytes: u64) {
+        self.log.lock().push((op, offset_bytes, length_bytes));
+    }
+}
+
+impl Export for LoggingExport {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> ExportResult<()> {
+        self.note("read", offset_bytes, buf.len() as u64);
+        self.inner.read(offset_bytes, buf)
+    }
+    fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> ExportResult<()> {
+        self.note("write", offset_bytes, data.len() as u64);
+        self.inner.write(offset_bytes, data, fua)
+    }
+    fn flush(&self) -> ExportResult<()> {
+        self.note("flush", 0, 0);
+        self.inner.flush()
+    }
+    fn trim(&self, offset_bytes: u64, length_bytes: u64, fua: bool) -> ExportResult<()> {
+        self.inner.trim(offset_bytes, length_bytes, fua)
+    }
+    fn write_zeroes(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+        fua: bool,
+        may_trim: bool,
+        fast_only: bool,
+    ) -> ExportResult<()> {
+        self.inner
+            .write_zeroes(offset_bytes, length_bytes, fua, may_trim, fast_only)
+    }
+}
+
+/// `--prefill` writes exactly the byte ranges the window reads (merged,
+/// cut at 1 MiB, in the write pattern) and FLUSHes before the replay's
+/// first request; the trace's own writes and the space nobody reads stay
+/// untouched by it, and the replay's figures count only the trace.
+#[test]
+fn prefill_writes_every_range_the_window_reads_then_flushes_before_the_replay() {
+    let directory = tempfile::tempdir().unwrap();
+    let export = Arc::new(LoggingExport {
+        inner: MemoryExport::new(4 << 20),
+        log: parking_lot::Mutex::new(Vec::new()),
+    });
+    let (handle, uri) = serve(directory.path(), export.clone(), 0);
+    let requests = [
+        (0, false, 8192, 8192),
+        (10, false, 12288, 8192), // overlaps the first: 8 KiB – 20 KiB
+        (20, true, 65536, 4096),  // a write: not prefilled
+        (30, false, 20480, 4096), // touches it: 8 KiB – 24 KiB
+        (40, false, 1 << 20, (3 << 19) + 512), // 1.5 MiB + 512: two writes
+        (50, false, 8192, 4096),  // read again: nothing new
+    ];
+    let trace = msr_trace(directory.path(), &requests);
+    let plan = Plan::new(ReplayOptions::new(trace, uri.clone())).unwrap();
+    let mut connected = plan.connect().unwrap();
+    let clock = SystemClock::new();
+    let prefilled = plan.prefill(&mut connected, &clock).unwrap();
+    let expected_ranges = [(8192u64, 24576u64), (1 << 20, (1 << 20) + (3 << 19) + 512)];
+    assert_eq!(prefilled.ranges, 2);
+    assert_eq!(prefilled.writes, 3);
+    assert_eq!(
+        prefilled.bytes,
+        expected_ranges
+            .iter()
+            .map(|(start, end)| end - start)
+            .sum::<u64>()
+    );
+    let outcome = plan.run(connected, &clock, &NoProgress).unwrap();
+    assert!(outcome.failures.is_empty(), "{:?}", outcome.failures);
+    let live = &outcome.report.runs[0];
+    assert_eq!((live.run.reads, live.run.writes), (5, 1), "the trace only");
+
+    let log = export.log.lock().clone();
+    let flush = log
+        .iter()
+        .position(|(op, ..)| *op == "flush")
+        .expect("a FLUSH");
+    let mut before: Vec<(u64, u64)> = log[..flush]
+        .iter()
+        .map(|(op, offset, length)| {
+            assert_eq!(
+                *op, "write",
+                "only prefill writes before the FLUSH: {log:?}"
+            );
+            (*offset, *length)
+        })
+        .collect();
+    before.sort_unstable();
+    assert_eq!(
+        before,
+        vec![
+            (8192, 16384),
+            (1 << 20, 1 << 20),
+            (2 << 20, (1 << 19) + 512)
+        ]
+    );
+    assert_eq!(
+        log.len() - flush - 1,
+        requests.len(),
+        "then the replay: {log:?}"
+    );
+
+    let mut client = Client::connect_uri(&uri).unwrap();
+    for (start, end) in expected_ranges {
+        let mut landed = vec![0u8; (end - start) as usize];
+        client.read(start, &mut landed).unwrap();
+        let mut expected = vec![0u8; landed.len()];
+        fill_pattern(&mut expected, start);
+        assert!(landed == expected, "range at {start}");
+    }
+    // Around the ranges: untouched (zeroes).
+    let mut outside = vec![0xFFu8; 8192];
+    client.read(0, &mut outside).unwrap();
+    assert!(outside.iter().all(|byte| *byte == 0));
+    client.read(24576, &mut outside[..4096]).unwrap();
+    assert!(outside[..4096].iter().all(|byte| *byte == 0));
+    client.disconnect().unwrap();
+    handle.shutdown();
+}

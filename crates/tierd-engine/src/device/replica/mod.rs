@@ -1099,10 +1099,14 @@ impl Shared {
                 let Some(job) = state.manager.next_job(now) else {
                     break;
                 };
-                // Never read a primary under a user write to it.
+                // Never read a primary under a user write to it, nor write
+                // a target a read routed to its old copy is still reading.
                 while state
                     .writes_in_flight
                     .contains_key(&(job.source_offset / size))
+                    || state
+                        .replica_reads
+                        .contains_key(&(job.target_offset / size))
                 {
                     self.changed.wait(&mut state);
                 }
