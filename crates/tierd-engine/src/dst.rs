@@ -597,7 +597,11 @@ impl Run {
     /// Every hole `Volume::block_status` reports over a random range reads
     /// as zeroes now.
     fn check_block_status(&mut self, volume: &Volume) -> Result<(), String> {
-        let (offset, length) = self.pick_range();
+        // From its own stream: the workload's draws stay what they were.
+        let sectors_total = self.volume_bytes() / SECTOR_BYTES;
+        let start = self.replica_rng.below(sectors_total);
+        let length_sectors = (1 + self.replica_rng.below(4096)).min(sectors_total - start);
+        let (offset, length) = (start * SECTOR_BYTES, length_sectors * SECTOR_BYTES);
         let Ok(runs) = volume.block_status(offset, length) else {
             self.count("block_status_errors");
             return Ok(());
