@@ -629,6 +629,16 @@ impl ReplicaManager {
             .map(|(job, _)| *job)
     }
 
+    /// A group that lost a copy of one of its members is placed again the
+    /// next time it recurs (its member list alone would not say so).
+    fn unplace_groups_of(&mut self, primary: u64) {
+        for group in &mut self.groups {
+            if group.placed.is_some() && group.set.contains(&primary) {
+                group.placed = None;
+            }
+        }
+    }
+
     fn drop_copies_of(&mut self, primary: u64) -> u32 {
         let Some(copies) = self.copies.remove(&primary) else {
             return 0;
@@ -636,6 +646,7 @@ impl ReplicaManager {
         for copy in &copies {
             self.release(copy);
         }
+        self.unplace_groups_of(primary);
         copies.len() as u32
     }
 
@@ -643,6 +654,7 @@ impl ReplicaManager {
         let Some(primary) = self.owner.get(&at).copied() else {
             return;
         };
+        self.unplace_groups_of(primary);
         if let Some(copies) = self.copies.get_mut(&primary) {
             if let Some(index) = copies.iter().position(|copy| copy.at == at) {
                 let copy = copies.swap_remove(index);

@@ -100,6 +100,26 @@ fn a_write_drops_copies_and_a_cancelled_job_never_becomes_current() {
     assert_eq!(manager.stats().copies_cancelled, 1);
 }
 
+/// Found by the crash loop's helper: a group whose copies a write dropped
+/// was never placed again, because a group is re-placed only when its
+/// member list changes. It is now placed again when it next recurs.
+#[test]
+fn a_group_whose_copy_a_write_dropped_is_copied_again_when_it_recurs() {
+    let mut manager = ReplicaManager::new(small(4, false), 1024 * EXTENT).unwrap();
+    let start = [500, 100, 501, 502, 503];
+    session(&mut manager, 0, &start);
+    session(&mut manager, 10 * SECOND, &start);
+    assert_eq!(copy_all(&mut manager, 12 * SECOND).len(), 1);
+    manager.on_write(100 * EXTENT, EXTENT);
+    assert_eq!(manager.status().current_copies, 0);
+    // The same start again, unchanged: its far member is copied anew.
+    session(&mut manager, 20 * SECOND, &start);
+    let jobs = copy_all(&mut manager, 22 * SECOND);
+    assert_eq!(jobs.len(), 1, "the recurring group was not placed again");
+    assert_eq!(jobs[0].source_offset, 100 * EXTENT);
+    assert_eq!(manager.status().current_copies, 1);
+}
+
 #[test]
 fn a_user_write_into_replica_space_drops_the_replica_first() {
     let mut manager = ReplicaManager::new(small(4, false), 1024 * EXTENT).unwrap();
