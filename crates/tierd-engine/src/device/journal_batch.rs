@@ -78,3 +78,45 @@ pub fn newer<T>(a: Option<T>, b: Option<T>, sequence: impl Fn(&T) -> u64) -> Opt
         (one, None) | (None, one) => one,
     }
 }
+
+/// A superblock of `bytes` bytes: `magic` (8) | `version` (u32) | CRC-32 of
+/// the fields (u32) | `fields` as u64s | zeroes. The framing both tiers'
+/// superblocks share.
+pub fn superblock_encode(bytes: u64, magic: &[u8; 8], version: u32, fields: &[u64]) -> Vec<u8> {
+    let mut out = vec![0u8; bytes as usize];
+    out[..8].copy_from_slice(magic);
+    out[8..12].copy_from_slice(&version.to_le_bytes());
+    for (index, value) in fields.iter().enumerate() {
+        let at = 16 + index * 8;
+        out[at..at + 8].copy_from_slice(&value.to_le_bytes());
+    }
+    let crc = crc32fast::hash(&out[16..16 + fields.len() * 8]);
+    out[12..16].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// The `count` fields of a superblock [`superblock_encode`] wrote, `None`
+/// unless its magic, version and CRC are right (never written, torn, or
+/// another kind's).
+pub fn superblock_fields(
+    bytes: &[u8],
+    magic: &[u8; 8],
+    version: u32,
+    count: usize,
+) -> Option<Vec<u64>> {
+    let end = 16 + count * 8;
+    if bytes.len() < end || &bytes[..8] != magic {
+        return None;
+    }
+    if u32::from_le_bytes(bytes[8..12].try_into().ok()?) != version
+        || u32::from_le_bytes(bytes[12..16].try_into().ok()?) != crc32fast::hash(&bytes[16..end])
+    {
+        return None;
+    }
+    Some(
+        bytes[16..end]
+            .chunks_exact(8)
+            .map(|field| u64::from_le_bytes(field.try_into().unwrap_or([0; 8])))
+            .collect(),
+    )
+}

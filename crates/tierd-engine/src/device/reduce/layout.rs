@@ -263,9 +263,6 @@ pub struct Superblock {
 
 impl Superblock {
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = vec![0u8; SUPERBLOCK_BYTES as usize];
-        out[..8].copy_from_slice(SUPERBLOCK_MAGIC);
-        out[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
         let g = &self.geometry;
         let fields = [
             g.device_bytes,
@@ -280,48 +277,31 @@ impl Superblock {
             self.journal_position,
             self.journal_sequence,
         ];
-        for (index, field) in fields.iter().enumerate() {
-            let at = 16 + index * 8;
-            out[at..at + 8].copy_from_slice(&field.to_le_bytes());
-        }
-        let crc = crc32fast::hash(&out[16..16 + fields.len() * 8]);
-        out[12..16].copy_from_slice(&crc.to_le_bytes());
-        out
+        journal_batch::superblock_encode(
+            SUPERBLOCK_BYTES,
+            SUPERBLOCK_MAGIC,
+            FORMAT_VERSION,
+            &fields,
+        )
     }
 
     /// `None` when the bytes are not a valid superblock (never written, torn).
     pub fn decode(bytes: &[u8]) -> Option<Superblock> {
-        if bytes.len() < 16 + 88 || &bytes[..8] != SUPERBLOCK_MAGIC {
-            return None;
-        }
-        if u32::from_le_bytes(bytes[8..12].try_into().ok()?) != FORMAT_VERSION {
-            return None;
-        }
-        let crc = u32::from_le_bytes(bytes[12..16].try_into().ok()?);
-        if crc32fast::hash(&bytes[16..104]) != crc {
-            return None;
-        }
-        let field = |index: usize| {
-            u64::from_le_bytes(
-                bytes[16 + index * 8..24 + index * 8]
-                    .try_into()
-                    .expect("8 bytes"),
-            )
-        };
+        let field = journal_batch::superblock_fields(bytes, SUPERBLOCK_MAGIC, FORMAT_VERSION, 11)?;
         Some(Superblock {
             geometry: Geometry {
-                device_bytes: field(0),
-                block_bytes: field(1),
-                logical_blocks: field(2),
-                pack_bytes: field(3),
-                pack_count: field(4),
-                index_capacity: field(5),
-                journal_bytes: field(6),
+                device_bytes: field[0],
+                block_bytes: field[1],
+                logical_blocks: field[2],
+                pack_bytes: field[3],
+                pack_count: field[4],
+                index_capacity: field[5],
+                journal_bytes: field[6],
             },
-            sequence: field(7),
-            checkpoint_slot: field(8),
-            journal_position: field(9),
-            journal_sequence: field(10),
+            sequence: field[7],
+            checkpoint_slot: field[8],
+            journal_position: field[9],
+            journal_sequence: field[10],
         })
     }
 

@@ -148,9 +148,6 @@ pub struct Superblock {
 
 impl Superblock {
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = vec![0u8; SUPERBLOCK_BYTES as usize];
-        out[0..8].copy_from_slice(SUPERBLOCK_MAGIC);
-        out[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
         let fields = [
             self.geometry.device_bytes,
             self.geometry.extent_bytes,
@@ -160,13 +157,12 @@ impl Superblock {
             self.checkpoint_slot,
             self.journal_sequence,
         ];
-        for (index, value) in fields.iter().enumerate() {
-            let at = 16 + index * 8;
-            out[at..at + 8].copy_from_slice(&value.to_le_bytes());
-        }
-        let crc = crc32fast::hash(&out[16..16 + fields.len() * 8]);
-        out[12..16].copy_from_slice(&crc.to_le_bytes());
-        out
+        journal_batch::superblock_encode(
+            SUPERBLOCK_BYTES,
+            SUPERBLOCK_MAGIC,
+            FORMAT_VERSION,
+            &fields,
+        )
     }
 
     pub fn has_magic(bytes: &[u8]) -> bool {
@@ -176,14 +172,8 @@ impl Superblock {
     /// `None` unless the magic, version and CRC are right and the fields
     /// are sane.
     pub fn decode(bytes: &[u8]) -> Option<Superblock> {
-        if bytes.len() < SUPERBLOCK_BYTES as usize
-            || !Self::has_magic(bytes)
-            || get_u32(bytes, 8) != FORMAT_VERSION
-            || get_u32(bytes, 12) != crc32fast::hash(&bytes[16..16 + 7 * 8])
-        {
-            return None;
-        }
-        let field = |index: usize| get_u64(bytes, 16 + index * 8);
+        let field = journal_batch::superblock_fields(bytes, SUPERBLOCK_MAGIC, FORMAT_VERSION, 7)?;
+        let field = |index: usize| field[index];
         let geometry = Geometry {
             device_bytes: field(0),
             extent_bytes: field(1),
