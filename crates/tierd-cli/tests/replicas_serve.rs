@@ -3,7 +3,8 @@
 //! binary — one emulated WD1200JB disk, in real time. A read group whose
 //! members lie far apart recurs; copies of the far members are made near
 //! the group in idle time and reads are served from them; a write to a
-//! replicated extent drops its copy first; and after a kill -9 the copies
+//! replicated extent drops its copy first (and the group, recurring, has
+//! it copied again); and after a kill -9 the copies
 //! journaled current are still used, with every byte the user's.
 
 mod common;
@@ -130,21 +131,28 @@ fn the_hdd_replicas_example_copies_far_members_reads_them_and_keeps_them_across_
             data(at, 0)
         }
     };
+    // The group recurs: the member whose copy the write dropped is copied
+    // again (its new data), in idle time.
     session(&mut client, &latest);
     client.flush().unwrap();
+    let status = wait_for(dir, "the changed member copied again", |status| {
+        status["current_copies"].as_u64() >= Some(3)
+    });
+    assert_eq!(status["copies_made"], 4, "{status:#}");
 
-    // kill -9, restart: the two copies journaled current are used again.
+    // kill -9, restart: the three copies journaled current are used again,
+    // the new one holding the new data.
     drop(client);
     server.kill();
     let mut server = Server::start(dir, Some(Path::new("config.toml")));
     let mut client = Client::connect_uri(&server.uri("vol0")).unwrap();
     let status = replicas(dir);
-    assert_eq!(status["current_copies"], 2, "{status:#}");
+    assert_eq!(status["current_copies"], 3, "{status:#}");
     assert_eq!(status["allocated_extents"], 11 + 32, "{status:#}");
     session(&mut client, &latest);
     let status = replicas(dir);
     assert!(
-        status["reads_from_replicas"].as_u64() >= Some(2),
+        status["reads_from_replicas"].as_u64() >= Some(3),
         "{status:#}"
     );
 
