@@ -295,8 +295,22 @@ fn nbdinfo_map_on_a_cache_volume_covers_the_writes_in_cache_blocks() {
     server.write_and_trim();
     let map = server.map();
     assert!(covers(&map, &written_ranges()), "{map:?}");
+    // The trimmed range may still show as data: whether home got the
+    // blocks' writeback before the trim reached it is a matter of timing
+    // (CI at ca12fda saw it), and data that reads as zeroes reported as
+    // data is the safe direction. Anything outside what was ever written,
+    // in cache blocks, is not.
+    let ever_written: Vec<(u64, u64)> = WRITES
+        .iter()
+        .map(|(offset, length, _)| {
+            (
+                offset / CACHE_BLOCK_BYTES * CACHE_BLOCK_BYTES,
+                (offset + length).div_ceil(CACHE_BLOCK_BYTES) * CACHE_BLOCK_BYTES,
+            )
+        })
+        .collect();
     assert!(
-        covers(&as_map(&rounded_out(CACHE_BLOCK_BYTES)), &data_of(&map)),
+        covers(&as_map(&ever_written), &data_of(&map)),
         "data outside the written cache blocks: {map:?}"
     );
     eprintln!("nbdinfo --map on the cache volume: {map:?}");
