@@ -563,44 +563,52 @@ pub struct ReplicasConfig {
     pub idle: Duration,
 }
 
-/// A share: `"20%"` or a number in 0..=1.
-#[derive(Clone, Copy, Debug, Deserialize)]
-#[serde(untagged)]
-pub enum ShareValue {
-    Number(f64),
-    Text(TextShare),
-}
-
-/// `"NN%"` or `"0.NN"`, parsed at load.
+/// A share: `"20%"` or a number in 0..=1 (range checked by the caller).
 #[derive(Clone, Copy, Debug)]
-pub struct TextShare(pub f64);
+pub struct ShareValue(pub f64);
 
-impl<'de> Deserialize<'de> for TextShare {
+impl<'de> Deserialize<'de> for ShareValue {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        let trimmed = text.trim();
-        let value = match trimmed.strip_suffix('%') {
-            Some(percent) => percent.trim().parse::<f64>().map(|value| value / 100.0),
-            None => trimmed.parse::<f64>(),
-        };
-        value.map(TextShare).map_err(|_| {
-            serde::de::Error::custom(format!(
-                "\"{text}\" is not a share: write a percentage (\"20%\") or a fraction (0.2)"
-            ))
-        })
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = ShareValue;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a percentage (\"20%\") or a fraction (0.2)")
+            }
+            fn visit_f64<E: serde::de::Error>(self, value: f64) -> Result<ShareValue, E> {
+                Ok(ShareValue(value))
+            }
+            fn visit_i64<E: serde::de::Error>(self, value: i64) -> Result<ShareValue, E> {
+                Ok(ShareValue(value as f64))
+            }
+            fn visit_u64<E: serde::de::Error>(self, value: u64) -> Result<ShareValue, E> {
+                Ok(ShareValue(value as f64))
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<ShareValue, E> {
+                let trimmed = text.trim();
+                let value = match trimmed.strip_suffix('%') {
+                    Some(percent) => percent.trim().parse::<f64>().map(|value| value / 100.0),
+                    None => trimmed.parse::<f64>(),
+                };
+                value.map(ShareValue).map_err(|_| {
+                    E::custom(format!(
+                        "\"{text}\" is not a share: write a percentage (\"20%\") or a fraction (0.2)"
+                    ))
+                })
+            }
+        }
+        deserializer.deserialize_any(Visitor)
     }
 }
 
 impl ShareValue {
     pub fn fraction(self) -> f64 {
-        match self {
-            ShareValue::Number(value) | ShareValue::Text(TextShare(value)) => value,
-        }
+        self.0
     }
 }
 
 fn default_replicas_share() -> ShareValue {
-    ShareValue::Number(0.2)
+    ShareValue(0.2)
 }
 fn default_replicas_copies() -> u32 {
     4
