@@ -54,6 +54,15 @@ pub trait PageCache: Send {
     /// when nothing is resident. The block cache uses it to keep slots
     /// coming back while a miss finds none free.
     fn evict(&mut self) -> Option<Evicted>;
+    /// Lowers the capacity to `capacity_pages` (a larger value leaves it as
+    /// it is): pages past the new capacity are pushed out as [`evict`]
+    /// would, in its order, and returned; ghosts are trimmed to the
+    /// policy's bounds at the new size. A sampled shadow of a cache whose
+    /// sampling rate halves shrinks with it (the block cache's adaptive
+    /// admission).
+    ///
+    /// [`evict`]: PageCache::evict
+    fn shrink(&mut self, capacity_pages: u64) -> Vec<Evicted>;
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -383,11 +392,12 @@ pub(crate) fn checked_capacity(capacity_pages: u64) -> u64 {
     capacity_pages
 }
 
-/// Nodes to reserve up front: the capacity, but no more than 1 Mi, so that a
-/// huge cache on a short trace does not allocate memory it never uses (the
-/// slab grows by doubling past that).
+/// Nodes to reserve up front: the capacity, but no more than 64 Ki, so that
+/// a huge cache on a short trace, or a sampled shadow of one that holds a
+/// few thousand pages, does not allocate memory it never uses (the slab
+/// grows by doubling past that).
 pub(crate) fn initial_nodes(capacity_nodes: u64) -> usize {
-    capacity_nodes.min(1 << 20) as usize
+    capacity_nodes.min(1 << 16) as usize
 }
 
 #[cfg(test)]
@@ -396,8 +406,8 @@ mod tests {
     use std::collections::BTreeSet;
     use tierd_common::rng::splitmix64;
 
-    /// Every policy, under random accesses, removals and forced evictions,
-    /// keeps exactly the pages a model of "inserted − evicted − removed" says
+    /// Every policy, under random accesses, removals, forced evictions and
+    /// shrinks, keeps exactly the pages a model of "inserted − evicted − removed" says
     /// it holds, never more than its capacity; `remove` answers whether the
     /// page was in, and `evict` pushes out a resident page (`None` only when
     /// empty).
@@ -411,13 +421,27 @@ mod tests {
         ] {
             for seed in 0..20u64 {
                 let mut state = seed;
-                let capacity = 1 + splitmix64(&mut state) % 16;
+                let mut capacity = 1 + splitmix64(&mut state) % 32;
                 let mut cache = build_cache(kind, capacity);
                 let mut resident = BTreeSet::new();
                 for _ in 0..2_000 {
                     let page = splitmix64(&mut state) % 40;
                     let choice = splitmix64(&mut state) % 8;
-                    if choice == 0 {
+                    if choice == 0 && splitmix64(&mut state).is_multiple_of(16) {
+                        // Shrink (a shadow whose sampling rate halved).
+                        let smaller = 1 + splitmix64(&mut state) % capacity;
+                        let expected_out = resident.len().saturating_sub(smaller as usize);
+                        let evicted = cache.shrink(smaller);
+                        assert_eq!(evicted.len(), expected_out, "{kind:?} seed {seed}");
+                        for gone in evicted {
+                            assert!(
+                                resident.remove(&gone.page),
+                                "{kind:?} seed {seed}: shrink pushed out a page it did not hold"
+                            );
+                        }
+                        capacity = smaller;
+                        assert_eq!(cache.capacity_pages(), capacity);
+                    } else if choice == 0 {
                         match cache.evict() {
                             Some(evicted) => assert!(
                                 resident.remove(&evicted.page),

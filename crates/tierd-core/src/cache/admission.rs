@@ -136,6 +136,17 @@ impl FrequencyFilter {
         self.misses = misses.max(2);
     }
 
+    /// A smaller (or larger) window from now on: entries past it leave,
+    /// oldest first, as the next misses make room.
+    pub(crate) fn set_window(&mut self, window_entries: u64) {
+        self.window_entries = window_entries.clamp(1, 1 << 24) as usize;
+    }
+
+    /// Forgets `block`'s count (it left a sampled shadow's sample).
+    pub(crate) fn forget(&mut self, block: BlockId) {
+        self.counts.remove(&block);
+    }
+
     pub(crate) fn miss(&mut self, block: BlockId) -> bool {
         if let Some(count) = self.counts.get_mut(&block) {
             *count = count.saturating_add(1);

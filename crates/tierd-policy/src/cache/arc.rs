@@ -225,6 +225,31 @@ impl PageCache for ArcCache {
             .is_some_and(|id| matches!(self.nodes.nodes[id as usize].queue, T1 | T2))
     }
 
+    /// REPLACE until the cache fits, then ghosts dropped from the LRU ends
+    /// until |T1| + |B1| ≤ c and the directory ≤ 2c (B1 first for the first
+    /// bound, B2 first for the second, as the misses of case IV drop them);
+    /// p stays within 0..=c.
+    fn shrink(&mut self, capacity_pages: u64) -> Vec<Evicted> {
+        let capacity = self.capacity_pages.min(capacity_pages);
+        self.capacity_pages = capacity;
+        self.target_t1_pages = self.target_t1_pages.min(capacity as f64);
+        let mut evicted = Vec::new();
+        while self.len() > capacity {
+            evicted.push(self.replace(false));
+        }
+        while self.len_of(T1) + self.len_of(B1) > capacity && self.len_of(B1) > 0 {
+            self.drop_ghost_tail(B1);
+        }
+        while self.len() + self.len_of(B1) + self.len_of(B2) > 2 * capacity {
+            let ghost = if self.len_of(B2) > 0 { B2 } else { B1 };
+            if self.len_of(ghost) == 0 {
+                break;
+            }
+            self.drop_ghost_tail(ghost);
+        }
+        evicted
+    }
+
     fn remove(&mut self, page: u64) -> bool {
         let Some(id) = self.nodes.find(page) else {
             return false;
@@ -299,6 +324,37 @@ mod tests {
             cache.access(page, false);
         }
         assert_eq!(cache.lists(), lists(&[4, 3], &[], &[], &[]));
+    }
+
+    #[test]
+    fn a_shrunk_cache_keeps_the_papers_bounds_at_its_new_size() {
+        let mut cache = ArcCache::new(64);
+        // Pages seen once and twice, then a scan: ghosts in B1 and B2.
+        for round in 0..3u64 {
+            for page in 0..48 {
+                cache.access(page + round * 16, false);
+            }
+            for page in 0..16 {
+                cache.access(page, false);
+            }
+        }
+        let before = cache.lists();
+        assert!(!before.b1.is_empty() || !before.b2.is_empty(), "{before:?}");
+        let evicted = cache.shrink(20);
+        assert_eq!(cache.len(), 20);
+        assert_eq!(evicted.len(), 44);
+        let after = cache.lists();
+        assert!(after.t1.len() + after.b1.len() <= 20, "{after:?}");
+        assert!(after.t1.len() + after.t2.len() + after.b1.len() + after.b2.len() <= 40);
+        assert!(cache.target_t1_pages() <= 20.0);
+        for gone in &evicted {
+            assert!(!cache.contains(gone.page));
+        }
+        // It runs on at the new size.
+        for page in 1000..1100 {
+            cache.access(page, false);
+            assert!(cache.len() <= 20);
+        }
     }
 
     #[test]

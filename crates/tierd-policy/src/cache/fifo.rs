@@ -84,6 +84,15 @@ impl PageCache for Fifo {
     fn evict(&mut self) -> Option<super::Evicted> {
         super::nodes::evict_one_queue(&mut self.nodes, &mut self.queue)
     }
+
+    fn shrink(&mut self, capacity_pages: u64) -> Vec<super::Evicted> {
+        self.capacity_pages = self.capacity_pages.min(capacity_pages);
+        let mut evicted = Vec::new();
+        while self.len() > self.capacity_pages {
+            evicted.extend(self.evict());
+        }
+        evicted
+    }
 }
 
 #[cfg(test)]

@@ -86,6 +86,9 @@ pub struct S3Fifo {
     /// Whether the cache has ever evicted (it has been full).
     has_evicted: bool,
     ghost_capacity: u64,
+    /// The configured shares (percent), kept for [`PageCache::shrink`].
+    small_share_percent: u64,
+    ghost_share_percent: u64,
     move_to_main_threshold: u8,
     nodes: PageNodes,
     /// S, M, G (indexed by the constants above); heads are the newest.
@@ -122,6 +125,8 @@ impl S3Fifo {
             main_share_pages: capacity_pages.saturating_sub(small_pages),
             has_evicted: false,
             ghost_capacity,
+            small_share_percent,
+            ghost_share_percent,
             move_to_main_threshold: config.move_to_main_threshold.clamp(1, MAX_FREQUENCY),
             nodes: PageNodes::with_capacity(initial_nodes(capacity_pages + ghost_capacity + 1)),
             queues: [Queue::default(); 3],
@@ -291,6 +296,28 @@ impl PageCache for S3Fifo {
 
     fn evict(&mut self) -> Option<Evicted> {
         (self.resident() > 0).then(|| self.evict_one())
+    }
+
+    /// The queues' shares follow the new capacity; resident pages are
+    /// evicted as misses on a full cache would, then G's oldest entries go.
+    fn shrink(&mut self, capacity_pages: u64) -> Vec<Evicted> {
+        let capacity = self.capacity_pages.min(capacity_pages);
+        self.capacity_pages = capacity;
+        let small_pages = (capacity * self.small_share_percent / 100).max(1);
+        self.small_share_pages = small_pages;
+        self.main_share_pages = capacity.saturating_sub(small_pages);
+        self.ghost_capacity = capacity * self.ghost_share_percent / 100;
+        let mut evicted = Vec::new();
+        while self.resident() > capacity {
+            evicted.push(self.evict_one());
+            self.has_evicted = true;
+        }
+        while self.queues[GHOST as usize].len > self.ghost_capacity {
+            let oldest = self.queues[GHOST as usize].tail;
+            self.queues[GHOST as usize].unlink(&mut self.nodes.nodes, oldest);
+            self.nodes.remove(oldest);
+        }
+        evicted
     }
 
     fn contains(&self, page: u64) -> bool {
