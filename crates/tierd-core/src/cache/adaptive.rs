@@ -92,6 +92,18 @@ const OVERLOAD_SLOPE: f64 = 100.0;
 /// Shadow read hits (decayed, sampled) needed to measure how many of them
 /// the real cache gets.
 const MIN_HITS_FOR_EFFICIENCY: f64 = 32.0;
+/// Block accesses, counted at the lowest sampling rate, that a rule
+/// chosen while the rate was above it must run before the real cache's
+/// hits are compared with its shadow's (the efficiency). The real cache
+/// starts a new rule from what the old one left and its frequency window
+/// from empty, while the shadow ran the rule from the start; soon after a
+/// switch the real cache has few hits for that reason alone. A rule's
+/// second epoch outlasts that at the lowest rate, but sampling every
+/// block at first makes the early epochs short in block accesses: on
+/// `proj_4` (hdd-ssd, 25 %, ×2) the efficiency measured 0.11 one epoch
+/// after the first switch, from warm-up, and kept the cache off for ten
+/// epochs. Two steady epochs at the lowest rate.
+const EFFICIENCY_WARMUP_ACCESSES: f64 = 2.0 * EPOCH_MIN_ACCESSES as f64;
 /// Under off, the hit efficiency moves this share of the way back to 1
 /// each epoch.
 const EFFICIENCY_RECOVERY: f64 = 0.05;
@@ -494,6 +506,10 @@ pub struct Tally {
 
 impl Tally {
     fn decay(&mut self) {
+        self.scale(0.5);
+    }
+
+    fn scale(&mut self, factor: f64) {
         for value in [
             &mut self.read_hit_bytes,
             &mut self.read_hit_share,
@@ -506,7 +522,7 @@ impl Tally {
             &mut self.dirtied,
             &mut self.through_bytes,
         ] {
-            *value *= 0.5;
+            *value *= factor;
         }
     }
 }
@@ -647,6 +663,16 @@ pub(crate) struct Adaptive {
     efficiency: f64,
     /// Epochs the rule in force has run (since the last switch).
     epochs_in_rule: u64,
+    /// Block accesses since the rule in force was chosen, each counted at
+    /// the lowest sampling rate (the one that scales the whole cache to
+    /// [`SHADOW_BLOCKS`]): the efficiency is measured only once this
+    /// reaches [`EFFICIENCY_WARMUP_ACCESSES`] (see `decide`).
+    warmup_in_rule: f64,
+    /// What `warmup_in_rule` must reach: 0 for a rule chosen at the
+    /// lowest rate (as with a fixed rate), two steady epochs for one
+    /// chosen while the rate was higher (its epochs were short in block
+    /// accesses, and a rule's second epoch does not outlast the warm-up).
+    warmup_needed: f64,
     /// Whole-segment copies where the rule leaves lasting heat at home.
     promotion: Promotion,
     status: AdaptiveStatus,
@@ -752,6 +778,8 @@ impl Adaptive {
             real_read_hits: 0.0,
             efficiency: 1.0,
             epochs_in_rule: 0,
+            warmup_in_rule: 0.0,
+            warmup_needed: 0.0,
             promotion: Promotion::new(block_bytes),
         }
     }
@@ -949,6 +977,8 @@ impl Adaptive {
         let end = offset_bytes + length_bytes;
         let first = offset_bytes / block_bytes;
         let last = (end - 1) / block_bytes;
+        self.warmup_in_rule += (last - first + 1) as f64
+            * (SHADOW_BLOCKS as f64 / self.capacity_blocks as f64).min(1.0);
         for block in first..=last {
             if block_hash(block) > self.sample_below {
                 continue;
@@ -1037,16 +1067,22 @@ impl Adaptive {
         false
     }
 
-    /// Halves the sampling rate (SHARDS' fixed-size variant): blocks whose
+    /// Halves the sampling rate, to no less than the rate that scales the
+    /// whole cache to [`SHADOW_BLOCKS`] (SHARDS' fixed-size variant): blocks whose
     /// hash is past the new bound leave the sample and every shadow, the
     /// shadows shrink to the cache's size at the new rate (evicting as a
     /// full cache would, if any is past it) and their frequency windows
-    /// with them, and every sum counted in sampled blocks is halved, the
+    /// with them, and every sum counted in sampled blocks is scaled by the
     /// share of them the new rate would have counted. Halving stops once
     /// the scaled cache holds at most [`SHADOW_BLOCKS`].
     fn halve_rate(&mut self) {
-        self.sample_below /= 2;
-        self.sample_rate /= 2.0;
+        // Never below the rate at which the whole cache scales to
+        // SHADOW_BLOCKS: a large workload ends at exactly that rate.
+        let floor = SHADOW_BLOCKS as f64 / self.capacity_blocks as f64;
+        let rate = (self.sample_rate / 2.0).max(floor);
+        let kept = rate / self.sample_rate;
+        self.sample_rate = rate;
+        self.sample_below = (rate * u64::MAX as f64) as u64;
         self.status.sample_rate = self.sample_rate;
         let sample_below = self.sample_below;
         let shadow_blocks =
@@ -1075,7 +1111,7 @@ impl Adaptive {
                 shadow.dirty.remove(&evicted.page);
             }
             shadow.filter.set_window(shadow_window);
-            shadow.tally.decay();
+            shadow.tally.scale(kept);
         }
         for sum in [
             &mut self.seen.read_share,
@@ -1084,7 +1120,7 @@ impl Adaptive {
             &mut self.seen.write_bytes,
             &mut self.real_read_hits,
         ] {
-            *sum *= 0.5;
+            *sum *= kept;
         }
         self.steady_epoch_accesses = steady_epoch_accesses(shadow_blocks);
         if shadow_blocks <= SHADOW_BLOCKS {
@@ -1213,7 +1249,11 @@ impl Adaptive {
         // the new rule from the start.
         self.epochs_in_rule += 1;
         match shadow_hits {
-            Some(hits) if hits >= MIN_HITS_FOR_EFFICIENCY && self.epochs_in_rule >= 2 => {
+            Some(hits)
+                if hits >= MIN_HITS_FOR_EFFICIENCY
+                    && self.epochs_in_rule >= 2
+                    && self.warmup_in_rule >= self.warmup_needed =>
+            {
                 self.efficiency = (self.real_read_hits / hits).clamp(0.0, 1.0);
             }
             Some(_) => {}
@@ -1261,6 +1301,13 @@ impl Adaptive {
         if best_rule != self.rule && best > current + margin {
             self.rule = best_rule;
             self.epochs_in_rule = 0;
+            self.warmup_in_rule = 0.0;
+            let floor = (SHADOW_BLOCKS as f64 / self.capacity_blocks as f64).min(1.0);
+            self.warmup_needed = if self.sample_rate > floor {
+                EFFICIENCY_WARMUP_ACCESSES
+            } else {
+                0.0
+            };
             self.status.switches += 1;
             if let Rule::Misses(misses) = best_rule {
                 self.filter.set_misses(misses.max(2));
@@ -1652,8 +1699,8 @@ mod tests {
     #[test]
     fn sampling_keeps_a_large_caches_shadows_small() {
         // A cache of 2^20 blocks over 2^21 distinct blocks read once each:
-        // the rate halves until the scaled cache holds at most
-        // SHADOW_BLOCKS, and the shadows never hold much more than that.
+        // the rate halves until the scaled cache holds SHADOW_BLOCKS, and
+        // the shadows never hold much more than that.
         let mut cache = adaptive(1 << 20);
         assert_eq!(cache.sample_rate, 1.0);
         let mut most_held = 0;
@@ -1663,12 +1710,13 @@ mod tests {
                 most_held = most_held.max(cache.shadow_len(Rule::Misses(1)));
             }
         }
+        // It ends at the rate that scales the whole cache to SHADOW_BLOCKS.
         let rate = cache.sample_rate;
-        let scaled = (1u64 << 20) as f64 * rate;
         assert!(
-            scaled <= SHADOW_BLOCKS as f64 && scaled >= SHADOW_BLOCKS as f64 / 4.0,
+            (rate - SHADOW_BLOCKS as f64 / (1 << 20) as f64).abs() < 1e-12,
             "rate {rate}"
         );
+        let scaled = (1u64 << 20) as f64 * rate;
         assert!(cache.sampled_seen.is_none(), "halving stops at the bound");
         assert!(most_held <= SHADOW_BLOCKS + 1, "{most_held}");
         assert!(cache.shadow_len(Rule::Misses(1)) <= scaled.round() as u64);
@@ -1682,6 +1730,38 @@ mod tests {
             (sampled - expected).abs() < 0.1 * expected,
             "{sampled} vs {expected}"
         );
+    }
+
+    /// A rule chosen while every block is sampled (early epochs, short in
+    /// block accesses) is not judged by the real cache's hits until it has
+    /// run two steady epochs at the lowest rate: the real cache starts the
+    /// rule cold while its shadow ran it from the start. Here the real
+    /// cache gets no hits at all (`read_hit` is never called) for 4,000
+    /// requests; measuring then would set the efficiency to 0 and turn the
+    /// cache off (as on `proj_4`, hdd-ssd 25 % ×2, where it measured 0.11).
+    #[test]
+    fn a_rule_chosen_early_is_not_judged_during_its_warm_up() {
+        let mut cache = adaptive(1 << 20);
+        for request in 0..4_000u64 {
+            let offset = (block_hash(request) % 512) * 64 * KIB;
+            cache.observe_request(offset, 4096, false, false, CacheMode::Writeback);
+            let service = 5_000_000 + 10 * 4096;
+            cache.observe_io(DeviceRole::Home, false, 4096, service, request * 10_000_000);
+        }
+        let status = cache.status();
+        assert!(status.epochs >= 4, "{status:?}");
+        assert_eq!(status.efficiency, 1.0, "{status:?}");
+        assert_ne!(status.rule, Rule::Off, "{status:?}");
+        // Once warm (two steady epochs at the lowest rate, 2^20 / 4096
+        // block accesses each), the real cache's hits count.
+        let needed = (2 * EPOCH_MIN_ACCESSES) << 8;
+        for request in 4_000..4_000 + needed + 8 * 4096 {
+            let offset = (block_hash(request) % 512) * 64 * KIB;
+            cache.observe_request(offset, 4096, false, false, CacheMode::Writeback);
+            let service = 5_000_000 + 10 * 4096;
+            cache.observe_io(DeviceRole::Home, false, 4096, service, request * 10_000_000);
+        }
+        assert!(cache.status().efficiency < 0.5, "{:?}", cache.status());
     }
 
     /// Issue 14, cause B at the default sizes: a 64 GB cache (2^20 blocks)
