@@ -3,7 +3,7 @@
 //! warm recovery, clean-stop dirty bits, detach under a writer, and a lost
 //! cache tier.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tierd_common::clock::{Clock, ManualClock};
@@ -440,9 +440,11 @@ fn detach_finishes_under_a_writer_and_stays_detached_after_a_restart() {
             .unwrap();
     }
     let stop = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(AtomicU64::new(0));
     let writer = {
         let volume = volume.clone();
         let stop = stop.clone();
+        let started = started.clone();
         std::thread::spawn(move || {
             let mut rng = SeededRng::new(3);
             let mut writes = 0u64;
@@ -452,10 +454,17 @@ fn detach_finishes_under_a_writer_and_stays_detached_after_a_restart() {
                     .write(block * BLOCK, &block_of(block + 1000), false)
                     .unwrap();
                 writes += 1;
+                started.store(writes, Ordering::Relaxed);
             }
             writes
         })
     };
+    // The detach runs under the writer: wait for its first write (on a
+    // loaded machine the detach could otherwise finish before the writer
+    // thread ran at all; CI-like load did that).
+    while started.load(Ordering::Relaxed) == 0 {
+        std::thread::yield_now();
+    }
     volume.set_cache_mode("detach").unwrap();
     let mut steps = 0;
     while volume.cache_status().unwrap().mode != "detached" {
