@@ -1079,3 +1079,105 @@ fn a_death_while_cleaning_loses_no_flushed_write() {
         "the cleaner ran before the death in only {cleaned_before_death} of {runs} runs"
     );
 }
+
+/// Measurement, not a check (`--ignored`, release build): how long one
+/// cleaning pass takes on a tier whose logical size is large next to the
+/// data it holds (16 GiB logical, 4 Mi map entries, on a 256 MiB device
+/// holding 48 MiB of about 2:1 data, half of it overwritten so every pack
+/// is half dead). Synthetic data (`half_compressible`), timed with the
+/// system clock. Prints the mean and the fastest pass of `passes`.
+///
+/// `cargo test --release -p tierd-engine --lib -- --ignored
+/// measure_a_cleaning_pass --nocapture`
+#[test]
+#[ignore = "a measurement: run with --ignored --nocapture in a release build"]
+fn measure_a_cleaning_pass() {
+    use tierd_common::clock::SystemClock;
+    let system = SystemClock::new();
+    let logical = 16u64 << 30;
+    let inner = Arc::new(MemoryDevice::new("ssd", 256 * MIB));
+    let opts = ReduceOptions {
+        logical_bytes: Some(logical),
+        pack_bytes: 128 << 10,
+        ..options(ModeSetting::Inline, 0)
+    };
+    let device = ReducedDevice::open("ssd", inner, opts, clock(), true).unwrap();
+    let blocks = logical / 4096;
+    let written = (48 * MIB) / 2048;
+    let stride = blocks / written;
+    let mut rng = SeededRng::new(7);
+    for i in 0..written {
+        let data = half_compressible(&mut rng, 4096);
+        device.write_at(i * stride * 4096, &data).unwrap();
+    }
+    device.flush().unwrap();
+    // Every other block overwritten: every pack holds half dead bytes.
+    for i in (0..written).step_by(2) {
+        let data = half_compressible(&mut rng, 4096);
+        device.write_at(i * stride * 4096, &data).unwrap();
+    }
+    device.flush().unwrap();
+    let passes = 20;
+    let mut times = Vec::new();
+    for _ in 0..passes {
+        let started = system.now_ns();
+        assert!(device.shared.clean(false).unwrap());
+        times.push(system.now_ns() - started);
+    }
+    let status = device.status();
+    let mean = times.iter().sum::<u64>() as f64 / times.len() as f64;
+    println!(
+        "cleaning pass: mean {:.3} ms, fastest {:.3} ms over {passes} passes; map entries {blocks}; \
+         relocated {} blocks {} bytes, cleaned {} packs",
+        mean / 1e6,
+        *times.iter().min().unwrap() as f64 / 1e6,
+        status.cleaner_relocated_blocks,
+        status.cleaner_relocated_bytes,
+        status.cleaned_packs
+    );
+}
+
+/// Measurement, not a check (`--ignored`, release build): write IOPS of
+/// inline reduction on two workers, 64 KiB writes (16 blocks) of about 2:1
+/// synthetic data (`half_compressible`, 64 distinct buffers) at random
+/// aligned offsets of a 256 MiB tier on a memory device, timed with the
+/// system clock. `REDUCE_BENCH_WRITES` writes (default 20000).
+#[test]
+#[ignore = "a measurement: run with --ignored --nocapture in a release build"]
+fn measure_inline_write_iops() {
+    use tierd_common::clock::SystemClock;
+    let system = SystemClock::new();
+    let writes: u64 = std::env::var("REDUCE_BENCH_WRITES")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(20_000);
+    let inner = Arc::new(MemoryDevice::new("ssd", 512 * MIB));
+    let logical = 256 * MIB;
+    let opts = ReduceOptions {
+        logical_bytes: Some(logical),
+        pack_bytes: 128 << 10,
+        dedup: false,
+        ..options(ModeSetting::Inline, 2)
+    };
+    let device = ReducedDevice::open("ssd", inner, opts, clock(), true).unwrap();
+    let mut rng = SeededRng::new(9);
+    let buffers: Vec<Vec<u8>> = (0..64)
+        .map(|_| half_compressible(&mut rng, 64 << 10))
+        .collect();
+    let slots = logical / (64 << 10);
+    let started = system.now_ns();
+    for i in 0..writes {
+        let slot = rng.below(slots);
+        device
+            .write_at(slot * (64 << 10), &buffers[(i % 64) as usize])
+            .unwrap();
+    }
+    device.flush().unwrap();
+    let elapsed = system.now_ns() - started;
+    println!(
+        "inline 64 KiB writes: {writes} in {:.3} s = {:.0} IOPS ({:.1} MB/s)",
+        elapsed as f64 / 1e9,
+        writes as f64 * 1e9 / elapsed as f64,
+        writes as f64 * 65536.0 * 1e3 / elapsed as f64
+    );
+}
