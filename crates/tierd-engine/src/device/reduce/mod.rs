@@ -30,6 +30,7 @@ use std::thread::JoinHandle;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use serde::Serialize;
 use tierd_common::clock::Clock;
+use tierd_core::reduce::clean::{RoomRetry, RoomStep};
 use tierd_core::reduce::{
     Mode, ModeSetting, Switch, SwitchConfig, SwitchEvent, SwitchRule, Urgency, WorkQueue,
 };
@@ -41,13 +42,9 @@ use state::{Appender, Located, NoRoom, PackKind, PackWrite, State};
 /// Stripes of the per-block write locks.
 /// Blocks a read locates at once (bounds the pins and the lock hold).
 const READ_CHUNK_BLOCKS: u64 = 256;
-/// Cleaning passes a write that finds the tier full may run before ENOSPC.
-const MAX_CLEANINGS_PER_WRITE: u32 = 8;
 /// Largest single device read of adjacent fragments.
 const READ_RUN_BYTES: u64 = 1 << 20;
 const STRIPES: usize = 256;
-/// Packs one cleaning pass empties at most.
-const CLEAN_BATCH_PACKS: usize = 16;
 /// Block map entries the cleaner scans per hold of the state lock.
 const CLEAN_SCAN_BLOCKS: u64 = 1 << 16;
 /// Block map entries one allocation answer looks at (the rest of its range
@@ -991,8 +988,7 @@ impl Shared {
         mut proceed: impl FnMut(&mut MutexGuard<'_, State>) -> bool,
         mut placed: impl FnMut(&mut MutexGuard<'_, State>, u64),
     ) -> DeviceResult<Option<u64>> {
-        let mut flushed = false;
-        let mut cleanings = 0;
+        let mut retry = RoomRetry::new();
         loop {
             let mut state = self.state.lock();
             if !proceed(&mut state) {
@@ -1013,24 +1009,19 @@ impl Shared {
                     }
                     return Ok(Some(entry));
                 }
-                Err(NoRoom::AfterFlush) if !flushed => {
+                Err(no_room) => {
                     drop(state);
-                    self.flush()?;
-                    flushed = true;
-                }
-                // Dead fragments may hold the room: clean now, on this
-                // thread, while each pass makes room.
-                Err(_) if cleanings < MAX_CLEANINGS_PER_WRITE => {
-                    drop(state);
-                    cleanings += 1;
-                    if !self.clean(true)? {
-                        return Err(self.full_error(lbn));
+                    match retry.next(no_room == NoRoom::AfterFlush) {
+                        RoomStep::Flush => self.flush()?,
+                        // Dead fragments may hold the room: clean now, on
+                        // this thread, while each pass makes room.
+                        RoomStep::Clean => {
+                            if !retry.after_pass(self.clean(true)?) {
+                                return Err(self.full_error(lbn));
+                            }
+                        }
+                        RoomStep::Fail => return Err(self.full_error(lbn)),
                     }
-                    flushed = false;
-                }
-                Err(_) => {
-                    drop(state);
-                    return Err(self.full_error(lbn));
                 }
             }
         }
@@ -1038,17 +1029,11 @@ impl Shared {
 
     // ---- the cleaner --------------------------------------------------------
 
-    /// Free packs below which the background cleaner starts: a 32nd of the
-    /// packs, at least the reserve and 4 more.
-    fn clean_low_packs(&self) -> u64 {
-        (self.geometry.pack_count / 32).max(state::CLEANER_RESERVE_PACKS + 4)
-    }
-
     /// Whether a background cleaning pass is due (with workers to run it).
     fn wants_cleaning(&self, state: &State) -> bool {
         self.options.workers > 0
             && !self.clean_queued.load(Ordering::Relaxed)
-            && state.wants_cleaning(self.clean_low_packs())
+            && state.wants_cleaning()
     }
 
     fn queue_clean(&self) {
@@ -1060,12 +1045,11 @@ impl Shared {
         self.jobs_ready.notify_one();
     }
 
-    /// Background cleaning: passes until free packs are back to twice the
-    /// low mark or a pass cannot make room.
+    /// Background cleaning: passes until free packs are back to the high
+    /// mark or a pass cannot make room (`tierd_core::reduce::clean`).
     fn clean_in_background(&self) {
-        let high = 2 * self.clean_low_packs();
         loop {
-            if self.stop.load(Ordering::SeqCst) || self.state.lock().free_packs() >= high {
+            if self.stop.load(Ordering::SeqCst) || !self.state.lock().keeps_cleaning() {
                 break;
             }
             match self.clean(false) {
@@ -1080,7 +1064,7 @@ impl Shared {
         self.clean_queued.store(false, Ordering::SeqCst);
     }
 
-    /// One cleaning pass: empties up to [`CLEAN_BATCH_PACKS`] packs with the
+    /// One cleaning pass: empties up to a batch of packs with the
     /// fewest live bytes into the open packs and flushes, which frees them.
     /// `urgent` (a write found no room): waits for a pass under way and
     /// returns at once if users have room again. True when there is room
@@ -1096,19 +1080,23 @@ impl Shared {
         };
         let victims = {
             let mut state = self.state.lock();
-            if urgent && state.free_packs() > state.reserve_packs() {
+            if urgent && state.users_have_room() {
                 return Ok(true);
             }
-            let victims = state.pick_victims(CLEAN_BATCH_PACKS, self.geometry.block_bytes);
+            let victims = state.pick_victims();
             if !victims.is_empty() {
                 state.cleaner.passes += 1;
             }
-            victims
+            // Nothing adds a reference to a pack being cleaned, so the
+            // blocks found now are all there will be.
+            let refs = state.victim_refs(&victims);
+            (victims, refs)
         };
+        let (victims, refs) = victims;
         if victims.is_empty() {
             return Ok(false);
         }
-        let relocated = self.relocate_victims(&victims);
+        let relocated = self.relocate_victims(&victims, refs);
         let emptied = {
             let mut state = self.state.lock();
             let before = state.cleaner.packs_cleaned;
@@ -1124,23 +1112,31 @@ impl Shared {
 
     /// Copies the live fragments of `victims` (marked and pinned by
     /// `pick_victims`) to the open packs and remaps every block that
-    /// pointed at them. Stops early when even the reserve is used up.
-    fn relocate_victims(&self, victims: &[u32]) -> DeviceResult<()> {
-        // The blocks that point into the victims: nothing adds a reference
-        // to a pack being cleaned, so one pass over the map finds them all.
-        let mut refs = Vec::new();
-        let mut lbn = 0;
-        while lbn < self.geometry.logical_blocks {
-            refs.extend(
-                self.state
-                    .lock()
-                    .refs_in_cleaning(lbn..lbn + CLEAN_SCAN_BLOCKS),
-            );
-            lbn += CLEAN_SCAN_BLOCKS;
-        }
+    /// pointed at them (`refs`: those blocks, from the reverse index, or
+    /// `None` to scan the map for them). Stops early when even the reserve
+    /// is used up.
+    fn relocate_victims(&self, victims: &[u32], refs: Option<Vec<(u64, u64)>>) -> DeviceResult<()> {
         let pack_of =
             |entry: u64| Fragment::decode(entry).map_or(u32::MAX, |fragment| fragment.pack);
-        refs.sort_unstable_by_key(|&(lbn, entry)| (pack_of(entry), entry, lbn));
+        let refs = match refs {
+            Some(refs) => refs,
+            None => {
+                // No reverse index (a tier of more than 2^32 blocks): one
+                // pass over the map, a slice per hold of the lock.
+                let mut refs = Vec::new();
+                let mut lbn = 0;
+                while lbn < self.geometry.logical_blocks {
+                    refs.extend(
+                        self.state
+                            .lock()
+                            .refs_in_cleaning(lbn..lbn + CLEAN_SCAN_BLOCKS),
+                    );
+                    lbn += CLEAN_SCAN_BLOCKS;
+                }
+                refs.sort_unstable_by_key(|&(lbn, entry)| (pack_of(entry), entry, lbn));
+                refs
+            }
+        };
         let block = self.geometry.block_bytes as usize;
         let mut pack_buf = vec![0u8; self.geometry.pack_bytes as usize];
         let mut scratch = vec![0u8; block];
