@@ -157,6 +157,14 @@ struct Journal {
     used: u64,
 }
 
+/// Where a block of a write to reduce inline is.
+enum BlockBytes {
+    /// The write's own bytes from this offset: a whole block.
+    Request(usize),
+    /// A block of its own: a partial write patched into the stored block.
+    Own(Vec<u8>),
+}
+
 /// Completion of one write's inline blocks.
 struct Done {
     state: Mutex<(usize, Option<DeviceError>)>,
@@ -169,7 +177,10 @@ enum Job {
     /// A block of a write that waits for it.
     Inline {
         lbn: u64,
-        data: Vec<u8>,
+        /// The block is `buf[at..at + block]`: the whole write's bytes,
+        /// copied once and shared by its blocks (not a copy per block).
+        buf: Arc<[u8]>,
+        at: usize,
         done: Arc<Done>,
     },
     /// A staged block: reduce it if `lbn` still maps to `entry`.
@@ -738,9 +749,10 @@ impl Shared {
                 }
             };
             match job {
-                Job::Inline { lbn, data, done } => {
+                Job::Inline { lbn, buf, at, done } => {
                     let started = self.clock.now_ns();
-                    let result = self.store_block(lbn, &data, None);
+                    let block = self.geometry.block_bytes as usize;
+                    let result = self.store_block(lbn, &buf[at..at + block], None);
                     self.record_work(Mode::Inline, started);
                     let mut state = done.state.lock();
                     state.0 -= 1;
@@ -774,8 +786,9 @@ impl Shared {
         match job {
             Job::Staged { lbn, entry } => self.reduce_staged_block(lbn, entry)?,
             Job::Clean => self.clean_in_background(),
-            Job::Inline { lbn, data, done } => {
-                let result = self.store_block(lbn, &data, None);
+            Job::Inline { lbn, buf, at, done } => {
+                let block = self.geometry.block_bytes as usize;
+                let result = self.store_block(lbn, &buf[at..at + block], None);
                 let mut state = done.state.lock();
                 state.0 -= 1;
                 if let Err(error) = result {
@@ -1325,11 +1338,11 @@ impl Shared {
         } else {
             Mode::Inline
         };
-        let mut inline: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut inline: Vec<(u64, BlockBytes)> = Vec::new();
         let mut staged: Vec<(u64, u64)> = Vec::new();
         let result =
             self.write_blocks((offset, length, data, fill), mode, &mut inline, &mut staged);
-        let result = result.and_then(|()| self.run_inline(inline));
+        let result = result.and_then(|()| self.run_inline(data, inline));
         // Staged even when a later block failed: they are mapped as staged.
         self.queue_staged_blocks(staged);
         result
@@ -1342,7 +1355,7 @@ impl Shared {
         &self,
         (offset, length, data, fill): (u64, u64, Option<&[u8]>, u64),
         mode: Mode,
-        inline: &mut Vec<(u64, Vec<u8>)>,
+        inline: &mut Vec<(u64, BlockBytes)>,
         staged: &mut Vec<(u64, u64)>,
     ) -> DeviceResult<()> {
         let block = self.geometry.block_bytes;
@@ -1361,67 +1374,94 @@ impl Shared {
                 }
                 self.read_block(lbn, &mut scratch)?;
                 scratch[(lo - start) as usize..(hi - start) as usize].fill(0);
-                inline.push((lbn, scratch.clone()));
+                inline.push((lbn, BlockBytes::Own(scratch.clone())));
                 continue;
             };
             let part = &data[(lo - offset) as usize..(hi - offset) as usize];
-            let bytes = if whole {
-                part.to_vec()
+            // A whole block is the request's own bytes (no copy); a part is
+            // patched into the stored block.
+            let bytes: &[u8] = if whole {
+                part
             } else {
                 self.read_block(lbn, &mut scratch)?;
                 scratch[(lo - start) as usize..(hi - start) as usize].copy_from_slice(part);
-                scratch.clone()
+                &scratch
             };
-            let taken = if mode == Mode::Post && !codec::is_zero(&bytes) {
+            let own = |bytes: &[u8]| {
+                if whole {
+                    BlockBytes::Request((lo - offset) as usize)
+                } else {
+                    BlockBytes::Own(bytes.to_vec())
+                }
+            };
+            let taken = if mode == Mode::Post && !codec::is_zero(bytes) {
                 self.state.lock().staging.admit(Mode::Post)
             } else {
                 Mode::Inline
             };
             match taken {
-                Mode::Post => match self.stage_block(lbn, &bytes) {
+                Mode::Post => match self.stage_block(lbn, bytes) {
                     Ok(Some(entry)) => staged.push((lbn, entry)),
                     Ok(None) => {}
                     // No room for a raw copy (and nothing to clean): reduce
                     // it now, which may fit.
                     Err(error) if error.errno() == libc::ENOSPC => {
                         self.state.lock().staging.overflows += 1;
-                        inline.push((lbn, bytes));
+                        inline.push((lbn, own(bytes)));
                     }
                     Err(error) => return Err(error),
                 },
-                Mode::Inline => inline.push((lbn, bytes)),
+                Mode::Inline => inline.push((lbn, own(bytes))),
             }
         }
         Ok(())
     }
 
     /// Reduces blocks before the write returns: on the workers, or here
-    /// when there are none.
-    fn run_inline(&self, blocks: Vec<(u64, Vec<u8>)>) -> DeviceResult<()> {
+    /// when there are none. `data`: the write's bytes, which
+    /// [`BlockBytes::Request`] blocks are in.
+    fn run_inline(&self, data: Option<&[u8]>, blocks: Vec<(u64, BlockBytes)>) -> DeviceResult<()> {
         if blocks.is_empty() {
             return Ok(());
         }
+        let block = self.geometry.block_bytes as usize;
         if self.options.workers == 0 {
-            for (lbn, data) in blocks {
+            for (lbn, bytes) in blocks {
                 let started = self.clock.now_ns();
-                let result = self.store_block(lbn, &data, None);
+                let bytes = match &bytes {
+                    BlockBytes::Request(at) => &data.expect("a write's block")[*at..*at + block],
+                    BlockBytes::Own(bytes) => &bytes[..],
+                };
+                let result = self.store_block(lbn, bytes, None);
                 self.record_work(Mode::Inline, started);
                 result?;
             }
             return Ok(());
         }
+        // The workers outlive this call's borrow of the write's bytes: one
+        // copy of the whole write, shared by its blocks (one allocation a
+        // write, not one a block).
+        let request: Option<Arc<[u8]>> = blocks
+            .iter()
+            .any(|(_, bytes)| matches!(bytes, BlockBytes::Request(_)))
+            .then(|| Arc::from(data.expect("a write's block")));
         let done = Arc::new(Done {
             state: Mutex::new((blocks.len(), None)),
             cond: Condvar::new(),
         });
         {
             let mut jobs = self.jobs.lock();
-            for (lbn, data) in blocks {
+            for (lbn, bytes) in blocks {
+                let (buf, at) = match bytes {
+                    BlockBytes::Request(at) => (request.clone().expect("copied above"), at),
+                    BlockBytes::Own(bytes) => (Arc::from(bytes), 0),
+                };
                 jobs.push(
                     Urgency::of_reduction(Mode::Inline),
                     Job::Inline {
                         lbn,
-                        data,
+                        buf,
+                        at,
                         done: done.clone(),
                     },
                 );

@@ -1080,6 +1080,84 @@ fn a_death_while_cleaning_loses_no_flushed_write() {
     );
 }
 
+/// A cleaning pass finds its victims' blocks through the reverse index
+/// (no scan of the map): it moves exactly the blocks that mapped into the
+/// victims, dedup's shared fragments included, and no other block's entry
+/// changes.
+#[test]
+fn a_cleaning_pass_relocates_exactly_the_victims_blocks() {
+    let inner = Arc::new(MemoryDevice::new("ssd", 8 * MIB));
+    let logical = 4 * MIB;
+    let opts = options(ModeSetting::Inline, 0).with_logical(logical);
+    let device = ReducedDevice::open("ssd", inner, opts, clock(), true).unwrap();
+    let blocks = logical / 4096;
+    let mut model = vec![0u8; logical as usize];
+    let mut rng = SeededRng::new(17);
+    let mut shared = Vec::new();
+    for lbn in 0..blocks {
+        // Every eighth block repeats an earlier one (dedup shares it).
+        let data = if lbn % 8 == 7 {
+            shared.clone()
+        } else {
+            half_compressible(&mut rng, 4096)
+        };
+        if lbn % 8 == 0 {
+            shared = data.clone();
+        }
+        device.write_at(lbn * 4096, &data).unwrap();
+        model[(lbn * 4096) as usize..][..4096].copy_from_slice(&data);
+    }
+    device.flush().unwrap();
+    for _ in 0..blocks / 2 {
+        let lbn = rng.below(blocks);
+        let data = half_compressible(&mut rng, 4096);
+        device.write_at(lbn * 4096, &data).unwrap();
+        model[(lbn * 4096) as usize..][..4096].copy_from_slice(&data);
+    }
+    device.flush().unwrap();
+    let shared_state = &device.shared;
+    let (victims, refs, before) = {
+        let mut state = shared_state.state.lock();
+        let victims = state.pick_victims();
+        let refs = state.victim_refs(&victims);
+        (victims, refs, state.map.clone())
+    };
+    assert!(victims.len() > 1, "{victims:?}");
+    let in_victims = |entry: u64| {
+        Fragment::decode(entry).is_some_and(|fragment| victims.contains(&fragment.pack))
+    };
+    let expected: Vec<u64> = (0..blocks)
+        .filter(|&lbn| in_victims(before[lbn as usize]))
+        .collect();
+    let mut listed: Vec<u64> = refs.clone().unwrap().iter().map(|&(lbn, _)| lbn).collect();
+    listed.sort_unstable();
+    assert_eq!(listed, expected);
+    assert!(
+        expected.len() as u64 > victims.len() as u64,
+        "victims hold blocks"
+    );
+    let relocated_before = shared_state.state.lock().cleaner.relocated_blocks;
+    shared_state.relocate_victims(&victims, refs).unwrap();
+    shared_state.state.lock().end_cleaning(&victims);
+    shared_state.flush().unwrap();
+    let state = shared_state.state.lock();
+    assert_eq!(
+        state.cleaner.relocated_blocks - relocated_before,
+        expected.len() as u64
+    );
+    for lbn in 0..blocks {
+        let (old, new) = (before[lbn as usize], state.map[lbn as usize]);
+        if in_victims(old) {
+            assert!(!in_victims(new), "block {lbn} still in a victim");
+            assert_ne!(old, new);
+        } else {
+            assert_eq!(old, new, "block {lbn} was not the cleaner's to move");
+        }
+    }
+    drop(state);
+    check_all(&device, &model);
+}
+
 /// Measurement, not a check (`--ignored`, release build): how long one
 /// cleaning pass takes on a tier whose logical size is large next to the
 /// data it holds (16 GiB logical, 4 Mi map entries, on a 256 MiB device
@@ -1126,14 +1204,20 @@ fn measure_a_cleaning_pass() {
     }
     let status = device.status();
     let mean = times.iter().sum::<u64>() as f64 / times.len() as f64;
+    let (reverse_bytes, mapped) = {
+        let state = device.shared.state.lock();
+        (state.reverse_index_bytes(), state.tallies.mapped_blocks)
+    };
     println!(
         "cleaning pass: mean {:.3} ms, fastest {:.3} ms over {passes} passes; map entries {blocks}; \
-         relocated {} blocks {} bytes, cleaned {} packs",
+         relocated {} blocks {} bytes, cleaned {} packs; reverse index {reverse_bytes} bytes for \
+         {mapped} mapped blocks and {} packs",
         mean / 1e6,
         *times.iter().min().unwrap() as f64 / 1e6,
         status.cleaner_relocated_blocks,
         status.cleaner_relocated_bytes,
-        status.cleaned_packs
+        status.cleaned_packs,
+        device.geometry().pack_count
     );
 }
 
