@@ -947,6 +947,13 @@ impl State {
         Some(refs)
     }
 
+    /// Drops the reverse index, as a tier of more than 2^32 blocks keeps
+    /// none (tests of the cleaner's map scan).
+    #[cfg(test)]
+    pub fn drop_reverse_index(&mut self) {
+        self.owners = None;
+    }
+
     /// Bytes the reverse index takes now (its lists' lengths; status and
     /// the docs' per-GiB figure).
     pub fn reverse_index_bytes(&self) -> u64 {
