@@ -124,7 +124,11 @@ fn reduce_fig5_on_a_small_tier_reports_the_cleaners_passes() {
         "16MiB:512KiB",
     ]);
     assert!(!output.status.success());
-    assert!(stderr(&output).contains("--reduce-tier"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("--reduce-tier"),
+        "{}",
+        stderr(&output)
+    );
     // Fig. 5 itself carries no tier.
     let output = tierd(&[
         "sim",
