@@ -45,7 +45,8 @@ const READ_CHUNK_BLOCKS: u64 = 256;
 /// Largest single device read of adjacent fragments.
 const READ_RUN_BYTES: u64 = 1 << 20;
 const STRIPES: usize = 256;
-/// Block map entries the cleaner scans per hold of the state lock.
+/// Block map entries the cleaner scans per hold of the state lock (a tier
+/// without a reverse index: more than 2^32 blocks).
 const CLEAN_SCAN_BLOCKS: u64 = 1 << 16;
 /// Block map entries one allocation answer looks at (the rest of its range
 /// is then reported allocated: always correct), and per hold of the state
