@@ -321,6 +321,8 @@ pub struct Options {
     pub loads: Option<String>,
     pub calibrate: bool,
     pub queue_order: Option<tierd_sim::reduce::QueueOrder>,
+    /// `reduce-fig5`: a reduced tier under the writes, `LOGICAL:DEVICE`.
+    pub reduce_tier: Option<String>,
     /// `smr-staging`: workload size against paper 001's (1 = 10 GiB written).
     pub scale: Option<f64>,
     /// `smr-staging`: write the workloads as traces here instead of running.
@@ -339,6 +341,33 @@ fn parse_loads(text: &str) -> Result<Vec<f64>, CliError> {
             }
         })
         .collect()
+}
+
+/// `--reduce-tier LOGICAL:DEVICE`: the tier's blocks and 128 KiB packs.
+fn parse_tier(text: &str, block_bytes: u64) -> Result<fig5::TierModel, CliError> {
+    let fail = |why: &str| {
+        CliError(format!(
+            "--reduce-tier {text:?}: {why}; expected LOGICAL:DEVICE sizes, e.g. 16MiB:12MiB"
+        ))
+    };
+    let (logical, device) = text.split_once(':').ok_or_else(|| fail("no ':'"))?;
+    let size = |part: &str| {
+        tierd_common::units::parse_bytes(part.trim()).map_err(|error| fail(&error.to_string()))
+    };
+    let (logical, device) = (size(logical)?, size(device)?);
+    let pack_bytes = 128 << 10;
+    let tier = fig5::TierModel {
+        logical_blocks: logical / block_bytes,
+        pack_bytes,
+        pack_count: device / pack_bytes,
+        dedup: true,
+    };
+    if tier.logical_blocks == 0 || tier.pack_count < 8 {
+        return Err(fail(&format!(
+            "at least one {block_bytes}-byte block and 8 packs of {pack_bytes} bytes"
+        )));
+    }
+    Ok(tier)
 }
 
 fn print_json(value: &impl serde::Serialize) -> Result<(), CliError> {
@@ -369,9 +398,10 @@ pub fn run(experiment: Experiment, options: Options) -> Result<(), CliError> {
                 || options.loads.is_some()
                 || options.calibrate
                 || options.queue_order.is_some()
+                || options.reduce_tier.is_some()
             {
                 return Err(CliError(
-                    "--measurements, --loads, --queue-order and --calibrate go with --experiment reduce-fig5"
+                    "--measurements, --loads, --queue-order, --calibrate and --reduce-tier go with --experiment reduce-fig5"
                         .to_string(),
                 ));
             }
@@ -382,9 +412,10 @@ pub fn run(experiment: Experiment, options: Options) -> Result<(), CliError> {
                 || options.loads.is_some()
                 || options.calibrate
                 || options.queue_order.is_some()
+                || options.reduce_tier.is_some()
             {
                 return Err(CliError(
-                    "--measurements, --loads, --queue-order and --calibrate go with --experiment reduce-fig5"
+                    "--measurements, --loads, --queue-order, --calibrate and --reduce-tier go with --experiment reduce-fig5"
                         .to_string(),
                 ));
             }
@@ -422,6 +453,9 @@ pub fn run(experiment: Experiment, options: Options) -> Result<(), CliError> {
             }
             if let Some(loads) = &options.loads {
                 config.loads_percent = parse_loads(loads)?;
+            }
+            if let Some(tier) = &options.reduce_tier {
+                config.tier = Some(parse_tier(tier, config.block_bytes)?);
             }
             let mut source = "recorded defaults (tierd_sim::reduce::cost::MEASURED)".to_string();
             if options.calibrate {

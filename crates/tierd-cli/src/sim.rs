@@ -61,6 +61,13 @@ pub struct SimArgs {
     /// reduced tier's rule) or fifo (arrival order, for comparison).
     #[arg(long, value_name = "ORDER", requires = "experiment", value_parser = queue_order)]
     queue_order: Option<tierd_sim::reduce::QueueOrder>,
+    /// With --experiment reduce-fig5: writes go to random blocks of a
+    /// reduced tier of LOGICAL bytes on a DEVICE-byte device (e.g.
+    /// 16MiB:12MiB; packs of 128 KiB), whose cleaner runs tierd_core's
+    /// decisions and is charged to the workers (docs/devices/processor.md,
+    /// "Packs and cleaning"). Default: writes take no space (Fig. 5).
+    #[arg(long, value_name = "LOGICAL:DEVICE", requires = "experiment")]
+    reduce_tier: Option<String>,
     /// With --experiment smr-staging: the workloads' size against paper
     /// 001's (1, the default: 10 GiB of random writes, 10,240 reads).
     #[arg(long, value_name = "S", requires = "experiment")]
@@ -271,6 +278,7 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
                 loads: args.loads.clone(),
                 calibrate: args.calibrate,
                 queue_order: args.queue_order,
+                reduce_tier: args.reduce_tier.clone(),
                 scale: args.scale,
                 export_traces: args.export_traces.clone(),
             },

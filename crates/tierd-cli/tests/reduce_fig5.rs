@@ -76,6 +76,75 @@ fn reduce_fig5_writes_its_table_csv_svg_and_json() {
     assert_eq!(stdout(&first), stdout(&again), "same seed, same JSON");
 }
 
+/// `--reduce-tier`: random overwrites of a small reduced tier run the
+/// cleaner, reported per configuration and load; a tier too small for the
+/// cleaner is refused by name.
+#[test]
+fn reduce_fig5_on_a_small_tier_reports_the_cleaners_passes() {
+    let output = tierd(&[
+        "sim",
+        "--experiment",
+        "reduce-fig5",
+        "--loads",
+        "45",
+        "--measurements",
+        "1",
+        "--reduce-tier",
+        "16MiB:12MiB",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(report["config"]["tier"]["logical_blocks"], 2048);
+    assert_eq!(report["config"]["tier"]["pack_count"], 96);
+    for result in report["results"].as_array().unwrap() {
+        let cleaning = &result["cleaning"];
+        assert!(cleaning["passes"].as_u64().unwrap() > 0, "{result}");
+        assert!(cleaning["background_ns"].as_u64().unwrap() > 0, "{result}");
+        assert_eq!(cleaning["refused_writes"], 0, "{result}");
+    }
+    let output = tierd(&[
+        "sim",
+        "--experiment",
+        "reduce-fig5",
+        "--loads",
+        "45",
+        "--measurements",
+        "1",
+        "--reduce-tier",
+        "16MiB:12MiB",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(stdout(&output).contains("cleaning: writes at random"));
+    let output = tierd(&[
+        "sim",
+        "--experiment",
+        "reduce-fig5",
+        "--reduce-tier",
+        "16MiB:512KiB",
+    ]);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("--reduce-tier"),
+        "{}",
+        stderr(&output)
+    );
+    // Fig. 5 itself carries no tier.
+    let output = tierd(&[
+        "sim",
+        "--experiment",
+        "reduce-fig5",
+        "--loads",
+        "45",
+        "--measurements",
+        "1",
+        "--json",
+    ]);
+    let report: Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert!(report["config"].get("tier").is_none());
+    assert!(report["results"][0].get("cleaning").is_none());
+}
+
 #[test]
 fn reduce_flags_are_refused_where_they_mean_nothing() {
     let output = tierd(&["sim", "--experiment", "reduce-fig5", "--policy", "none"]);

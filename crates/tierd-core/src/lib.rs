@@ -18,7 +18,8 @@
 //!   and which moves are accepted, queued and started.
 //! - [`reduce`]: data reduction's timing: inline or post-process, switched
 //!   on the reduction workers' measured utilisation with one threshold or
-//!   two (paper 004), and the stage's bound.
+//!   two (paper 004), and the stage's bound; [`reduce::clean`]: the
+//!   cleaner's decisions (when, which packs, the reserve).
 //! - [`replica`]: replicas of far-apart, read-together extents in free HDD
 //!   space (paper 003): the allocation map, detection, placement, read
 //!   routing to the cheapest current copy, and the copy jobs.

@@ -17,6 +17,11 @@
 //! stages and reads back), utilisation at the switch point falls from T1 to
 //! `T1 / r`, so the inequality is `T2 < T1 / r`
 //! ([`SwitchConfig::max_post_work_ratio`]).
+//!
+//! [`clean`]: the cleaner's decisions (when to clean, which packs, the
+//! reserve only it may take, how long a write without room keeps trying).
+
+pub mod clean;
 
 /// How a write is reduced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -9,6 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::packs::PassWork;
+
 /// One step's worker time: `fixed_ns + ns_per_kib × KiB`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Cost {
@@ -126,6 +128,30 @@ impl ReductionCosts {
         self.stage_store_ns(bytes)
             + self.load.ns(bytes as f64)
             + self.inline_ns(bytes, duplicate_fraction)
+    }
+
+    /// One cleaning pass's worker time (`super::packs`): each victim pack
+    /// read whole (one `load` of a pack), the live bytes it copies written
+    /// (`store` per KiB, and its fixed cost once per pack they fill: the
+    /// copies are appended to open packs and written a pack at a time), and
+    /// with dedup each copied fragment decompressed (a compressed one) and
+    /// fingerprinted, so the index's hint follows it (the live tier's
+    /// `relocate_victims`).
+    pub fn clean_ns(&self, work: &PassWork, pack_bytes: u64, block_bytes: u64, dedup: bool) -> f64 {
+        if work.packs_read == 0 {
+            return 0.0;
+        }
+        let bytes = work.bytes as f64;
+        let packs_written = work.bytes.div_ceil(pack_bytes.max(1)) as f64;
+        let read = work.packs_read as f64 * self.load.ns(pack_bytes as f64);
+        let write = packs_written * self.store.fixed_ns + self.store.ns_per_kib * bytes / 1024.0;
+        let rehash = if dedup {
+            let block = block_bytes as f64;
+            work.fragments as f64 * (self.hash.ns(block) + self.decompress.ns(block))
+        } else {
+            0.0
+        };
+        read + write + rehash
     }
 
     /// Post-process's work per write over inline's (the `r` of

@@ -112,6 +112,54 @@ pub fn render_text(report: &Fig5Report) -> String {
         "\nus: mean of the measurements' mean responses; dev%: largest |measurement - mean| / mean; \
          sw: mode switches during the measurements"
     );
+    if let Some(tier) = &config.tier {
+        let _ = writeln!(
+            out,
+            "\ncleaning: writes at random over a tier of {} blocks on {} packs of {} KiB (whole run, \
+             warm-up included)",
+            tier.logical_blocks,
+            tier.pack_count,
+            tier.pack_bytes >> 10
+        );
+        let mut rows = vec![[
+            "configuration",
+            "load",
+            "passes",
+            "urgent",
+            "packs",
+            "moved MiB",
+            "WA",
+            "worker ms",
+            "refused",
+        ]
+        .map(str::to_string)
+        .to_vec()];
+        for result in &report.results {
+            let Some(cleaning) = &result.cleaning else {
+                continue;
+            };
+            rows.push(vec![
+                result.label.clone(),
+                format!("{}%", result.load_percent),
+                cleaning.passes.to_string(),
+                cleaning.urgent_passes.to_string(),
+                cleaning.packs_cleaned.to_string(),
+                format!("{:.1}", cleaning.relocated_bytes as f64 / (1 << 20) as f64),
+                format!("{:.2}", cleaning.write_amplification),
+                format!(
+                    "{:.1}",
+                    (cleaning.urgent_ns + cleaning.background_ns) as f64 / 1e6
+                ),
+                cleaning.refused_writes.to_string(),
+            ]);
+        }
+        out.push_str(&columns(&rows));
+        let _ = writeln!(
+            out,
+            "urgent: passes on a writer's time (no room); WA: (stored + moved) / stored bytes; \
+             worker ms: the passes' reads and copies charged to the workers"
+        );
+    }
     out
 }
 

@@ -30,6 +30,7 @@ use std::thread::JoinHandle;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use serde::Serialize;
 use tierd_common::clock::Clock;
+use tierd_core::reduce::clean::{RoomRetry, RoomStep};
 use tierd_core::reduce::{
     Mode, ModeSetting, Switch, SwitchConfig, SwitchEvent, SwitchRule, Urgency, WorkQueue,
 };
@@ -41,14 +42,11 @@ use state::{Appender, Located, NoRoom, PackKind, PackWrite, State};
 /// Stripes of the per-block write locks.
 /// Blocks a read locates at once (bounds the pins and the lock hold).
 const READ_CHUNK_BLOCKS: u64 = 256;
-/// Cleaning passes a write that finds the tier full may run before ENOSPC.
-const MAX_CLEANINGS_PER_WRITE: u32 = 8;
 /// Largest single device read of adjacent fragments.
 const READ_RUN_BYTES: u64 = 1 << 20;
 const STRIPES: usize = 256;
-/// Packs one cleaning pass empties at most.
-const CLEAN_BATCH_PACKS: usize = 16;
-/// Block map entries the cleaner scans per hold of the state lock.
+/// Block map entries the cleaner scans per hold of the state lock (a tier
+/// without a reverse index: more than 2^32 blocks).
 const CLEAN_SCAN_BLOCKS: u64 = 1 << 16;
 /// Block map entries one allocation answer looks at (the rest of its range
 /// is then reported allocated: always correct), and per hold of the state
@@ -160,6 +158,14 @@ struct Journal {
     used: u64,
 }
 
+/// Where a block of a write to reduce inline is.
+enum BlockBytes {
+    /// The write's own bytes from this offset: a whole block.
+    Request(usize),
+    /// A block of its own: a partial write patched into the stored block.
+    Own(Vec<u8>),
+}
+
 /// Completion of one write's inline blocks.
 struct Done {
     state: Mutex<(usize, Option<DeviceError>)>,
@@ -172,7 +178,10 @@ enum Job {
     /// A block of a write that waits for it.
     Inline {
         lbn: u64,
-        data: Vec<u8>,
+        /// The block is `buf[at..at + block]`: the whole write's bytes,
+        /// copied once and shared by its blocks (not a copy per block).
+        buf: Arc<[u8]>,
+        at: usize,
         done: Arc<Done>,
     },
     /// A staged block: reduce it if `lbn` still maps to `entry`.
@@ -741,9 +750,10 @@ impl Shared {
                 }
             };
             match job {
-                Job::Inline { lbn, data, done } => {
+                Job::Inline { lbn, buf, at, done } => {
                     let started = self.clock.now_ns();
-                    let result = self.store_block(lbn, &data, None);
+                    let block = self.geometry.block_bytes as usize;
+                    let result = self.store_block(lbn, &buf[at..at + block], None);
                     self.record_work(Mode::Inline, started);
                     let mut state = done.state.lock();
                     state.0 -= 1;
@@ -777,8 +787,9 @@ impl Shared {
         match job {
             Job::Staged { lbn, entry } => self.reduce_staged_block(lbn, entry)?,
             Job::Clean => self.clean_in_background(),
-            Job::Inline { lbn, data, done } => {
-                let result = self.store_block(lbn, &data, None);
+            Job::Inline { lbn, buf, at, done } => {
+                let block = self.geometry.block_bytes as usize;
+                let result = self.store_block(lbn, &buf[at..at + block], None);
                 let mut state = done.state.lock();
                 state.0 -= 1;
                 if let Err(error) = result {
@@ -991,8 +1002,7 @@ impl Shared {
         mut proceed: impl FnMut(&mut MutexGuard<'_, State>) -> bool,
         mut placed: impl FnMut(&mut MutexGuard<'_, State>, u64),
     ) -> DeviceResult<Option<u64>> {
-        let mut flushed = false;
-        let mut cleanings = 0;
+        let mut retry = RoomRetry::new();
         loop {
             let mut state = self.state.lock();
             if !proceed(&mut state) {
@@ -1013,24 +1023,19 @@ impl Shared {
                     }
                     return Ok(Some(entry));
                 }
-                Err(NoRoom::AfterFlush) if !flushed => {
+                Err(no_room) => {
                     drop(state);
-                    self.flush()?;
-                    flushed = true;
-                }
-                // Dead fragments may hold the room: clean now, on this
-                // thread, while each pass makes room.
-                Err(_) if cleanings < MAX_CLEANINGS_PER_WRITE => {
-                    drop(state);
-                    cleanings += 1;
-                    if !self.clean(true)? {
-                        return Err(self.full_error(lbn));
+                    match retry.next(no_room == NoRoom::AfterFlush) {
+                        RoomStep::Flush => self.flush()?,
+                        // Dead fragments may hold the room: clean now, on
+                        // this thread, while each pass makes room.
+                        RoomStep::Clean => {
+                            if !retry.after_pass(self.clean(true)?) {
+                                return Err(self.full_error(lbn));
+                            }
+                        }
+                        RoomStep::Fail => return Err(self.full_error(lbn)),
                     }
-                    flushed = false;
-                }
-                Err(_) => {
-                    drop(state);
-                    return Err(self.full_error(lbn));
                 }
             }
         }
@@ -1038,17 +1043,11 @@ impl Shared {
 
     // ---- the cleaner --------------------------------------------------------
 
-    /// Free packs below which the background cleaner starts: a 32nd of the
-    /// packs, at least the reserve and 4 more.
-    fn clean_low_packs(&self) -> u64 {
-        (self.geometry.pack_count / 32).max(state::CLEANER_RESERVE_PACKS + 4)
-    }
-
     /// Whether a background cleaning pass is due (with workers to run it).
     fn wants_cleaning(&self, state: &State) -> bool {
         self.options.workers > 0
             && !self.clean_queued.load(Ordering::Relaxed)
-            && state.wants_cleaning(self.clean_low_packs())
+            && state.wants_cleaning()
     }
 
     fn queue_clean(&self) {
@@ -1060,12 +1059,11 @@ impl Shared {
         self.jobs_ready.notify_one();
     }
 
-    /// Background cleaning: passes until free packs are back to twice the
-    /// low mark or a pass cannot make room.
+    /// Background cleaning: passes until free packs are back to the high
+    /// mark or a pass cannot make room (`tierd_core::reduce::clean`).
     fn clean_in_background(&self) {
-        let high = 2 * self.clean_low_packs();
         loop {
-            if self.stop.load(Ordering::SeqCst) || self.state.lock().free_packs() >= high {
+            if self.stop.load(Ordering::SeqCst) || !self.state.lock().keeps_cleaning() {
                 break;
             }
             match self.clean(false) {
@@ -1080,7 +1078,7 @@ impl Shared {
         self.clean_queued.store(false, Ordering::SeqCst);
     }
 
-    /// One cleaning pass: empties up to [`CLEAN_BATCH_PACKS`] packs with the
+    /// One cleaning pass: empties up to a batch of packs with the
     /// fewest live bytes into the open packs and flushes, which frees them.
     /// `urgent` (a write found no room): waits for a pass under way and
     /// returns at once if users have room again. True when there is room
@@ -1096,19 +1094,23 @@ impl Shared {
         };
         let victims = {
             let mut state = self.state.lock();
-            if urgent && state.free_packs() > state.reserve_packs() {
+            if urgent && state.users_have_room() {
                 return Ok(true);
             }
-            let victims = state.pick_victims(CLEAN_BATCH_PACKS, self.geometry.block_bytes);
+            let victims = state.pick_victims();
             if !victims.is_empty() {
                 state.cleaner.passes += 1;
             }
-            victims
+            // Nothing adds a reference to a pack being cleaned, so the
+            // blocks found now are all there will be.
+            let refs = state.victim_refs(&victims);
+            (victims, refs)
         };
+        let (victims, refs) = victims;
         if victims.is_empty() {
             return Ok(false);
         }
-        let relocated = self.relocate_victims(&victims);
+        let relocated = self.relocate_victims(&victims, refs);
         let emptied = {
             let mut state = self.state.lock();
             let before = state.cleaner.packs_cleaned;
@@ -1124,23 +1126,31 @@ impl Shared {
 
     /// Copies the live fragments of `victims` (marked and pinned by
     /// `pick_victims`) to the open packs and remaps every block that
-    /// pointed at them. Stops early when even the reserve is used up.
-    fn relocate_victims(&self, victims: &[u32]) -> DeviceResult<()> {
-        // The blocks that point into the victims: nothing adds a reference
-        // to a pack being cleaned, so one pass over the map finds them all.
-        let mut refs = Vec::new();
-        let mut lbn = 0;
-        while lbn < self.geometry.logical_blocks {
-            refs.extend(
-                self.state
-                    .lock()
-                    .refs_in_cleaning(lbn..lbn + CLEAN_SCAN_BLOCKS),
-            );
-            lbn += CLEAN_SCAN_BLOCKS;
-        }
+    /// pointed at them (`refs`: those blocks, from the reverse index, or
+    /// `None` to scan the map for them). Stops early when even the reserve
+    /// is used up.
+    fn relocate_victims(&self, victims: &[u32], refs: Option<Vec<(u64, u64)>>) -> DeviceResult<()> {
         let pack_of =
             |entry: u64| Fragment::decode(entry).map_or(u32::MAX, |fragment| fragment.pack);
-        refs.sort_unstable_by_key(|&(lbn, entry)| (pack_of(entry), entry, lbn));
+        let refs = match refs {
+            Some(refs) => refs,
+            None => {
+                // No reverse index (a tier of more than 2^32 blocks): one
+                // pass over the map, a slice per hold of the lock.
+                let mut refs = Vec::new();
+                let mut lbn = 0;
+                while lbn < self.geometry.logical_blocks {
+                    refs.extend(
+                        self.state
+                            .lock()
+                            .refs_in_cleaning(lbn..lbn + CLEAN_SCAN_BLOCKS),
+                    );
+                    lbn += CLEAN_SCAN_BLOCKS;
+                }
+                refs.sort_unstable_by_key(|&(lbn, entry)| (pack_of(entry), entry, lbn));
+                refs
+            }
+        };
         let block = self.geometry.block_bytes as usize;
         let mut pack_buf = vec![0u8; self.geometry.pack_bytes as usize];
         let mut scratch = vec![0u8; block];
@@ -1329,11 +1339,11 @@ impl Shared {
         } else {
             Mode::Inline
         };
-        let mut inline: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut inline: Vec<(u64, BlockBytes)> = Vec::new();
         let mut staged: Vec<(u64, u64)> = Vec::new();
         let result =
             self.write_blocks((offset, length, data, fill), mode, &mut inline, &mut staged);
-        let result = result.and_then(|()| self.run_inline(inline));
+        let result = result.and_then(|()| self.run_inline(data, inline));
         // Staged even when a later block failed: they are mapped as staged.
         self.queue_staged_blocks(staged);
         result
@@ -1346,7 +1356,7 @@ impl Shared {
         &self,
         (offset, length, data, fill): (u64, u64, Option<&[u8]>, u64),
         mode: Mode,
-        inline: &mut Vec<(u64, Vec<u8>)>,
+        inline: &mut Vec<(u64, BlockBytes)>,
         staged: &mut Vec<(u64, u64)>,
     ) -> DeviceResult<()> {
         let block = self.geometry.block_bytes;
@@ -1365,67 +1375,94 @@ impl Shared {
                 }
                 self.read_block(lbn, &mut scratch)?;
                 scratch[(lo - start) as usize..(hi - start) as usize].fill(0);
-                inline.push((lbn, scratch.clone()));
+                inline.push((lbn, BlockBytes::Own(scratch.clone())));
                 continue;
             };
             let part = &data[(lo - offset) as usize..(hi - offset) as usize];
-            let bytes = if whole {
-                part.to_vec()
+            // A whole block is the request's own bytes (no copy); a part is
+            // patched into the stored block.
+            let bytes: &[u8] = if whole {
+                part
             } else {
                 self.read_block(lbn, &mut scratch)?;
                 scratch[(lo - start) as usize..(hi - start) as usize].copy_from_slice(part);
-                scratch.clone()
+                &scratch
             };
-            let taken = if mode == Mode::Post && !codec::is_zero(&bytes) {
+            let own = |bytes: &[u8]| {
+                if whole {
+                    BlockBytes::Request((lo - offset) as usize)
+                } else {
+                    BlockBytes::Own(bytes.to_vec())
+                }
+            };
+            let taken = if mode == Mode::Post && !codec::is_zero(bytes) {
                 self.state.lock().staging.admit(Mode::Post)
             } else {
                 Mode::Inline
             };
             match taken {
-                Mode::Post => match self.stage_block(lbn, &bytes) {
+                Mode::Post => match self.stage_block(lbn, bytes) {
                     Ok(Some(entry)) => staged.push((lbn, entry)),
                     Ok(None) => {}
                     // No room for a raw copy (and nothing to clean): reduce
                     // it now, which may fit.
                     Err(error) if error.errno() == libc::ENOSPC => {
                         self.state.lock().staging.overflows += 1;
-                        inline.push((lbn, bytes));
+                        inline.push((lbn, own(bytes)));
                     }
                     Err(error) => return Err(error),
                 },
-                Mode::Inline => inline.push((lbn, bytes)),
+                Mode::Inline => inline.push((lbn, own(bytes))),
             }
         }
         Ok(())
     }
 
     /// Reduces blocks before the write returns: on the workers, or here
-    /// when there are none.
-    fn run_inline(&self, blocks: Vec<(u64, Vec<u8>)>) -> DeviceResult<()> {
+    /// when there are none. `data`: the write's bytes, which
+    /// [`BlockBytes::Request`] blocks are in.
+    fn run_inline(&self, data: Option<&[u8]>, blocks: Vec<(u64, BlockBytes)>) -> DeviceResult<()> {
         if blocks.is_empty() {
             return Ok(());
         }
+        let block = self.geometry.block_bytes as usize;
         if self.options.workers == 0 {
-            for (lbn, data) in blocks {
+            for (lbn, bytes) in blocks {
                 let started = self.clock.now_ns();
-                let result = self.store_block(lbn, &data, None);
+                let bytes = match &bytes {
+                    BlockBytes::Request(at) => &data.expect("a write's block")[*at..*at + block],
+                    BlockBytes::Own(bytes) => &bytes[..],
+                };
+                let result = self.store_block(lbn, bytes, None);
                 self.record_work(Mode::Inline, started);
                 result?;
             }
             return Ok(());
         }
+        // The workers outlive this call's borrow of the write's bytes: one
+        // copy of the whole write, shared by its blocks (one allocation a
+        // write, not one a block).
+        let request: Option<Arc<[u8]>> = blocks
+            .iter()
+            .any(|(_, bytes)| matches!(bytes, BlockBytes::Request(_)))
+            .then(|| Arc::from(data.expect("a write's block")));
         let done = Arc::new(Done {
             state: Mutex::new((blocks.len(), None)),
             cond: Condvar::new(),
         });
         {
             let mut jobs = self.jobs.lock();
-            for (lbn, data) in blocks {
+            for (lbn, bytes) in blocks {
+                let (buf, at) = match bytes {
+                    BlockBytes::Request(at) => (request.clone().expect("copied above"), at),
+                    BlockBytes::Own(bytes) => (Arc::from(bytes), 0),
+                };
                 jobs.push(
                     Urgency::of_reduction(Mode::Inline),
                     Job::Inline {
                         lbn,
-                        data,
+                        buf,
+                        at,
                         done: done.clone(),
                     },
                 );

@@ -25,6 +25,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use tierd_common::hash::FastMap;
+use tierd_core::reduce::clean::Cleaner;
+pub use tierd_core::reduce::clean::{
+    Appender, CleanerTallies, RESERVE_PACKS as CLEANER_RESERVE_PACKS,
+};
 use tierd_core::reduce::Staging;
 
 use super::codec::Fingerprint;
@@ -301,36 +305,26 @@ pub struct State {
     /// Packs the cleaner is emptying: no new references to them (dedup
     /// refuses them as candidates), so its scan of the map stays complete.
     cleaning: Vec<bool>,
-    /// Free packs only the cleaner may take (it needs room to copy live
-    /// fragments into before it frees anything).
-    reserve_packs: u64,
+    /// The reverse index: per pack, the logical blocks that map into it,
+    /// so a cleaning pass finds its victims' blocks without a pass over
+    /// the whole map. In memory only (rebuilt from the map at recovery).
+    /// Kept lazily: a block is added when it maps into a pack and left
+    /// when it maps elsewhere, and a pack's list is compacted (blocks that
+    /// no longer map there dropped) when an addition makes it longer than
+    /// twice the pack's references and 16; it is dropped when the pack
+    /// comes free. So a list holds at most the blocks mapped into its pack
+    /// since it was opened (about one per fragment appended) or, once
+    /// dedup keeps adding references to a sealed pack, twice its
+    /// references and 16. `None` for a
+    /// tier of more than 2^32 blocks (its numbers do not fit the `u32`s):
+    /// the cleaner then scans the map.
+    owners: Option<Vec<Vec<u32>>>,
+    /// The cleaner's decisions (`tierd_core::reduce::clean`): when to
+    /// clean, which packs, and the free packs only it may take (it needs
+    /// room to copy live fragments into before it frees anything).
+    policy: Cleaner,
     pub cleaner: CleanerTallies,
 }
-
-/// What the cleaner did (status).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CleanerTallies {
-    /// Cleaning passes run (background and on a full tier).
-    pub passes: u64,
-    /// Packs emptied by copying their live fragments elsewhere.
-    pub packs_cleaned: u64,
-    /// Bytes of live fragments copied (the cleaner's write amplification).
-    pub relocated_bytes: u64,
-    /// Block map entries moved to the copies.
-    pub relocated_blocks: u64,
-}
-
-/// Who takes a free pack: users never take the last
-/// [`State::reserve_packs`], the cleaner may.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Appender {
-    User,
-    Cleaner,
-}
-
-/// Free packs kept for the cleaner: enough for one open pack of each kind
-/// it copies into (raw and compressed).
-pub const CLEANER_RESERVE_PACKS: u64 = 2;
 
 impl State {
     /// The state of a recovered (or new) map: reference counts, pack states
@@ -366,12 +360,21 @@ impl State {
             pack_live: vec![0; geometry.pack_count as usize],
             pack_kind: vec![PackKind::Raw; geometry.pack_count as usize],
             cleaning: vec![false; geometry.pack_count as usize],
-            reserve_packs: CLEANER_RESERVE_PACKS.min(geometry.pack_count / 4),
+            owners: (geometry.logical_blocks <= 1 << 32)
+                .then(|| vec![Vec::new(); geometry.pack_count as usize]),
+            policy: Cleaner::new(
+                geometry.pack_count,
+                geometry.pack_bytes,
+                geometry.block_bytes,
+            ),
             cleaner: CleanerTallies::default(),
         };
         for (lbn, &entry) in map.iter().enumerate() {
             state.acquire(entry);
             if let Some(fragment) = Fragment::decode(entry) {
+                if let Some(owners) = state.owners.as_mut() {
+                    owners[fragment.pack as usize].push(lbn as u32);
+                }
                 state.pack_state[fragment.pack as usize] = PackState::Sealed;
                 state.pack_kind[fragment.pack as usize] = state.kind_of(fragment);
                 if fragment.staged {
@@ -457,6 +460,15 @@ impl State {
         self.acquire(entry);
         self.release(old);
         self.map[lbn as usize] = entry;
+        // The old pack keeps `lbn` listed until a push compacts it or it
+        // comes free: touching its list here would cost a cache miss per
+        // write under the lock, for no correctness (readers check the map).
+        if let Some(fragment) = Fragment::decode(entry) {
+            if let Some(owners) = self.owners.as_mut() {
+                owners[fragment.pack as usize].push(lbn as u32);
+            }
+            self.compact_owners(fragment.pack);
+        }
         self.records.push(Record::Map { lbn, entry });
     }
 
@@ -552,11 +564,7 @@ impl State {
             sealed = self.seal(kind);
         }
         if self.open[kind as usize].is_none() {
-            let reserved = match appender {
-                Appender::User => self.reserve_packs,
-                Appender::Cleaner => 0,
-            };
-            let pack = if self.free.len() as u64 > reserved {
+            let pack = if self.policy.may_take(appender, self.free.len() as u64) {
                 self.free.pop()
             } else {
                 None
@@ -575,6 +583,13 @@ impl State {
             };
             self.pack_state[pack as usize] = PackState::Open(kind);
             self.pack_kind[pack as usize] = kind;
+            if let Some(owners) = self.owners.as_mut() {
+                // Room for a pack of raw blocks: no regrowth while it fills
+                // (compressed fragments double it once or twice).
+                owners[pack as usize] = Vec::with_capacity(
+                    (self.geometry.pack_bytes / self.geometry.block_bytes) as usize,
+                );
+            }
             self.open[kind as usize] = Some(OpenPack {
                 pack,
                 buf: vec![0; self.geometry.pack_bytes as usize],
@@ -754,6 +769,10 @@ impl State {
                 continue;
             }
             self.pack_state[index] = PackState::Free;
+            if let Some(owners) = self.owners.as_mut() {
+                // No block maps here: give the list's memory back.
+                owners[index] = Vec::new();
+            }
             self.free.push(pack);
         }
         self.pending_free.extend(keep);
@@ -827,22 +846,26 @@ impl State {
         }
     }
 
-    /// Free packs users may not take.
-    pub fn reserve_packs(&self) -> u64 {
-        self.reserve_packs
+    /// The cleaner's rules for this tier.
+    pub fn policy(&self) -> &Cleaner {
+        &self.policy
     }
 
-    /// Whether free packs are below `low` while the packs in use hold at
-    /// least two packs' worth of bytes that are not live fragments
-    /// (cleaning would help). Cheap: no pass over the packs.
-    pub fn wants_cleaning(&self, low: u64) -> bool {
-        let free = self.free.len() as u64;
-        let in_use = (self.geometry.pack_count - free) * self.geometry.pack_bytes;
-        free < low && in_use >= self.tallies.fragment_bytes + 2 * self.geometry.pack_bytes
+    /// Whether background cleaning should start ([`Cleaner::wants_cleaning`]).
+    /// Cheap: no pass over the packs.
+    pub fn wants_cleaning(&self) -> bool {
+        self.policy
+            .wants_cleaning(self.free_packs(), self.tallies.fragment_bytes)
     }
 
-    fn dead_bytes(&self, pack: usize) -> u64 {
-        self.geometry.pack_bytes - u64::from(self.pack_live[pack])
+    /// Whether background cleaning runs another pass.
+    pub fn keeps_cleaning(&self) -> bool {
+        self.policy.keeps_cleaning(self.free_packs())
+    }
+
+    /// Whether users have room without cleaning.
+    pub fn users_have_room(&self) -> bool {
+        self.policy.users_have_room(self.free_packs())
     }
 
     /// Packs the cleaner may empty: on the device, referenced, not staged
@@ -857,44 +880,26 @@ impl State {
         })
     }
 
-    /// Picks up to `max` packs to empty, fewest live bytes first, each with
-    /// at least `min_dead` dead bytes, and no more live bytes in all than
-    /// the free packs (the reserve included) and the open packs' room can
-    /// take. Marks them as being cleaned and pins them (their bytes are
-    /// read while users may drop their last references).
-    pub fn pick_victims(&mut self, max: usize, min_dead: u64) -> Vec<u32> {
-        let mut candidates: Vec<usize> = self
-            .eligible()
-            .filter(|&pack| self.dead_bytes(pack) >= min_dead.max(1))
-            .collect();
-        // The `max` emptiest, in order (one pass over the packs, no sort of
-        // them all).
-        let key = |pack: &usize| (self.pack_live[*pack], *pack);
-        if candidates.len() > max && max > 0 {
-            candidates.select_nth_unstable_by_key(max - 1, key);
-            candidates.truncate(max);
-        }
-        candidates.sort_unstable_by_key(key);
+    /// Picks the packs one pass empties ([`Cleaner::pick_victims`]: the
+    /// fewest live bytes, at most a batch, no more live bytes than the free
+    /// packs and the open packs' room can take) among the eligible ones.
+    /// Marks them as being cleaned and pins them (their bytes are read
+    /// while users may drop their last references).
+    pub fn pick_victims(&mut self) -> Vec<u32> {
         let open_room: u64 = [PackKind::Raw, PackKind::Compressed]
             .iter()
             .filter_map(|&kind| self.open[kind as usize].as_ref())
             .map(|open| open.buf.len() as u64 - open.fill)
             .sum();
-        // A copy may not fit the open pack's tail and waste up to a block
-        // per pack it fills.
-        let room = self.free.len() as u64 * (self.geometry.pack_bytes - self.geometry.block_bytes)
-            + open_room;
-        let mut taken = 0u64;
-        let mut victims = Vec::new();
-        for pack in candidates.into_iter().take(max) {
-            let live = u64::from(self.pack_live[pack]);
-            if taken + live > room {
-                break;
-            }
-            taken += live;
-            self.cleaning[pack] = true;
-            *self.readers.entry(pack as u32).or_insert(0) += 1;
-            victims.push(pack as u32);
+        let candidates = self
+            .eligible()
+            .map(|pack| (pack as u32, u64::from(self.pack_live[pack])));
+        let victims = self
+            .policy
+            .pick_victims(candidates, self.free_packs(), open_room);
+        for &pack in &victims {
+            self.cleaning[pack as usize] = true;
+            *self.readers.entry(pack).or_insert(0) += 1;
         }
         victims
     }
@@ -904,8 +909,76 @@ impl State {
         Fragment::decode(entry).is_some_and(|fragment| self.cleaning[fragment.pack as usize])
     }
 
+    /// Drops from `pack`'s reverse index the blocks that no longer map
+    /// there, once it is longer than twice its references and 16 (after an
+    /// addition; amortised: at least half as many additions as it holds
+    /// since the last compaction).
+    fn compact_owners(&mut self, pack: u32) {
+        let refs = self.pack_refs[pack as usize] as usize;
+        let Some(owners) = self.owners.as_mut() else {
+            return;
+        };
+        let list = &mut owners[pack as usize];
+        if list.len() <= 2 * refs + 16 {
+            return;
+        }
+        let map = &self.map;
+        list.retain(|&lbn| {
+            Fragment::decode(map[lbn as usize]).is_some_and(|fragment| fragment.pack == pack)
+        });
+        // A block that left the pack and came back is listed twice.
+        list.sort_unstable();
+        list.dedup();
+        debug_assert_eq!(list.len(), refs, "pack {pack}'s reverse index");
+        if list.capacity() > 2 * list.len() + 16 {
+            list.shrink_to(list.len() + 16);
+        }
+    }
+
+    /// The blocks that map into `victims` (packs being cleaned), as
+    /// (lbn, entry) ordered by pack, entry and block, from the reverse
+    /// index: work in proportion to the victims' blocks, not the map.
+    /// `None` when the tier keeps no reverse index (then scan the map with
+    /// [`State::refs_in_cleaning`]).
+    pub fn victim_refs(&self, victims: &[u32]) -> Option<Vec<(u64, u64)>> {
+        let owners = self.owners.as_ref()?;
+        let mut refs = Vec::new();
+        for &pack in victims {
+            for &lbn in &owners[pack as usize] {
+                let entry = self.map[lbn as usize];
+                if Fragment::decode(entry).is_some_and(|fragment| fragment.pack == pack) {
+                    refs.push((u64::from(lbn), entry));
+                }
+            }
+        }
+        refs.sort_unstable_by_key(|&(lbn, entry)| {
+            (Fragment::decode(entry).map(|f| f.pack), entry, lbn)
+        });
+        refs.dedup();
+        Some(refs)
+    }
+
+    /// Drops the reverse index, as a tier of more than 2^32 blocks keeps
+    /// none (tests of the cleaner's map scan).
+    #[cfg(test)]
+    pub fn drop_reverse_index(&mut self) {
+        self.owners = None;
+    }
+
+    /// Bytes the reverse index takes now (its lists' lengths; status and
+    /// the docs' per-GiB figure).
+    pub fn reverse_index_bytes(&self) -> u64 {
+        self.owners.as_ref().map_or(0, |owners| {
+            owners
+                .iter()
+                .map(|list| (list.capacity() * 4 + std::mem::size_of::<Vec<u32>>()) as u64)
+                .sum()
+        })
+    }
+
     /// The blocks in `lbns` that map into packs being cleaned, as
-    /// (lbn, entry): one slice of the cleaner's scan of the map.
+    /// (lbn, entry): one slice of the cleaner's scan of the map (tiers
+    /// without a reverse index).
     pub fn refs_in_cleaning(&self, lbns: std::ops::Range<u64>) -> Vec<(u64, u64)> {
         let end = lbns.end.min(self.map.len() as u64);
         (lbns.start..end)
@@ -1183,6 +1256,76 @@ mod tests {
         );
         state.write_done(tail, true);
         assert!(matches!(state.locate(0).1, Located::Device { .. }));
+    }
+
+    /// The reverse index against the map: after random installs (new
+    /// fragments, dedup references to live ones, zeroes, trims) every
+    /// pack's blocks are exactly the map's, and no list outgrows twice its
+    /// pack's references and 16.
+    #[test]
+    fn the_reverse_index_lists_exactly_the_blocks_of_each_pack() {
+        use tierd_common::rng::{Rng, SeededRng};
+        let mut state = state();
+        let blocks = 512u64;
+        let mut rng = SeededRng::new(3);
+        let mut writes = Vec::new();
+        let mut max_ratio = 0f64;
+        for step in 0..20_000u64 {
+            let lbn = rng.below(blocks);
+            let entry = match rng.below(10) {
+                0 => ZERO,
+                1 => UNMAPPED,
+                2..=4 => state.map[rng.below(blocks) as usize],
+                _ => {
+                    let len = 1000 + rng.below(3000) as usize;
+                    match state.append(PackKind::Compressed, &vec![7u8; len], false, Appender::User)
+                    {
+                        Ok((fragment, sealed)) => {
+                            writes.extend(sealed);
+                            fragment.encode()
+                        }
+                        Err(_) => UNMAPPED,
+                    }
+                }
+            };
+            state.install(lbn, entry);
+            for write in writes.drain(..) {
+                state.write_done(write, true);
+            }
+            if step % 64 == 0 {
+                let plan = state.begin_flush();
+                for write in plan.writes {
+                    state.write_done(write, true);
+                }
+                state.end_flush(plan.pending);
+            }
+            if step % 997 == 0 || step == 19_999 {
+                let all: Vec<u32> = (0..state.geometry.pack_count as u32).collect();
+                let from_index = state.victim_refs(&all).unwrap();
+                let mut from_map: Vec<(u64, u64)> = (0..blocks)
+                    .filter(|&lbn| state.holds_data(lbn))
+                    .map(|lbn| (lbn, state.map[lbn as usize]))
+                    .collect();
+                from_map.sort_unstable_by_key(|&(lbn, entry)| {
+                    (Fragment::decode(entry).map(|f| f.pack), entry, lbn)
+                });
+                assert_eq!(from_index, from_map, "step {step}");
+                // Stale entries stay until an addition compacts a list or
+                // its pack comes free: the lists hold a small multiple of
+                // the mapped blocks.
+                let owners = state.owners.as_ref().unwrap();
+                let listed: usize = owners.iter().map(Vec::len).sum();
+                let mapped = state.tallies.mapped_blocks as usize;
+                let packs = state.geometry.pack_count as usize;
+                assert!(
+                    listed <= 4 * mapped + 16 * packs,
+                    "{listed} listed, {mapped} mapped"
+                );
+                max_ratio = max_ratio.max(listed as f64 / mapped.max(1) as f64);
+            }
+        }
+        assert!(state.reverse_index_bytes() > 0);
+        println!("reverse index: at most {max_ratio:.2} entries per mapped block");
     }
 
     #[test]

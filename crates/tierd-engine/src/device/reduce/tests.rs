@@ -1079,3 +1079,228 @@ fn a_death_while_cleaning_loses_no_flushed_write() {
         "the cleaner ran before the death in only {cleaned_before_death} of {runs} runs"
     );
 }
+
+/// A cleaning pass finds its victims' blocks through the reverse index
+/// (no scan of the map): it moves exactly the blocks that mapped into the
+/// victims, dedup's shared fragments included, and no other block's entry
+/// changes. The same without the index (a tier of more than 2^32 blocks
+/// scans the map).
+#[test]
+fn a_cleaning_pass_relocates_exactly_the_victims_blocks() {
+    for reverse_index in [true, false] {
+        a_cleaning_pass_relocates_exactly(reverse_index);
+    }
+}
+
+fn a_cleaning_pass_relocates_exactly(reverse_index: bool) {
+    let inner = Arc::new(MemoryDevice::new("ssd", 8 * MIB));
+    let logical = 4 * MIB;
+    let opts = options(ModeSetting::Inline, 0).with_logical(logical);
+    let device = ReducedDevice::open("ssd", inner, opts, clock(), true).unwrap();
+    let blocks = logical / 4096;
+    let mut model = vec![0u8; logical as usize];
+    let mut rng = SeededRng::new(17);
+    let mut shared = Vec::new();
+    for lbn in 0..blocks {
+        // Every eighth block repeats an earlier one (dedup shares it).
+        let data = if lbn % 8 == 7 {
+            shared.clone()
+        } else {
+            half_compressible(&mut rng, 4096)
+        };
+        if lbn % 8 == 0 {
+            shared = data.clone();
+        }
+        device.write_at(lbn * 4096, &data).unwrap();
+        model[(lbn * 4096) as usize..][..4096].copy_from_slice(&data);
+    }
+    device.flush().unwrap();
+    for _ in 0..blocks / 2 {
+        let lbn = rng.below(blocks);
+        let data = half_compressible(&mut rng, 4096);
+        device.write_at(lbn * 4096, &data).unwrap();
+        model[(lbn * 4096) as usize..][..4096].copy_from_slice(&data);
+    }
+    device.flush().unwrap();
+    let shared_state = &device.shared;
+    if !reverse_index {
+        shared_state.state.lock().drop_reverse_index();
+    }
+    let (victims, refs, before) = {
+        let mut state = shared_state.state.lock();
+        let victims = state.pick_victims();
+        let refs = state.victim_refs(&victims);
+        (victims, refs, state.map.clone())
+    };
+    assert_eq!(refs.is_some(), reverse_index);
+    assert!(victims.len() > 1, "{victims:?}");
+    let in_victims = |entry: u64| {
+        Fragment::decode(entry).is_some_and(|fragment| victims.contains(&fragment.pack))
+    };
+    let expected: Vec<u64> = (0..blocks)
+        .filter(|&lbn| in_victims(before[lbn as usize]))
+        .collect();
+    if let Some(refs) = &refs {
+        let mut listed: Vec<u64> = refs.iter().map(|&(lbn, _)| lbn).collect();
+        listed.sort_unstable();
+        assert_eq!(listed, expected);
+    }
+    assert!(
+        expected.len() as u64 > victims.len() as u64,
+        "victims hold blocks"
+    );
+    let relocated_before = shared_state.state.lock().cleaner.relocated_blocks;
+    shared_state.relocate_victims(&victims, refs).unwrap();
+    shared_state.state.lock().end_cleaning(&victims);
+    shared_state.flush().unwrap();
+    let state = shared_state.state.lock();
+    assert_eq!(
+        state.cleaner.relocated_blocks - relocated_before,
+        expected.len() as u64
+    );
+    for lbn in 0..blocks {
+        let (old, new) = (before[lbn as usize], state.map[lbn as usize]);
+        if in_victims(old) {
+            assert!(!in_victims(new), "block {lbn} still in a victim");
+            assert_ne!(old, new);
+        } else {
+            assert_eq!(old, new, "block {lbn} was not the cleaner's to move");
+        }
+    }
+    drop(state);
+    check_all(&device, &model);
+}
+
+/// Measurement, not a check (`--ignored`, release build): how long one
+/// cleaning pass takes on a tier whose logical size is large next to the
+/// data it holds (16 GiB logical, 4 Mi map entries, on a 256 MiB device
+/// holding 48 MiB of about 2:1 data, half of it overwritten so every pack
+/// is half dead). Synthetic data (`half_compressible`), timed with the
+/// system clock. Prints the mean and the fastest pass of `passes`.
+///
+/// `cargo test --release -p tierd-engine --lib -- --ignored
+/// measure_a_cleaning_pass --nocapture`
+#[test]
+#[ignore = "a measurement: run with --ignored --nocapture in a release build"]
+fn measure_a_cleaning_pass() {
+    use tierd_common::clock::SystemClock;
+    let system = SystemClock::new();
+    let logical = 16u64 << 30;
+    let inner = Arc::new(MemoryDevice::new("ssd", 256 * MIB));
+    let opts = ReduceOptions {
+        logical_bytes: Some(logical),
+        pack_bytes: 128 << 10,
+        ..options(ModeSetting::Inline, 0)
+    };
+    let device = ReducedDevice::open("ssd", inner, opts, clock(), true).unwrap();
+    let blocks = logical / 4096;
+    let written = (48 * MIB) / 2048;
+    let stride = blocks / written;
+    let mut rng = SeededRng::new(7);
+    for i in 0..written {
+        let data = half_compressible(&mut rng, 4096);
+        device.write_at(i * stride * 4096, &data).unwrap();
+    }
+    device.flush().unwrap();
+    // Every other block overwritten: every pack holds half dead bytes.
+    for i in (0..written).step_by(2) {
+        let data = half_compressible(&mut rng, 4096);
+        device.write_at(i * stride * 4096, &data).unwrap();
+    }
+    device.flush().unwrap();
+    let passes = 20;
+    let mut times = Vec::new();
+    for _ in 0..passes {
+        let started = system.now_ns();
+        assert!(device.shared.clean(false).unwrap());
+        times.push(system.now_ns() - started);
+    }
+    let status = device.status();
+    let mean = times.iter().sum::<u64>() as f64 / times.len() as f64;
+    let (reverse_bytes, mapped) = {
+        let state = device.shared.state.lock();
+        (state.reverse_index_bytes(), state.tallies.mapped_blocks)
+    };
+    println!(
+        "cleaning pass: mean {:.3} ms, fastest {:.3} ms over {passes} passes; map entries {blocks}; \
+         relocated {} blocks {} bytes, cleaned {} packs; reverse index {reverse_bytes} bytes for \
+         {mapped} mapped blocks and {} packs",
+        mean / 1e6,
+        *times.iter().min().unwrap() as f64 / 1e6,
+        status.cleaner_relocated_blocks,
+        status.cleaner_relocated_bytes,
+        status.cleaned_packs,
+        device.geometry().pack_count
+    );
+}
+
+/// Measurement, not a check (`--ignored`, release build): write IOPS of
+/// inline reduction on two workers, 64 KiB writes (16 blocks) of about 2:1
+/// synthetic data (`half_compressible`, 64 distinct buffers) at random
+/// aligned offsets of a 256 MiB tier on a memory device, timed with the
+/// system clock, and the process's CPU time (`/proc/self/stat`, utime +
+/// stime) per write. `REDUCE_BENCH_WRITES` writes (default 20000),
+/// `REDUCE_BENCH_WORKERS` (default 2; 0 reduces on the writing thread),
+/// `REDUCE_BENCH_COMPRESS` (default 1; 0 stores blocks raw, so the copy
+/// and the allocation per block are a larger share of the work).
+#[test]
+#[ignore = "a measurement: run with --ignored --nocapture in a release build"]
+fn measure_inline_write_iops() {
+    use tierd_common::clock::SystemClock;
+    let system = SystemClock::new();
+    let env = |name: &str, default: u64| -> u64 {
+        std::env::var(name)
+            .ok()
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(default)
+    };
+    let writes = env("REDUCE_BENCH_WRITES", 20_000);
+    let workers = env("REDUCE_BENCH_WORKERS", 2) as u32;
+    let compress = env("REDUCE_BENCH_COMPRESS", 1) != 0;
+    let cpu_ticks = || -> u64 {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        // After the command: state is field 3, utime 14 and stime 15.
+        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    };
+    let inner = Arc::new(MemoryDevice::new("ssd", 512 * MIB));
+    let logical = 256 * MIB;
+    let opts = ReduceOptions {
+        logical_bytes: Some(logical),
+        pack_bytes: 128 << 10,
+        dedup: false,
+        compress,
+        ..options(ModeSetting::Inline, workers)
+    };
+    let device = ReducedDevice::open("ssd", inner, opts, clock(), true).unwrap();
+    let mut rng = SeededRng::new(9);
+    let buffers: Vec<Vec<u8>> = (0..64)
+        .map(|_| half_compressible(&mut rng, 64 << 10))
+        .collect();
+    let slots = logical / (64 << 10);
+    let started = system.now_ns();
+    let cpu_started = cpu_ticks();
+    for i in 0..writes {
+        let slot = rng.below(slots);
+        device
+            .write_at(slot * (64 << 10), &buffers[(i % 64) as usize])
+            .unwrap();
+    }
+    device.flush().unwrap();
+    let elapsed = system.now_ns() - started;
+    // Clock ticks of 10 ms (USER_HZ on Linux).
+    let cpu_us = (cpu_ticks() - cpu_started) as f64 * 1e4;
+    println!(
+        "inline 64 KiB writes (workers {workers}, compress {compress}): {writes} in {:.3} s = {:.0} \
+         IOPS ({:.1} MB/s); CPU {:.1} us per write",
+        elapsed as f64 / 1e9,
+        writes as f64 * 1e9 / elapsed as f64,
+        writes as f64 * 65536.0 * 1e3 / elapsed as f64,
+        cpu_us / writes as f64
+    );
+}
