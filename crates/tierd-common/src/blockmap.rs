@@ -268,6 +268,37 @@ impl<V: Copy + Default> BlockMap<V> {
         self.iter().map(|(_, value)| value)
     }
 
+    /// Every value, mutably, in no particular order.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> + '_ {
+        self.entries
+            .iter_mut()
+            .filter(|entry| entry.key != EMPTY)
+            .map(|entry| &mut entry.value)
+            .chain(self.max_key.as_mut())
+    }
+
+    /// Keeps the keys `keep` says to keep (it sees every key once, in no
+    /// particular order, and may change the values).
+    pub fn retain(&mut self, mut keep: impl FnMut(&u64, &mut V) -> bool) {
+        let mut removed = 0;
+        for entry in &mut self.entries {
+            if entry.key != EMPTY && !keep(&entry.key, &mut entry.value) {
+                entry.key = EMPTY;
+                removed += 1;
+            }
+        }
+        if let Some(value) = self.max_key.as_mut() {
+            if !keep(&EMPTY, value) {
+                self.max_key = None;
+            }
+        }
+        if removed > 0 {
+            // The holes broke probe runs: lay the rest out again.
+            self.len -= removed;
+            self.resize(self.entries.len());
+        }
+    }
+
     fn resize(&mut self, size: usize) {
         debug_assert!(size.is_power_of_two() && size >= MIN_ENTRIES);
         let old = std::mem::replace(
@@ -351,6 +382,28 @@ mod tests {
             for (key, value) in &expected {
                 assert_eq!(map[key], *value);
                 assert!(map.contains_key(key));
+            }
+            map.retain(|key, value| {
+                *value = value.wrapping_add(1);
+                key % 3 != 0
+            });
+            model.retain(|key, value| {
+                *value = value.wrapping_add(1);
+                key % 3 != 0
+            });
+            for value in map.values_mut() {
+                *value ^= 5;
+            }
+            for value in model.values_mut() {
+                *value ^= 5;
+            }
+            let mut held: Vec<(u64, u32)> = map.iter().map(|(k, v)| (*k, *v)).collect();
+            let mut expected: Vec<(u64, u32)> = model.iter().map(|(k, v)| (*k, *v)).collect();
+            held.sort_unstable();
+            expected.sort_unstable();
+            assert_eq!(held, expected, "seed {seed} after retain");
+            for (key, value) in &expected {
+                assert_eq!(map.get(key), Some(value));
             }
             map.clear();
             assert!(map.is_empty());

@@ -42,25 +42,31 @@ impl SequentialDetector {
         }
         self.uses += 1;
         let end = offset_bytes.saturating_add(length_bytes);
-        // Two streams may meet at one byte: the longer run continues.
-        let index = match (0..STREAMS)
-            .filter(|&index| {
-                let stream = &self.streams[index];
-                stream.run_bytes > 0 && stream.next_byte == offset_bytes
-            })
-            .max_by_key(|&index| self.streams[index].run_bytes)
-        {
+        // One pass over the table: the stream this request continues (two
+        // may meet at one byte: the longer run continues, the later entry
+        // on a tie) and the least recently used entry (the first on a tie).
+        let mut continued: Option<usize> = None;
+        let mut oldest = 0;
+        for (index, stream) in self.streams.iter().enumerate() {
+            if stream.run_bytes > 0
+                && stream.next_byte == offset_bytes
+                && continued.is_none_or(|best| stream.run_bytes >= self.streams[best].run_bytes)
+            {
+                continued = Some(index);
+            }
+            if stream.last_use < self.streams[oldest].last_use {
+                oldest = index;
+            }
+        }
+        let index = match continued {
             Some(index) => {
                 let stream = &mut self.streams[index];
                 stream.run_bytes = stream.run_bytes.saturating_add(length_bytes);
                 index
             }
             None => {
-                let index = (0..STREAMS)
-                    .min_by_key(|&index| self.streams[index].last_use)
-                    .unwrap_or(0);
-                self.streams[index].run_bytes = length_bytes;
-                index
+                self.streams[oldest].run_bytes = length_bytes;
+                oldest
             }
         };
         let stream = &mut self.streams[index];
