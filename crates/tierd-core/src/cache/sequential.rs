@@ -45,19 +45,27 @@ impl SequentialDetector {
         // One pass over the table: the stream this request continues (two
         // may meet at one byte: the longer run continues, the later entry
         // on a tie) and the least recently used entry (the first on a tie).
-        let mut continued: Option<usize> = None;
+        // Selects instead of branches: 16 entries, one unpredictable
+        // compare each.
+        let mut continued = usize::MAX;
+        let mut continued_run = 0;
         let mut oldest = 0;
+        let mut oldest_use = u64::MAX;
         for (index, stream) in self.streams.iter().enumerate() {
-            if stream.run_bytes > 0
-                && stream.next_byte == offset_bytes
-                && continued.is_none_or(|best| stream.run_bytes >= self.streams[best].run_bytes)
-            {
-                continued = Some(index);
-            }
-            if stream.last_use < self.streams[oldest].last_use {
-                oldest = index;
-            }
+            let longer = (stream.next_byte == offset_bytes)
+                & (stream.run_bytes > 0)
+                & (stream.run_bytes >= continued_run);
+            continued = if longer { index } else { continued };
+            continued_run = if longer {
+                stream.run_bytes
+            } else {
+                continued_run
+            };
+            let older = stream.last_use < oldest_use;
+            oldest = if older { index } else { oldest };
+            oldest_use = if older { stream.last_use } else { oldest_use };
         }
+        let continued = (continued != usize::MAX).then_some(continued);
         let index = match continued {
             Some(index) => {
                 let stream = &mut self.streams[index];
