@@ -9,6 +9,7 @@
 //! workspace `clippy.toml` enforces that.
 
 pub mod aligned;
+pub mod blockmap;
 pub mod clock;
 pub mod hash;
 pub mod histogram;

@@ -100,6 +100,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
 
+use tierd_common::blockmap::BlockMap;
 use tierd_common::hash::FastMap;
 use tierd_policy::cache::{build_cache, CacheKind, PageCache, MAX_CAPACITY_PAGES};
 
@@ -513,7 +514,7 @@ pub struct BlockCache {
     policy: Box<dyn PageCache>,
     admission: Admission,
     sequential: SequentialDetector,
-    map: FastMap<BlockId, SlotId>,
+    map: BlockMap<SlotId>,
     slots: Vec<Slot>,
     /// Free slots, lowest last (popped first).
     free: Vec<SlotId>,
@@ -527,10 +528,10 @@ pub struct BlockCache {
     /// Dirty orphans not being written back.
     orphans_waiting: VecDeque<BlockId>,
     /// Home-only writes in flight per block.
-    home_writes: FastMap<BlockId, u32>,
+    home_writes: BlockMap<u32>,
     /// SMR home: the home halves of `WriteBoth` steps in flight per block
     /// (a band with any home write in flight is not rewritten).
-    home_halves: FastMap<BlockId, u32>,
+    home_halves: BlockMap<u32>,
     /// Blocks of promoted segments still to copy (`adaptive`), in order.
     loads: VecDeque<BlockId>,
     dirty: u64,
@@ -570,7 +571,7 @@ impl BlockCache {
             policy: build_cache(settings.policy, capacity),
             admission: Admission::new(&settings, capacity),
             sequential: SequentialDetector::new(settings.sequential_cutoff_bytes),
-            map: FastMap::default(),
+            map: BlockMap::default(),
             slots: vec![Slot::EMPTY; slots as usize],
             free: (0..slots).rev().collect(),
             released: Vec::new(),
@@ -578,8 +579,8 @@ impl BlockCache {
             changes: Vec::new(),
             dirty_waiting: BTreeSet::new(),
             orphans_waiting: VecDeque::new(),
-            home_writes: FastMap::default(),
-            home_halves: FastMap::default(),
+            home_writes: BlockMap::default(),
+            home_halves: BlockMap::default(),
             loads: VecDeque::new(),
             dirty: 0,
             valid: 0,
@@ -924,8 +925,9 @@ impl BlockCache {
         let mut heat = SegmentHeat::default();
         for block in self.blocks_of(offset_bytes, length_bytes) {
             self.counters.read_blocks += 1;
-            let io = match self.valid_slot(block) {
-                Some(slot) => {
+            let mapped = self.map.get(&block).copied();
+            let io = match mapped {
+                Some(slot) if self.slots[slot as usize].state == SlotState::Valid => {
                     self.counters.read_hit_blocks += 1;
                     if let Admission::Adaptive(adaptive) = &mut self.admission {
                         adaptive.read_hit(block);
@@ -937,7 +939,8 @@ impl BlockCache {
                         dirty,
                     }
                 }
-                None if self.map.contains_key(&block) => BlockIo::ReadHome,
+                // Loading: a fill is in flight.
+                Some(_) => BlockIo::ReadHome,
                 None => match self.allocate(block, false, sequential) {
                     Some(ticket) => BlockIo::Fill { ticket },
                     None => BlockIo::ReadHome,
@@ -1168,13 +1171,13 @@ impl BlockCache {
     /// SMR home: a `WriteBoth` step's home half is in flight.
     fn note_home_half(&mut self, block: BlockId, io: &BlockIo) {
         if self.settings.smr.is_some() && matches!(io, BlockIo::WriteBoth { .. }) {
-            *self.home_halves.entry(block).or_insert(0) += 1;
+            *self.home_halves.entry_or_default(block) += 1;
         }
     }
 
     /// Home-only writes planned and not yet finished.
     fn home_write(&mut self, block: BlockId) -> BlockIo {
-        *self.home_writes.entry(block).or_insert(0) += 1;
+        *self.home_writes.entry_or_default(block) += 1;
         BlockIo::WriteHome
     }
 
@@ -1831,7 +1834,7 @@ impl std::error::Error for RestoreErrorOr {}
 
 /// One of `block`'s in-flight IOs counted in `counts` finished: count it
 /// down, forgetting the block at zero.
-fn release_one(counts: &mut FastMap<BlockId, u32>, block: BlockId, twice: &str) {
+fn release_one(counts: &mut BlockMap<u32>, block: BlockId, twice: &str) {
     let count = counts.get_mut(&block).expect(twice);
     *count -= 1;
     if *count == 0 {

@@ -166,10 +166,13 @@ where
 /// with 32-bit links, and no allocation once the slab has reached its
 /// largest size.
 pub(crate) mod nodes {
-    use tierd_common::hash::FastMap;
+    use tierd_common::blockmap::BlockMap;
 
     /// "No node".
     pub const NIL: u32 = u32::MAX;
+
+    /// Keys the page index has room for before it first grows.
+    const INITIAL_INDEX: usize = 1 << 12;
 
     #[derive(Clone, Copy, Debug)]
     pub struct Node {
@@ -242,18 +245,19 @@ pub(crate) mod nodes {
     pub struct PageNodes {
         pub nodes: Vec<Node>,
         free_head: u32,
-        index: FastMap<u64, u32>,
+        index: BlockMap<u32>,
     }
 
     impl PageNodes {
         /// Room for `expected` nodes before anything is reallocated.
+        /// The index starts small and doubles as pages come: a table
+        /// sized for a large cache that holds few pages spreads them over
+        /// far more memory (cache misses) than the pages need.
         pub fn with_capacity(expected: usize) -> Self {
-            let mut index = FastMap::default();
-            index.reserve(expected);
             Self {
                 nodes: Vec::with_capacity(expected),
                 free_head: NIL,
-                index,
+                index: BlockMap::with_capacity(expected.min(INITIAL_INDEX)),
             }
         }
 

@@ -56,7 +56,7 @@ struct Scenario {
     fixed_devices: bool,
 }
 
-const SCENARIOS: [Scenario; 13] = [
+const SCENARIOS: [Scenario; 17] = [
     Scenario {
         name: "engine only (fixed-latency devices), none",
         stack: "hdd-ssd",
@@ -71,8 +71,37 @@ const SCENARIOS: [Scenario; 13] = [
         speed: 1.0,
         fixed_devices: true,
     },
+    Scenario {
+        name: "engine only (fixed-latency devices), atsmf",
+        stack: "ssd-mem",
+        strategy: "atsmf",
+        speed: 1.0,
+        fixed_devices: true,
+    },
     // The block cache's own cost (planning, eviction, adaptive's shadows
-    // and promotion), without the device models' (issue 14 §3).
+    // and promotion), without the device models' (issue 14 §3), each
+    // eviction policy side by side.
+    Scenario {
+        name: "engine only (fixed-latency devices), fifo cache",
+        stack: "ssd-mem",
+        strategy: "fifo",
+        speed: 1.0,
+        fixed_devices: true,
+    },
+    Scenario {
+        name: "engine only (fixed-latency devices), lru cache",
+        stack: "ssd-mem",
+        strategy: "lru",
+        speed: 1.0,
+        fixed_devices: true,
+    },
+    Scenario {
+        name: "engine only (fixed-latency devices), arc cache",
+        stack: "ssd-mem",
+        strategy: "arc",
+        speed: 1.0,
+        fixed_devices: true,
+    },
     Scenario {
         name: "engine only (fixed-latency devices), s3fifo cache",
         stack: "ssd-mem",

@@ -14,7 +14,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 
-use tierd_common::hash::FastMap;
+use tierd_common::blockmap::BlockMap;
 
 use super::adaptive::Adaptive;
 use super::{BlockId, CacheSettings};
@@ -116,7 +116,7 @@ impl Admission {
 pub(crate) struct FrequencyFilter {
     misses: u8,
     window_entries: usize,
-    counts: FastMap<BlockId, u8>,
+    counts: BlockMap<u8>,
     order: VecDeque<BlockId>,
 }
 
@@ -126,7 +126,7 @@ impl FrequencyFilter {
         FrequencyFilter {
             misses: misses.max(2),
             window_entries,
-            counts: FastMap::default(),
+            counts: BlockMap::default(),
             order: VecDeque::new(),
         }
     }

@@ -32,7 +32,7 @@
 //! and the cache's occupancy; [`Promotion::plan`] returns the segments to
 //! copy. Sans-IO like the rest.
 
-use tierd_common::hash::FastMap;
+use tierd_common::blockmap::BlockMap;
 
 use super::{queueing_factor, DeviceCost};
 use crate::cache::CacheMode;
@@ -109,7 +109,7 @@ struct Candidate {
 pub(crate) struct Promotion {
     segment_blocks: u64,
     block_bytes: u64,
-    heat: FastMap<u64, Heat>,
+    heat: BlockMap<Heat>,
     /// Decayed counts of runs that ended at each length (index = epochs).
     ended: [f64; MAX_STREAK + 1],
     /// The real cache's hits (blocks) this epoch, decayed as the heat.
@@ -137,7 +137,7 @@ impl Promotion {
         Promotion {
             segment_blocks: (SEGMENT_BYTES / block_bytes).max(1),
             block_bytes,
-            heat: FastMap::default(),
+            heat: BlockMap::default(),
             ended: [0.0; MAX_STREAK + 1],
             hits: 0.0,
             status: PromotionStatus::default(),
@@ -156,7 +156,7 @@ impl Promotion {
     /// A request's part in `segment`: `home_bytes` of it went home
     /// (`merges` of its blocks were read from home to merge a write).
     pub(crate) fn access(&mut self, segment: u64, is_write: bool, home_bytes: u64, merges: u32) {
-        let heat = self.heat.entry(segment).or_default();
+        let heat = self.heat.entry_or_default(segment);
         heat.accessed = true;
         if home_bytes > 0 || merges > 0 {
             if is_write {
@@ -265,7 +265,7 @@ impl Promotion {
             ..PromotionStatus::default()
         };
         let mut candidates: Vec<Candidate> = Vec::new();
-        for (&segment, heat) in &self.heat {
+        for (&segment, heat) in self.heat.iter() {
             let requests = heat.read_ios + heat.write_ios;
             if !heat.accessed || requests <= 0.0 {
                 continue;
