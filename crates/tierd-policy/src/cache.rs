@@ -213,6 +213,22 @@ pub(crate) mod nodes {
     }
 
     /// The tail (oldest) page of a single-queue cache leaves.
+    /// `shrink` of a one-queue cache (FIFO, LRU): the capacity drops to
+    /// `capacity_pages` (never rises) and the queue's tail leaves until it fits.
+    pub fn shrink_one_queue(
+        nodes: &mut PageNodes,
+        queue: &mut Queue,
+        capacity: &mut u64,
+        capacity_pages: u64,
+    ) -> Vec<super::Evicted> {
+        *capacity = (*capacity).min(capacity_pages);
+        let mut evicted = Vec::new();
+        while queue.len > *capacity {
+            evicted.extend(evict_one_queue(nodes, queue));
+        }
+        evicted
+    }
+
     pub fn evict_one_queue(nodes: &mut PageNodes, queue: &mut Queue) -> Option<super::Evicted> {
         if queue.len == 0 {
             return None;

@@ -86,12 +86,12 @@ impl PageCache for Fifo {
     }
 
     fn shrink(&mut self, capacity_pages: u64) -> Vec<super::Evicted> {
-        self.capacity_pages = self.capacity_pages.min(capacity_pages);
-        let mut evicted = Vec::new();
-        while self.len() > self.capacity_pages {
-            evicted.extend(self.evict());
-        }
-        evicted
+        super::nodes::shrink_one_queue(
+            &mut self.nodes,
+            &mut self.queue,
+            &mut self.capacity_pages,
+            capacity_pages,
+        )
     }
 }
 
