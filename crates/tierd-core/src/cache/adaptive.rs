@@ -977,8 +977,7 @@ impl Adaptive {
         let end = offset_bytes + length_bytes;
         let first = offset_bytes / block_bytes;
         let last = (end - 1) / block_bytes;
-        self.warmup_in_rule += (last - first + 1) as f64
-            * (SHADOW_BLOCKS as f64 / self.capacity_blocks as f64).min(1.0);
+        self.warmup_in_rule += (last - first + 1) as f64 * self.floor_rate();
         for block in first..=last {
             if block_hash(block) > self.sample_below {
                 continue;
@@ -1067,6 +1066,12 @@ impl Adaptive {
         false
     }
 
+    /// The lowest sampling rate: the one that scales the whole cache to
+    /// [`SHADOW_BLOCKS`] (1 for a cache no larger).
+    fn floor_rate(&self) -> f64 {
+        (SHADOW_BLOCKS as f64 / self.capacity_blocks as f64).min(1.0)
+    }
+
     /// Halves the sampling rate, to no less than the rate that scales the
     /// whole cache to [`SHADOW_BLOCKS`] (SHARDS' fixed-size variant): blocks whose
     /// hash is past the new bound leave the sample and every shadow, the
@@ -1076,10 +1081,8 @@ impl Adaptive {
     /// share of them the new rate would have counted. Halving stops once
     /// the scaled cache holds at most [`SHADOW_BLOCKS`].
     fn halve_rate(&mut self) {
-        // Never below the rate at which the whole cache scales to
-        // SHADOW_BLOCKS: a large workload ends at exactly that rate.
-        let floor = SHADOW_BLOCKS as f64 / self.capacity_blocks as f64;
-        let rate = (self.sample_rate / 2.0).max(floor);
+        // A large workload ends at exactly the floor.
+        let rate = (self.sample_rate / 2.0).max(self.floor_rate());
         let kept = rate / self.sample_rate;
         self.sample_rate = rate;
         self.sample_below = (rate * u64::MAX as f64) as u64;
@@ -1088,19 +1091,16 @@ impl Adaptive {
         let shadow_blocks =
             ((self.capacity_blocks as f64 * self.sample_rate).round() as u64).max(1);
         let shadow_window = ((self.window_blocks as f64 * self.sample_rate).round() as u64).max(1);
-        let leaving: Vec<BlockId> = self
-            .sampled_seen
-            .as_mut()
-            .map(|seen| {
-                let leaving = seen
-                    .iter()
-                    .copied()
-                    .filter(|&block| block_hash(block) > sample_below)
-                    .collect();
-                seen.retain(|&block| block_hash(block) <= sample_below);
-                leaving
-            })
-            .unwrap_or_default();
+        let mut leaving = Vec::new();
+        if let Some(seen) = &mut self.sampled_seen {
+            seen.retain(|&block| {
+                let kept = block_hash(block) <= sample_below;
+                if !kept {
+                    leaving.push(block);
+                }
+                kept
+            });
+        }
         for shadow in &mut self.shadows {
             for &block in &leaving {
                 shadow.policy.remove(block);
@@ -1302,8 +1302,7 @@ impl Adaptive {
             self.rule = best_rule;
             self.epochs_in_rule = 0;
             self.warmup_in_rule = 0.0;
-            let floor = (SHADOW_BLOCKS as f64 / self.capacity_blocks as f64).min(1.0);
-            self.warmup_needed = if self.sample_rate > floor {
+            self.warmup_needed = if self.sample_rate > self.floor_rate() {
                 EFFICIENCY_WARMUP_ACCESSES
             } else {
                 0.0
